@@ -1,0 +1,44 @@
+"""Shared pieces of the typed scenario configuration.
+
+Every config model forbids unknown keys, so a typo is an error rather than
+a silently ignored field. Quantities with units are parsed by the
+``Annotated`` aliases below (a bare number is the SI base unit).
+"""
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+
+from sim import units
+
+
+class StrictModel(BaseModel):
+    """Base for every config block: unknown keys are errors, values are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+def _positive(x: float) -> float:
+    if not x > 0:
+        raise ValueError(f"must be greater than 0, got {x}")
+    return x
+
+
+def _non_negative(x: float) -> float:
+    if x < 0:
+        raise ValueError(f"must be at least 0, got {x}")
+    return x
+
+
+Seconds = Annotated[float, BeforeValidator(units.seconds), AfterValidator(_non_negative)]
+PositiveSeconds = Annotated[float, BeforeValidator(units.seconds), AfterValidator(_positive)]
+Bytes = Annotated[float, BeforeValidator(units.bytes_), AfterValidator(_non_negative)]
+PositiveBytes = Annotated[float, BeforeValidator(units.bytes_), AfterValidator(_positive)]
+BytesPerS = Annotated[float, BeforeValidator(units.bandwidth), AfterValidator(_positive)]
+FlopsPerS = Annotated[float, BeforeValidator(units.flops), AfterValidator(_positive)]
+RatePerS = Annotated[float, BeforeValidator(units.rate_per_s), AfterValidator(_non_negative)]
+PositiveRatePerS = Annotated[float, BeforeValidator(units.rate_per_s), AfterValidator(_positive)]
+Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegativeInt = Annotated[int, Field(ge=0)]

@@ -1,0 +1,128 @@
+"""Hardware and model profiles: the datasheet and architecture facts.
+
+Profiles live as YAML under ``profiles/hardware`` and ``profiles/models``;
+a scenario may also define its own under ``hardware:`` and ``models:``.
+Derived quantities (parameter counts, bytes per token of KV) are computed
+here once so every component agrees on them.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from sim.config.common import (Bytes, BytesPerS, FlopsPerS, PositiveBytes,
+                               PositiveInt, Seconds, StrictModel)
+
+DType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
+
+BYTES_PER_ELEMENT: dict[str, float] = {
+    "fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5,
+}
+
+
+class GpuPrices(StrictModel):
+    on_demand: float = Field(ge=0, description="USD per GPU-hour, on demand")
+    reserved: float | None = Field(None, ge=0, description="USD per GPU-hour, reserved")
+    spot: float | None = Field(None, ge=0, description="USD per GPU-hour, spot")
+
+
+class HardwareSpec(StrictModel):
+    """One accelerator kind. Figures are per GPU, dense (no sparsity)."""
+
+    name: str = Field(description="Display name, e.g. H100-SXM")
+    memory: PositiveBytes = Field(description="Device memory, e.g. 80GB")
+    hbm_bandwidth: BytesPerS = Field(description="Memory bandwidth, e.g. 3.35TB/s")
+    flops: dict[DType, FlopsPerS] = Field(
+        description="Peak dense FLOP/s per compute dtype, e.g. {bf16: 989TFLOP/s}")
+    interconnect_bandwidth: BytesPerS = Field(
+        description="GPU-to-GPU bandwidth per GPU (NVLink, PCIe), e.g. 900GB/s")
+    allreduce_latency: Seconds = Field(8e-6, description="Fixed latency of one all-reduce")
+    max_gpus_per_node: PositiveInt = Field(8, description="Largest tensor-parallel group")
+    price_per_gpu_hour: GpuPrices = Field(description="USD per GPU-hour by purchase option")
+
+    @model_validator(mode="after")
+    def _needs_bf16(self) -> "HardwareSpec":
+        if "bf16" not in self.flops:
+            raise ValueError("flops must give at least a 'bf16' figure")
+        return self
+
+    def compute_flops_per_s(self, weight_dtype: str) -> float:
+        """Peak FLOP/s for GEMMs with weights of ``weight_dtype``.
+
+        fp8/int8/fp4 weights use the matching tensor-core rate where the
+        datasheet has one (W8A8-style kernels); int4 is weight-only
+        quantisation, so the math still runs at the bf16 rate.
+        """
+        if weight_dtype in ("fp8", "int8", "fp4") and weight_dtype in self.flops:
+            return self.flops[weight_dtype]
+        return self.flops["bf16"]
+
+
+class ModelSpec(StrictModel):
+    """A decoder-only transformer, dense or mixture-of-experts."""
+
+    name: str = Field(description="Model name used by streams and pools")
+    num_layers: PositiveInt
+    hidden_size: PositiveInt
+    num_heads: PositiveInt
+    num_kv_heads: PositiveInt
+    head_dim: PositiveInt
+    ffn_size: PositiveInt = Field(description="Intermediate size of one (expert) MLP")
+    vocab_size: PositiveInt
+    num_experts: PositiveInt = Field(1, description="MLP experts per layer (1 = dense)")
+    experts_per_token: PositiveInt = Field(1, description="Routed experts per token (top-k)")
+    tied_embeddings: bool = Field(False, description="LM head shares the embedding matrix")
+    max_model_len: PositiveInt = Field(131072, description="Longest context in tokens")
+    weights: Bytes | None = Field(
+        None, description="bf16 weight size, e.g. 141GB, instead of the one computed from the shape")
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> "ModelSpec":
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of "
+                             f"num_kv_heads ({self.num_kv_heads})")
+        if self.experts_per_token > self.num_experts:
+            raise ValueError("experts_per_token cannot exceed num_experts")
+        return self
+
+    # -- parameter counts --------------------------------------------------
+    @property
+    def attn_params_per_layer(self) -> int:
+        q_out = self.num_heads * self.head_dim
+        kv_out = self.num_kv_heads * self.head_dim
+        return self.hidden_size * (q_out + 2 * kv_out) + q_out * self.hidden_size
+
+    @property
+    def expert_params(self) -> int:
+        """One gated MLP (up, gate, down)."""
+        return 3 * self.hidden_size * self.ffn_size
+
+    @property
+    def mlp_params_per_layer(self) -> int:
+        router = self.hidden_size * self.num_experts if self.num_experts > 1 else 0
+        return self.num_experts * self.expert_params + router
+
+    @property
+    def active_params_per_layer(self) -> int:
+        return self.attn_params_per_layer + self.experts_per_token * self.expert_params
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def total_params(self) -> int:
+        head = 0 if self.tied_embeddings else self.embedding_params
+        layers = self.num_layers * (self.attn_params_per_layer + self.mlp_params_per_layer)
+        return layers + self.embedding_params + head
+
+    def weight_bytes(self, weight_dtype: str) -> float:
+        if self.weights is not None:
+            return self.weights * BYTES_PER_ELEMENT[weight_dtype] / BYTES_PER_ELEMENT["bf16"]
+        return self.total_params * BYTES_PER_ELEMENT[weight_dtype]
+
+    def kv_bytes_per_token(self, kv_dtype: str) -> float:
+        """2 (K and V) x layers x kv heads x head dim x bytes per element."""
+        return (2 * self.num_layers * self.num_kv_heads * self.head_dim
+                * BYTES_PER_ELEMENT[kv_dtype])

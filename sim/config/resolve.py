@@ -1,0 +1,144 @@
+"""Cross-block checks and name resolution, after pydantic has typed each block.
+
+Produces a ``Resolved`` scenario in which every pool carries its model and
+hardware specs and its KV budget, and every stream its pool; or raises a
+``ScenarioError`` listing each problem at its field.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim import profiles
+from sim.config.profiles import HardwareSpec, ModelSpec
+from sim.config.scenario import PoolConfig, Scenario
+from sim.cost.memory import KvBudget, kv_budget
+
+Loc = tuple
+
+
+@dataclass(frozen=True)
+class ResolvedPool:
+    name: str
+    cfg: PoolConfig
+    model: ModelSpec
+    hardware: HardwareSpec
+    kv: KvBudget
+    max_model_len: int
+    price_per_gpu_hour: float
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.cfg.tp
+
+
+@dataclass(frozen=True)
+class Resolved:
+    scenario: Scenario
+    pools: dict[str, ResolvedPool]
+    stream_pool: dict[str, str]      # stream name -> pool name
+
+
+def _choices(names) -> str:
+    return ", ".join(sorted(names, key=str.lower))
+
+
+def _price(pool: PoolConfig, hw: HardwareSpec) -> float | None:
+    if pool.price_per_gpu_hour is not None:
+        return pool.price_per_gpu_hour
+    return getattr(hw.price_per_gpu_hour, pool.pricing)
+
+
+def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
+                problems: list[tuple[Loc, str]]) -> ResolvedPool | None:
+    here = ("pools", name)
+    model = profiles.find_model(pool.model, scenario.models)
+    hw = profiles.find_hardware(pool.hardware, scenario.hardware)
+    if model is None:
+        problems.append((here + ("model",), f"unknown model '{pool.model}'; known models: "
+                         f"{_choices(set(profiles.model_names()) | set(scenario.models))}"))
+    if hw is None:
+        problems.append((here + ("hardware",), f"unknown hardware '{pool.hardware}'; known: "
+                         f"{_choices(set(profiles.hardware_names()) | set(scenario.hardware))}"))
+    if model is None or hw is None:
+        return None
+    tp = pool.tp
+    if tp > hw.max_gpus_per_node:
+        problems.append((here + ("tp",), f"tp={tp} exceeds the {hw.max_gpus_per_node} GPUs "
+                         f"of one {hw.name} node"))
+        return None
+    if model.num_heads % tp or model.num_kv_heads % tp and tp % model.num_kv_heads:
+        valid = [t for t in range(1, hw.max_gpus_per_node + 1)
+                 if model.num_heads % t == 0 and (model.num_kv_heads % t == 0
+                                                  or t % model.num_kv_heads == 0)]
+        problems.append((here + ("tp",), f"tp={tp} does not divide {model.name}'s "
+                         f"{model.num_heads} attention heads / {model.num_kv_heads} KV heads; "
+                         f"valid: {', '.join(map(str, valid))}"))
+        return None
+    price = _price(pool, hw)
+    if price is None:
+        problems.append((here + ("pricing",), f"{hw.name} has no {pool.pricing} price; "
+                         f"set price_per_gpu_hour"))
+        return None
+    kv = kv_budget(model, hw, tp=tp, weight_dtype=pool.weight_dtype, kv_dtype=pool.kv_dtype,
+                   block_size_tokens=pool.block_size,
+                   gpu_memory_utilization=pool.gpu_memory_utilization,
+                   activation_reserve_bytes=pool.activation_reserve,
+                   kv_cache_bytes=pool.kv_cache_bytes)
+    if kv.num_blocks <= 0:
+        usable = hw.memory * pool.gpu_memory_utilization - pool.activation_reserve
+        fits = [t for t in (1, 2, 4, 8) if t <= hw.max_gpus_per_node
+                and model.weight_bytes(pool.weight_dtype) / t < usable]
+        hint = f"; it fits at tp={fits[0]}" if fits else ""
+        what = "the requested kv_cache_bytes do" if pool.kv_cache_bytes else "it does"
+        problems.append((here + ("tp",), f"{model.name} ({pool.weight_dtype}, "
+                         f"{model.weight_bytes(pool.weight_dtype) / 1e9:.1f} GB of weights) "
+                         f"leaves no room for a KV cache on {tp} x {hw.name} "
+                         f"({hw.memory / 1e9:.0f} GB each): {what} not fit{hint}"))
+        return None
+    max_len = min(pool.max_model_len or model.max_model_len, model.max_model_len)
+    return ResolvedPool(name=name, cfg=pool, model=model, hardware=hw, kv=kv,
+                        max_model_len=max_len, price_per_gpu_hour=price)
+
+
+def _route_streams(scenario: Scenario, problems: list[tuple[Loc, str]]) -> dict[str, str]:
+    routes: dict[str, str] = {}
+    for sname, stream in scenario.workload.streams.items():
+        here = ("workload", "streams", sname)
+        if stream.pool is not None:
+            if stream.pool not in scenario.pools:
+                problems.append((here + ("pool",), f"unknown pool '{stream.pool}'; pools: "
+                                 f"{_choices(scenario.pools)}"))
+            else:
+                routes[sname] = stream.pool
+            continue
+        if stream.model is None:
+            if len(scenario.pools) == 1:
+                routes[sname] = next(iter(scenario.pools))
+            else:
+                problems.append((here, "give `model:` or `pool:`: the scenario has several pools"))
+            continue
+        serving = [p for p, cfg in scenario.pools.items()
+                   if cfg.model.lower() == stream.model.lower()]
+        if len(serving) == 1:
+            routes[sname] = serving[0]
+        elif not serving:
+            models = {cfg.model for cfg in scenario.pools.values()}
+            problems.append((here + ("model",), f"no pool serves model '{stream.model}'; "
+                             f"served models: {_choices(models)}"))
+        else:
+            problems.append((here + ("model",), f"model '{stream.model}' is served by pools "
+                             f"{_choices(serving)}; pick one with `pool:`"))
+    return routes
+
+
+def resolve(scenario: Scenario) -> tuple[Resolved | None, list[tuple[Loc, str]]]:
+    problems: list[tuple[Loc, str]] = []
+    pools = {}
+    for name, pool in scenario.pools.items():
+        resolved = _check_pool(name, pool, scenario, problems)
+        if resolved is not None:
+            pools[name] = resolved
+    routes = _route_streams(scenario, problems)
+    if problems:
+        return None, problems
+    return Resolved(scenario=scenario, pools=pools, stream_pool=routes), problems

@@ -1,0 +1,81 @@
+"""The typed scenario: what a planner writes in YAML.
+
+Pydantic checks each block on its own (types, units, ranges, unknown keys,
+``type:`` choices); ``sim.config.resolve`` then checks what spans blocks
+(names that refer to profiles and pools, whether a model fits its GPUs).
+"""
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import Field, PrivateAttr
+
+from sim.config.common import (Bytes, Fraction, PositiveBytes, PositiveInt, PositiveSeconds,
+                               Seconds, StrictModel)
+from sim.config.profiles import DType, HardwareSpec, ModelSpec
+from sim.config.workload import WorkloadConfig
+from sim.cost.roofline import RooflineConfig
+from sim.routers.least_outstanding import LeastOutstandingConfig
+from sim.routers.round_robin import RoundRobinConfig
+from sim.schedulers.continuous import ContinuousConfig
+from sim.schedulers.single import SingleConfig
+from sim.schedulers.static import StaticConfig
+
+SchedulerConfig = Annotated[Union[SingleConfig, StaticConfig, ContinuousConfig],
+                            Field(discriminator="type")]
+RouterConfig = Annotated[Union[RoundRobinConfig, LeastOutstandingConfig],
+                         Field(discriminator="type")]
+CostModelConfig = Annotated[Union[RooflineConfig], Field(discriminator="type")]
+
+
+class PoolConfig(StrictModel):
+    """A group of identical replicas serving one model on one GPU kind."""
+
+    model: str = Field(description="Model profile name (shipped or under `models:`)")
+    hardware: str = Field(description="Hardware profile name (shipped or under `hardware:`)")
+    tp: PositiveInt = Field(1, description="Tensor-parallel GPUs per replica")
+    replicas: PositiveInt = Field(1, description="Number of replicas")
+    pricing: Literal["on_demand", "reserved", "spot"] = Field(
+        "on_demand", description="Which of the hardware's prices applies")
+    price_per_gpu_hour: float | None = Field(
+        None, ge=0, description="USD per GPU-hour; overrides the hardware profile's price")
+    weight_dtype: DType = Field("bf16", description="Weight precision")
+    kv_dtype: DType = Field("bf16", description="KV cache precision")
+    block_size: PositiveInt = Field(16, description="Tokens per KV block")
+    gpu_memory_utilization: Fraction = Field(
+        0.9, description="Share of GPU memory the engine may use")
+    activation_reserve: Bytes = Field(
+        "2GB", description="Per-GPU memory kept for activations and buffers")
+    kv_cache_bytes: PositiveBytes | None = Field(
+        None, description="Per-GPU KV cache size, instead of what memory leaves")
+    max_model_len: PositiveInt | None = Field(
+        None, description="Longest prompt + output accepted; default: the model's")
+    scheduler: SchedulerConfig = Field(default_factory=ContinuousConfig,
+                                       description="Batching policy of each replica")
+    router: RouterConfig = Field(default_factory=RoundRobinConfig,
+                                 description="How the pool picks a replica")
+    cost_model: CostModelConfig = Field(default_factory=RooflineConfig,
+                                        description="Where step times come from")
+
+
+class Scenario(StrictModel):
+    """A fleet and its traffic."""
+
+    name: str = Field("scenario", description="Short name shown in reports")
+    description: str = Field("", description="Free text")
+    seed: int = Field(0, ge=0, description="Seed of the run's random streams")
+    duration: PositiveSeconds = Field(description="Arrivals are generated in [0, duration)")
+    drain: Seconds = Field(
+        3600.0, description="After `duration`, time allowed for in-flight requests to finish; "
+                            "requests still open then end as `unfinished`")
+    sample_interval: PositiveSeconds = Field(1.0, description="Time-series sampling period")
+    record_steps: bool = Field(False, description="Record one row per engine step")
+    hardware: dict[str, HardwareSpec] = Field(
+        default_factory=dict, description="Extra hardware profiles defined inline")
+    models: dict[str, ModelSpec] = Field(
+        default_factory=dict, description="Extra model profiles defined inline")
+    workload: WorkloadConfig
+    pools: dict[str, PoolConfig] = Field(min_length=1, description="Pool name -> pool")
+
+    # Where the scenario was read from: relative paths in it resolve against this.
+    _source: str | None = PrivateAttr(default=None)

@@ -1,0 +1,346 @@
+"""Typed configuration of the offered load: which request streams arrive, how
+often, and how long their prompts and answers are.
+
+A workload is a set of named streams. Each stream has an arrival process
+(``arrival:``) and, unless it replays a trace, two length distributions
+(``prompt_tokens:``, ``output_tokens:``). Policy blocks are discriminated on
+their ``type:`` key so a misspelt type is reported together with the valid
+choices. Shorthands keep simple scenarios short: a bare rate (``rate: 5/s``)
+is a constant rate and a bare integer (``output_tokens: 256``) is a fixed
+length.
+
+Rate profiles are functions of run time (seconds since the start of the
+run); a stream's ``start``/``end`` only cut a window out of them. The
+numbers are turned into arrays by :mod:`sim.workload`.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+
+from sim import units
+from sim.config.common import (
+    PositiveRatePerS,
+    PositiveSeconds,
+    RatePerS,
+    Seconds,
+    StrictModel,
+)
+
+# Phase of a sinusoid may be negative, so it does not use ``Seconds``.
+SignedSeconds = Annotated[float, BeforeValidator(units.seconds)]
+TokenCount = Annotated[int, Field(ge=1)]
+
+
+# --------------------------------------------------------------------------
+# Rate over time
+# --------------------------------------------------------------------------
+
+class ConstantRateConfig(StrictModel):
+    """The same request rate for the whole run."""
+
+    type: Literal["constant"] = Field(description="Constant rate.")
+    value: PositiveRatePerS = Field(
+        description="Requests per second (or a unit string such as '300/min').")
+
+
+class PiecewiseRateConfig(StrictModel):
+    """A rate that holds from each listed time until the next one.
+
+    The last rate holds until the end of the run. A rate of 0 switches the
+    stream off for that segment.
+    """
+
+    type: Literal["piecewise"] = Field(description="Piecewise-constant rate.")
+    points: list[tuple[Seconds, RatePerS]] = Field(
+        min_length=1,
+        description="[[time, rate], ...] in run time; the first time must be 0, times "
+                    "strictly increase, rates are >= 0 and at least one is > 0.")
+
+    @field_validator("points")
+    @classmethod
+    def _check_points(cls, points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+        times_s = [t for t, _ in points]
+        if times_s[0] != 0:
+            raise ValueError(f"the first point must be at time 0, got {times_s[0]}")
+        for i in range(1, len(times_s)):
+            if not times_s[i] > times_s[i - 1]:
+                raise ValueError(f"times must strictly increase; point {i} has time "
+                                 f"{times_s[i]} after {times_s[i - 1]}")
+        if not any(r > 0 for _, r in points):
+            raise ValueError("at least one rate must be greater than 0")
+        return points
+
+
+class SinusoidalRateConfig(StrictModel):
+    """A daily-cycle style rate: mean + amplitude * sin(2*pi*(t - phase)/period)."""
+
+    type: Literal["sinusoidal"] = Field(description="Sinusoidally varying rate.")
+    mean: PositiveRatePerS = Field(description="Average rate (requests per second).")
+    amplitude: RatePerS = Field(
+        description="Peak deviation from the mean; at most the mean so the rate is never "
+                    "negative.")
+    period: PositiveSeconds = Field(description="Length of one cycle.")
+    phase: SignedSeconds = Field(
+        default=0.0, description="Time shift: the rate crosses the mean going up at t=phase.")
+
+    @model_validator(mode="after")
+    def _check_amplitude(self) -> "SinusoidalRateConfig":
+        if self.amplitude > self.mean:
+            raise ValueError(f"amplitude ({self.amplitude}) must not exceed mean "
+                             f"({self.mean}): the rate would go negative")
+        return self
+
+
+def _rate_shorthand(value: Any) -> Any:
+    """A bare number or unit string means a constant rate."""
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        return {"type": "constant", "value": value}
+    return value
+
+
+RateConfig = Annotated[
+    Union[ConstantRateConfig, PiecewiseRateConfig, SinusoidalRateConfig],
+    Field(discriminator="type"),
+    BeforeValidator(_rate_shorthand),
+]
+
+
+# --------------------------------------------------------------------------
+# Arrival processes
+# --------------------------------------------------------------------------
+
+class PoissonArrivalConfig(StrictModel):
+    """Independent arrivals: exponential gaps at the (possibly time-varying) rate."""
+
+    type: Literal["poisson"] = Field(description="Poisson process.")
+    rate: RateConfig = Field(
+        description="Arrival rate: a number/unit string ('5/s') or a piecewise/sinusoidal "
+                    "block.")
+
+
+class GammaArrivalConfig(StrictModel):
+    """Renewal process with gamma gaps, for traffic burstier (cv > 1) or smoother
+    (cv < 1) than Poisson at the same mean rate."""
+
+    type: Literal["gamma"] = Field(description="Gamma renewal process.")
+    rate: RateConfig = Field(
+        description="Arrival rate: a number/unit string ('5/s') or a piecewise/sinusoidal "
+                    "block.")
+    cv: float = Field(
+        gt=0, description="Coefficient of variation of the gaps: 1 is Poisson, >1 bursty.")
+
+
+class TraceArrivalConfig(StrictModel):
+    """Replay recorded requests from a CSV with columns ``timestamp`` (seconds,
+    >= 0, non-decreasing), ``prompt_tokens`` and ``output_tokens``.
+
+    Timestamps are offsets from the stream's ``start``. The lengths come from
+    the file, so the stream must not give its own length distributions.
+    """
+
+    type: Literal["trace"] = Field(description="Trace replay.")
+    path: str = Field(
+        min_length=1,
+        description="CSV file; a relative path is read from the scenario file's folder.")
+    time_scale: float = Field(
+        default=1.0, gt=0,
+        description="Multiplies every timestamp: 0.5 replays twice as fast.")
+    loop: bool = Field(
+        default=False,
+        description="Repeat the trace to fill the run; each copy is shifted by the last "
+                    "timestamp plus one mean gap.")
+
+
+ArrivalConfig = Annotated[
+    Union[PoissonArrivalConfig, GammaArrivalConfig, TraceArrivalConfig],
+    Field(discriminator="type"),
+]
+
+
+# --------------------------------------------------------------------------
+# Length distributions (tokens)
+# --------------------------------------------------------------------------
+
+class FixedLengthConfig(StrictModel):
+    """Every request has the same length."""
+
+    type: Literal["fixed"] = Field(description="Fixed length.")
+    value: TokenCount = Field(description="Length in tokens.")
+
+
+class UniformLengthConfig(StrictModel):
+    """Integers drawn uniformly from [low, high], both ends included."""
+
+    type: Literal["uniform"] = Field(description="Uniform integer length.")
+    low: TokenCount = Field(description="Smallest length (tokens).")
+    high: TokenCount = Field(description="Largest length (tokens), included.")
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> "UniformLengthConfig":
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) must be at least low ({self.low})")
+        return self
+
+
+class _ClippedLength(StrictModel):
+    """Bounds shared by continuous distributions, applied after rounding."""
+
+    min: TokenCount = Field(default=1, description="Smallest length after clipping.")
+    max: Optional[TokenCount] = Field(
+        default=None, description="Largest length after clipping; null for no limit.")
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> "_ClippedLength":
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be at least min ({self.min})")
+        return self
+
+
+class LognormalLengthConfig(_ClippedLength):
+    """Right-skewed lengths, the usual fit for prompts and answers.
+
+    ``mean`` and ``cv`` describe the unclipped distribution; samples are
+    rounded to integers and clipped to [min, max].
+    """
+
+    type: Literal["lognormal"] = Field(description="Lognormal length.")
+    mean: float = Field(gt=0, description="Mean length in tokens (before clipping).")
+    cv: float = Field(gt=0, description="Coefficient of variation (std / mean).")
+
+
+class ExponentialLengthConfig(_ClippedLength):
+    """Memoryless lengths; rounded to integers and clipped to [min, max]."""
+
+    type: Literal["exponential"] = Field(description="Exponential length.")
+    mean: float = Field(gt=0, description="Mean length in tokens (before clipping).")
+
+
+class EmpiricalLengthConfig(StrictModel):
+    """Resample observed lengths (with replacement), either listed inline or
+    read from one column of a CSV file."""
+
+    type: Literal["empirical"] = Field(description="Empirical length distribution.")
+    values: Optional[list[TokenCount]] = Field(
+        default=None, min_length=1, description="Observed lengths (tokens).")
+    weights: Optional[list[Annotated[float, Field(ge=0)]]] = Field(
+        default=None,
+        description="Relative weight of each value (same length as values); equal if "
+                    "omitted.")
+    path: Optional[str] = Field(
+        default=None, min_length=1,
+        description="CSV file to read lengths from; relative to the scenario file's folder.")
+    column: Optional[str] = Field(
+        default=None, min_length=1, description="Column of the CSV file holding lengths.")
+
+    @model_validator(mode="after")
+    def _check_source(self) -> "EmpiricalLengthConfig":
+        if (self.values is None) == (self.path is None):
+            raise ValueError("give exactly one of 'values' or 'path'")
+        if self.path is not None:
+            if self.column is None:
+                raise ValueError("'column' is required with 'path'")
+            if self.weights is not None:
+                raise ValueError("'weights' can only be used with 'values'")
+        else:
+            if self.column is not None:
+                raise ValueError("'column' can only be used with 'path'")
+            if self.weights is not None:
+                if len(self.weights) != len(self.values):
+                    raise ValueError(f"'weights' has {len(self.weights)} entries but "
+                                     f"'values' has {len(self.values)}")
+                if not sum(self.weights) > 0:
+                    raise ValueError("'weights' must not all be 0")
+        return self
+
+
+class MixtureComponentConfig(StrictModel):
+    """One branch of a mixture: with probability ~weight, draw from dist."""
+
+    weight: float = Field(gt=0, description="Relative weight (normalised over components).")
+    dist: "LengthConfig" = Field(description="Length distribution of this component.")
+
+
+class MixtureLengthConfig(StrictModel):
+    """Several populations in one stream, e.g. short chat turns plus long documents."""
+
+    type: Literal["mixture"] = Field(description="Mixture of length distributions.")
+    components: list[MixtureComponentConfig] = Field(
+        min_length=1, description="Components with their weights.")
+
+
+def _length_shorthand(value: Any) -> Any:
+    """A bare integer means a fixed length."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return {"type": "fixed", "value": value}
+    return value
+
+
+LengthConfig = Annotated[
+    Union[FixedLengthConfig, UniformLengthConfig, LognormalLengthConfig,
+          ExponentialLengthConfig, EmpiricalLengthConfig, MixtureLengthConfig],
+    Field(discriminator="type"),
+    BeforeValidator(_length_shorthand),
+]
+
+MixtureComponentConfig.model_rebuild()
+
+
+# --------------------------------------------------------------------------
+# Streams and the workload
+# --------------------------------------------------------------------------
+
+class StreamConfig(StrictModel):
+    """One source of requests: who sends them, where to, how often, how long."""
+
+    team: str = Field(default="default", description="Team the requests are billed to.")
+    model: Optional[str] = Field(default=None, description="Model name the stream calls.")
+    pool: Optional[str] = Field(
+        default=None, description="Send straight to this pool instead of routing by model.")
+    priority: int = Field(default=0, description="Scheduling priority; lower is more urgent.")
+    arrival: ArrivalConfig = Field(description="Arrival process (poisson, gamma or trace).")
+    prompt_tokens: Optional[LengthConfig] = Field(
+        default=None,
+        description="Prompt length distribution; required unless the arrival is a trace.")
+    output_tokens: Optional[LengthConfig] = Field(
+        default=None,
+        description="Output length distribution; required unless the arrival is a trace.")
+    start: Seconds = Field(default=0.0, description="Run time at which the stream starts.")
+    end: Optional[Seconds] = Field(
+        default=None, description="Run time at which the stream stops; null for the end "
+                                  "of the run.")
+
+    @model_validator(mode="after")
+    def _check_lengths_and_window(self) -> "StreamConfig":
+        given = [k for k in ("prompt_tokens", "output_tokens") if getattr(self, k) is not None]
+        if isinstance(self.arrival, TraceArrivalConfig):
+            if given:
+                raise ValueError(
+                    f"a stream with a trace arrival takes its lengths from the trace; "
+                    f"remove {' and '.join(given)}")
+        else:
+            missing = [k for k in ("prompt_tokens", "output_tokens") if k not in given]
+            if missing:
+                raise ValueError(f"{' and '.join(missing)} required for a "
+                                 f"{self.arrival.type} arrival")
+        if self.end is not None and not self.end > self.start:
+            raise ValueError(f"end ({self.end}) must be after start ({self.start})")
+        return self
+
+
+class WorkloadConfig(StrictModel):
+    """All request streams offered to the fleet."""
+
+    streams: dict[str, StreamConfig] = Field(
+        description="Stream name -> stream; order fixes the stream index and seeding.")
+    rate_scale: float = Field(
+        default=1.0, gt=0,
+        description="Multiplies every stream's rate (traces replay faster), for load sweeps.")
+
+    @field_validator("streams")
+    @classmethod
+    def _check_streams(cls, streams: dict[str, StreamConfig]) -> dict[str, StreamConfig]:
+        if not streams:
+            raise ValueError("workload has no streams")
+        return streams

@@ -1,0 +1,123 @@
+"""Roofline cost model from datasheet figures and efficiency factors.
+
+Each GEMM-like term takes max(FLOPs / usable FLOP/s, bytes / usable
+bandwidth): at small token counts a step is bound by reading the weights
+once (shared by the whole batch, which is why batching pays), at large ones
+by arithmetic. Attention over the KV cache in decode is bound by reading the
+cache; prefill attention by arithmetic. Tensor parallelism divides FLOPs,
+weights and KV heads by ``tp`` and adds two ring all-reduces per layer.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from sim.config.common import Fraction, Seconds, StrictModel
+from sim.config.profiles import BYTES_PER_ELEMENT, HardwareSpec, ModelSpec
+from sim.cost.base import CostModel
+from sim.cost.shape import ArrayLike, BatchShape
+
+ACTIVATION_BYTES = 2.0  # bf16 activations
+
+
+class RooflineConfig(StrictModel):
+    type: Literal["roofline"] = "roofline"
+    flops_efficiency: Fraction = Field(0.7, description="Share of peak FLOP/s reached by GEMMs")
+    bandwidth_efficiency: Fraction = Field(
+        0.85, description="Share of peak memory bandwidth reached by weight and KV reads")
+    attention_efficiency: Fraction = Field(
+        0.5, description="Share of peak FLOP/s reached by prefill attention kernels")
+    interconnect_efficiency: Fraction = Field(
+        0.7, description="Share of interconnect bandwidth reached by all-reduce")
+    step_overhead: Seconds = Field(
+        1e-3, description="Fixed CPU/launch overhead per iteration (scheduler, sampling)")
+    per_seq_overhead: Seconds = Field(
+        5e-6, description="Extra per-sequence overhead per iteration (input prep, sampling)")
+
+
+class RooflineCostModel(CostModel):
+    def __init__(self, model: ModelSpec, hardware: HardwareSpec, tp: int,
+                 weight_dtype: str, kv_dtype: str, cfg: RooflineConfig) -> None:
+        self.cfg = cfg
+        self.model = model
+        self.tp = tp
+        self.num_layers = model.num_layers
+        w_bytes = BYTES_PER_ELEMENT[weight_dtype]
+        kv_bytes = BYTES_PER_ELEMENT[kv_dtype]
+        self._gemm_flops_per_s = hardware.compute_flops_per_s(weight_dtype) * cfg.flops_efficiency
+        self._attn_flops_per_s = hardware.flops["bf16"] * cfg.attention_efficiency
+        self._bw_bytes_per_s = hardware.hbm_bandwidth * cfg.bandwidth_efficiency
+        self._link_bytes_per_s = hardware.interconnect_bandwidth * cfg.interconnect_efficiency
+        self._allreduce_latency_s = hardware.allreduce_latency
+        # per layer, per shard
+        self._attn_weight_bytes = model.attn_params_per_layer * w_bytes / tp
+        self._expert_weight_bytes = model.expert_params * w_bytes / tp
+        self._active_flops_per_token = 2.0 * model.active_params_per_layer / tp
+        self._attn_flops_per_work = 4.0 * model.num_heads * model.head_dim / tp
+        self._kv_bytes_per_token_layer = 2.0 * model.num_kv_heads * model.head_dim * kv_bytes / tp
+        self._head_flops_per_seq = 2.0 * model.hidden_size * model.vocab_size / tp
+        self._head_bytes = model.hidden_size * model.vocab_size * w_bytes / tp
+        self._peak_flops = hardware.compute_flops_per_s(weight_dtype)
+        self._peak_bw = hardware.hbm_bandwidth
+
+    # -- terms (seconds, one layer, one shard) -------------------------------
+    def overhead_s(self, num_seqs: ArrayLike) -> ArrayLike:
+        return self.cfg.step_overhead + self.cfg.per_seq_overhead * num_seqs
+
+    def _experts_touched(self, num_tokens: ArrayLike) -> ArrayLike:
+        """Expected distinct experts hit by ``num_tokens`` tokens routed top-k
+        uniformly: E·(1 − (1 − k/E)^n). Equal to 1 for a dense model."""
+        e, k = self.model.num_experts, self.model.experts_per_token
+        if e == 1:
+            return np.ones_like(np.asarray(num_tokens, dtype=np.float64))
+        return e * (1.0 - (1.0 - k / e) ** np.asarray(num_tokens, dtype=np.float64))
+
+    def _dense_bytes(self, num_tokens: ArrayLike) -> ArrayLike:
+        weights = self._attn_weight_bytes + self._experts_touched(num_tokens) * self._expert_weight_bytes
+        activations = 4.0 * num_tokens * self.model.hidden_size * ACTIVATION_BYTES
+        return weights + activations
+
+    def dense_s(self, num_tokens: ArrayLike) -> ArrayLike:
+        compute = self._active_flops_per_token * num_tokens / self._gemm_flops_per_s
+        memory = self._dense_bytes(num_tokens) / self._bw_bytes_per_s
+        return np.where(np.asarray(num_tokens) > 0, np.maximum(compute, memory), 0.0)
+
+    def attn_prefill_s(self, prefill_attn_work: ArrayLike) -> ArrayLike:
+        return self._attn_flops_per_work * prefill_attn_work / self._attn_flops_per_s
+
+    def attn_decode_s(self, decode_kv_tokens: ArrayLike) -> ArrayLike:
+        return self._kv_bytes_per_token_layer * decode_kv_tokens / self._bw_bytes_per_s
+
+    def tp_comm_s(self, num_tokens: ArrayLike) -> ArrayLike:
+        if self.tp == 1:
+            return np.zeros_like(np.asarray(num_tokens, dtype=np.float64))
+        msg_bytes = num_tokens * self.model.hidden_size * ACTIVATION_BYTES
+        ring = 2.0 * (self.tp - 1) / self.tp * msg_bytes / self._link_bytes_per_s
+        return 2.0 * (self._allreduce_latency_s + ring)
+
+    def lm_head_s(self, num_seqs: ArrayLike) -> ArrayLike:
+        compute = self._head_flops_per_seq * num_seqs / self._gemm_flops_per_s
+        return np.maximum(compute, self._head_bytes / self._bw_bytes_per_s)
+
+    # -- work for MFU / MBU -------------------------------------------------
+    def work(self, shape: BatchShape) -> tuple[ArrayLike, ArrayLike]:
+        layers = self.num_layers
+        flops_shard = (layers * (self._active_flops_per_token * shape.num_tokens
+                                 + self._attn_flops_per_work * shape.prefill_attn_work
+                                 + 4.0 * self.model.num_heads * self.model.head_dim / self.tp
+                                 * shape.decode_kv_tokens)
+                       + self._head_flops_per_seq * shape.num_seqs)
+        bytes_shard = (layers * (self._dense_bytes(shape.num_tokens)
+                                 + self._kv_bytes_per_token_layer * shape.decode_kv_tokens)
+                       + self._head_bytes)
+        return flops_shard * self.tp, bytes_shard * self.tp
+
+    @property
+    def peak_flops_per_gpu(self) -> float:
+        return self._peak_flops
+
+    @property
+    def peak_bytes_per_s_per_gpu(self) -> float:
+        return self._peak_bw

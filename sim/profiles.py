@@ -1,0 +1,61 @@
+"""The library of hardware and model profiles shipped under ``profiles/``.
+
+Names are matched case-insensitively, so ``h100-sxm`` and ``H100-SXM`` are
+the same profile. A scenario's inline ``hardware:`` / ``models:`` entries
+take precedence over shipped ones of the same name.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from sim.config.profiles import HardwareSpec, ModelSpec
+from sim.paths import data_dir
+
+
+def _key(name: str) -> str:
+    return name.strip().lower()
+
+
+@lru_cache(maxsize=None)
+def _load_dir(kind: str) -> dict[str, Path]:
+    folder = data_dir("profiles") / kind
+    out: dict[str, Path] = {}
+    for path in sorted(folder.glob("*.yaml")):
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+        out[_key(data["name"])] = path
+    return out
+
+
+@lru_cache(maxsize=None)
+def _parse(kind: str, key: str) -> HardwareSpec | ModelSpec:
+    path = _load_dir(kind)[key]
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh)
+    cls = HardwareSpec if kind == "hardware" else ModelSpec
+    return cls.model_validate(data)
+
+
+def hardware_names() -> list[str]:
+    return [_parse("hardware", k).name for k in _load_dir("hardware")]
+
+
+def model_names() -> list[str]:
+    return [_parse("models", k).name for k in _load_dir("models")]
+
+
+def find_hardware(name: str, inline: dict[str, HardwareSpec] | None = None) -> HardwareSpec | None:
+    for key, spec in (inline or {}).items():
+        if _key(key) == _key(name):
+            return spec
+    return _parse("hardware", _key(name)) if _key(name) in _load_dir("hardware") else None
+
+
+def find_model(name: str, inline: dict[str, ModelSpec] | None = None) -> ModelSpec | None:
+    for key, spec in (inline or {}).items():
+        if _key(key) == _key(name):
+            return spec
+    return _parse("models", _key(name)) if _key(name) in _load_dir("models") else None

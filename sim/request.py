@@ -1,0 +1,73 @@
+"""A request's mutable state while it is in the simulation.
+
+Token accounting follows vLLM: ``num_tokens`` is prompt plus the output
+generated so far; ``num_computed_tokens`` is how many of those have KV in
+the cache. A step that brings computed up to known samples one new token.
+Preemption by recompute resets ``num_computed_tokens`` to 0 (the generated
+tokens are kept and recomputed as part of the prompt).
+"""
+from __future__ import annotations
+
+import math
+
+
+class Status:
+    COMPLETED = "completed"
+    REJECTED = "rejected"
+    UNFINISHED = "unfinished"   # still queued or running when the run was cut off
+
+    TERMINAL = (COMPLETED, REJECTED, UNFINISHED)
+
+
+class Request:
+    __slots__ = ("request_id", "stream_index", "team", "model", "pool", "priority",
+                 "arrival_s", "prompt_tokens", "max_output_tokens", "replica",
+                 "num_output_tokens", "num_computed_tokens", "num_blocks",
+                 "admitted_s", "first_token_s", "finish_s", "preemptions",
+                 "status", "reject_reason", "cached_prompt_tokens")
+
+    def __init__(self, request_id: int, stream_index: int, team: str, model: str, pool: str,
+                 priority: int, arrival_s: float, prompt_tokens: int, max_output_tokens: int) -> None:
+        self.request_id = request_id
+        self.stream_index = stream_index
+        self.team = team
+        self.model = model
+        self.pool = pool
+        self.priority = priority
+        self.arrival_s = arrival_s
+        self.prompt_tokens = prompt_tokens
+        self.max_output_tokens = max_output_tokens
+        self.replica = -1
+        self.num_output_tokens = 0
+        self.num_computed_tokens = 0
+        self.num_blocks = 0
+        self.admitted_s = math.nan
+        self.first_token_s = math.nan
+        self.finish_s = math.nan
+        self.preemptions = 0
+        self.status: str | None = None
+        self.reject_reason = ""
+        self.cached_prompt_tokens = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt_tokens + self.num_output_tokens
+
+    @property
+    def total_tokens(self) -> int:
+        """Tokens the sequence holds when it finishes."""
+        return self.prompt_tokens + self.max_output_tokens
+
+    @property
+    def is_decoding(self) -> bool:
+        """One known token left to compute after at least one sampled: a decode step."""
+        return self.num_output_tokens > 0 and self.num_tokens - self.num_computed_tokens == 1
+
+    @property
+    def done(self) -> bool:
+        return self.num_output_tokens >= self.max_output_tokens
+
+    def __repr__(self) -> str:
+        return (f"Request(id={self.request_id}, prompt={self.prompt_tokens}, "
+                f"out={self.num_output_tokens}/{self.max_output_tokens}, "
+                f"computed={self.num_computed_tokens}, status={self.status})")

@@ -1,0 +1,70 @@
+"""What a run returns: flat tables (pandas) and the summary dictionary.
+
+``requests`` has one row per request (the output contract's columns);
+``timeseries`` one row per pool per sampling instant; ``steps`` one row per
+engine step when ``record_steps`` is on; ``summary`` is what summary.json
+holds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from sim.config.scenario import Scenario
+from sim.simulation import Simulation
+from sim.summary import summarise
+from sim.timeseries import build_timeseries
+
+REQUEST_TABLE_COLUMNS = [
+    "request_id", "stream", "team", "model", "pool", "replica", "priority", "arrival_s",
+    "admitted_s", "first_token_s", "finish_s", "prompt_tokens", "cached_prompt_tokens",
+    "output_tokens", "max_output_tokens", "status", "reject_reason", "ttft_s", "tpot_s",
+    "e2e_s", "queue_s", "preemptions",
+]
+
+
+@dataclass
+class Results:
+    scenario: Scenario
+    requests: pd.DataFrame
+    timeseries: pd.DataFrame
+    steps: pd.DataFrame | None
+    summary: dict
+    wall_s: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+def _request_table(sim: Simulation) -> pd.DataFrame:
+    rec = sim.recorder
+    raw = rec.requests.frame().sort_values("request_id", kind="stable").reset_index(drop=True)
+    out = raw.copy()
+    out["stream"] = pd.Categorical.from_codes(raw["stream"].to_numpy(),
+                                              categories=list(sim.arrivals.stream_names))
+    for col, codes in (("team", rec.teams), ("model", rec.models), ("pool", rec.pools),
+                       ("status", rec.statuses), ("reject_reason", rec.reasons)):
+        out[col] = codes.decode(raw[col].to_numpy())
+    out["ttft_s"] = out["first_token_s"] - out["arrival_s"]
+    gaps = (out["output_tokens"] - 1).to_numpy(dtype=np.float64)
+    span = (out["finish_s"] - out["first_token_s"]).to_numpy()
+    out["tpot_s"] = np.divide(span, gaps, out=np.full(len(out), np.nan), where=gaps > 0)
+    out["e2e_s"] = out["finish_s"] - out["arrival_s"]
+    out["queue_s"] = out["admitted_s"] - out["arrival_s"]
+    return out[REQUEST_TABLE_COLUMNS]
+
+
+def collect(sim: Simulation) -> Results:
+    rec = sim.recorder
+    requests = _request_table(sim)
+    segments = rec.segments.frame()
+    samples = rec.samples.frame()
+    pool_names = list(rec.pools.names)
+    ts = build_timeseries(samples, segments, sim.scenario.sample_interval, pool_names)
+    steps = None
+    if rec.steps is not None:
+        steps = rec.steps.frame()
+        steps["pool"] = rec.pools.decode(steps["pool"].to_numpy())
+    summary = summarise(sim, requests, segments, ts)
+    return Results(scenario=sim.scenario, requests=requests, timeseries=ts, steps=steps,
+                   summary=summary, wall_s=getattr(sim, "wall_s", 0.0))

@@ -1,0 +1,1 @@
+"""Intra-pool routers: pick the replica a request goes to."""

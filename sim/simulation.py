@@ -1,0 +1,132 @@
+"""Build the components of a resolved scenario and run them on SimPy.
+
+Arrivals are generated up front (columnar), then one process releases them
+in time order into their pools. The run ends when every request has reached
+a terminal status after the arrival window, or at ``duration + drain``,
+when whatever is still open ends as ``unfinished``.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import simpy
+
+from sim.config.resolve import Resolved
+from sim.pool import Pool
+from sim.recorder import Recorder
+from sim.request import Request, Status
+from sim.workload import RequestArrivals, generate_arrivals
+
+ProgressFn = Callable[[float, float], None]
+
+
+class Simulation:
+    def __init__(self, resolved: Resolved, base_dir: Path) -> None:
+        self.resolved = resolved
+        scenario = resolved.scenario
+        self.scenario = scenario
+        self.env = simpy.Environment()
+        self.recorder = Recorder(record_steps=scenario.record_steps)
+        workload_seq, = np.random.SeedSequence(scenario.seed).spawn(1)
+        self.arrivals: RequestArrivals = generate_arrivals(
+            scenario.workload, scenario.duration, workload_seq, base_dir)
+        self.pools: dict[str, Pool] = {
+            name: Pool(self.env, spec, self.recorder, self._on_finish, self._on_reject)
+            for name, spec in resolved.pools.items()}
+        streams = scenario.workload.streams
+        self._stream_meta = [
+            (streams[s].team, streams[s].priority, self.pools[resolved.stream_pool[s]])
+            for s in self.arrivals.stream_names]
+        self._stream_of: dict[int, int] = {}
+        self._open = 0
+        self._arrivals_done = False
+        self._stop = self.env.event()
+        self.end_s = 0.0
+
+    # -- request lifecycle ----------------------------------------------------
+    def _terminal(self, req: Request, status: str) -> None:
+        req.status = status
+        self.recorder.record_request(req, self._stream_of.pop(req.request_id))
+        self._open -= 1
+        if self._open == 0 and self._arrivals_done and not self._stop.triggered:
+            self._stop.succeed()
+
+    def _on_finish(self, req: Request) -> None:
+        self._terminal(req, Status.COMPLETED)
+
+    def _on_reject(self, req: Request, reason: str) -> None:
+        req.reject_reason = reason
+        req.finish_s = self.env.now
+        self._terminal(req, Status.REJECTED)
+
+    # -- processes ----------------------------------------------------------------
+    def _release_arrivals(self):
+        env = self.env
+        arr = self.arrivals
+        times = arr.arrival_s.tolist()
+        prompts = arr.prompt_tokens.tolist()
+        outputs = arr.output_tokens.tolist()
+        streams = arr.stream_index.tolist()
+        for i, t in enumerate(times):
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            s = streams[i]
+            team, priority, pool = self._stream_meta[s]
+            req = Request(i, s, team, pool.spec.model.name, pool.name, priority, t,
+                          prompts[i], outputs[i])
+            self._stream_of[i] = s
+            self._open += 1
+            pool.submit(req)
+        self._arrivals_done = True
+        if self._open == 0 and not self._stop.triggered:
+            self._stop.succeed()
+
+    def _sample(self):
+        env = self.env
+        interval = self.scenario.sample_interval
+        samples = self.recorder.samples
+        pools = list(self.pools.values())
+        while True:
+            yield env.timeout(interval)
+            for pool in pools:
+                samples.append(env.now, pool.code, *pool.snapshot())
+
+    def _cap(self, limit_s: float):
+        yield self.env.timeout(limit_s)
+        if not self._stop.triggered:
+            self._stop.succeed()
+
+    def _progress(self, fn: ProgressFn, limit_s: float):
+        tick = max(limit_s / 500.0, self.scenario.sample_interval)
+        while True:
+            fn(self.env.now, limit_s)
+            yield self.env.timeout(tick)
+
+    # -- run -------------------------------------------------------------------------
+    def run(self, progress: ProgressFn | None = None) -> "Simulation":
+        env = self.env
+        limit_s = self.scenario.duration + self.scenario.drain
+        env.process(self._release_arrivals())
+        env.process(self._sample())
+        env.process(self._cap(limit_s))
+        if progress is not None:
+            env.process(self._progress(progress, limit_s))
+        env.run(until=self._stop)
+        self.end_s = max(env.now, self.scenario.duration)
+        for pool in self.pools.values():
+            for req in list(pool.open_requests()):
+                self._terminal(req, Status.UNFINISHED)
+        if progress is not None:
+            progress(limit_s, limit_s)
+        return self
+
+
+def run_resolved(resolved: Resolved, base_dir: Path,
+                 progress: ProgressFn | None = None) -> Simulation:
+    t0 = time.perf_counter()
+    sim = Simulation(resolved, base_dir).run(progress)
+    sim.wall_s = time.perf_counter() - t0
+    return sim

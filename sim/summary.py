@@ -1,0 +1,118 @@
+"""summary.json: the headline figures of one run, as plain JSON types."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from sim.request import Status
+
+PERCENTILES = (50, 90, 99)
+
+
+def _stats(values: pd.Series) -> dict[str, float | None]:
+    v = values.dropna().to_numpy(dtype=np.float64)
+    if len(v) == 0:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    pct = np.percentile(v, PERCENTILES)
+    return {"mean": float(v.mean()), **{f"p{p}": float(x) for p, x in zip(PERCENTILES, pct)}}
+
+
+def _num(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else float(x)
+
+
+def summarise(sim, requests: pd.DataFrame, segments: pd.DataFrame, ts: pd.DataFrame) -> dict:
+    end_s = sim.end_s
+    status = requests["status"].astype(str)
+    done = requests[status == Status.COMPLETED]
+    rejected = requests[status == Status.REJECTED]
+    by_reason = rejected["reject_reason"].astype(str).value_counts().sort_index()
+
+    pools: dict[str, dict] = {}
+    pool_cost: dict[str, float] = {}
+    total_cost = 0.0
+    for code, name in enumerate(sim.recorder.pools.names):
+        pool = sim.pools[name]
+        spec = pool.spec
+        seg = segments[segments["pool"] == code]
+        pts = ts[ts["pool"] == name]
+        replicas = len(pool.replicas)
+        gpu_s = replicas * spec.gpus_per_replica * end_s
+        cost = gpu_s / 3600.0 * spec.price_per_gpu_hour
+        busy_s = float((seg["end_s"] - seg["start_s"]).sum())
+        pool_cost[name] = cost
+        total_cost += cost
+        pools[name] = {
+            "model": spec.model.name,
+            "hardware": spec.hardware.name,
+            "tp": spec.cfg.tp,
+            "replicas_mean": float(replicas),
+            "replicas_max": replicas,
+            "kv_blocks_per_replica": spec.kv.num_blocks,
+            "gpu_hours": gpu_s / 3600.0,
+            "cost_usd": cost,
+            "busy_frac": busy_s / (replicas * end_s) if end_s > 0 else 0.0,
+            "mfu": float(seg["flops"].sum()) / (gpu_s * pool.cost_model.peak_flops_per_gpu)
+            if gpu_s > 0 else 0.0,
+            "mbu": float(seg["bytes"].sum()) / (gpu_s * pool.cost_model.peak_bytes_per_s_per_gpu)
+            if gpu_s > 0 else 0.0,
+            "kv_util_mean": float(pts["kv_util"].mean()) if len(pts) else 0.0,
+            "max_running_seqs": int(seg["num_seqs"].max()) if len(seg) else 0,
+            "queue_mean": float(pts["queued"].mean()) if len(pts) else 0.0,
+        }
+
+    # Pool cost is shared among teams in proportion to the tokens each had processed there.
+    teams: dict[str, dict] = {}
+    served = requests.assign(tokens=requests["prompt_tokens"] + requests["output_tokens"])
+    pool_tokens = served.groupby("pool", observed=True)["tokens"].sum()
+    for team, rows in requests.groupby("team", observed=True, sort=True):
+        st = rows["status"].astype(str)
+        cost = 0.0
+        for pname, toks in rows.assign(tokens=rows["prompt_tokens"] + rows["output_tokens"]) \
+                .groupby("pool", observed=True)["tokens"].sum().items():
+            if pool_tokens.get(pname, 0) > 0:
+                cost += pool_cost[str(pname)] * toks / pool_tokens[pname]
+        teams[str(team)] = {
+            "requests": int(len(rows)),
+            "completed": int((st == Status.COMPLETED).sum()),
+            "rejected": int((st == Status.REJECTED).sum()),
+            "input_tokens": int(rows.loc[st == Status.COMPLETED, "prompt_tokens"].sum()),
+            "output_tokens": int(rows.loc[st == Status.COMPLETED, "output_tokens"].sum()),
+            "cost_usd": cost,
+        }
+
+    out_tokens = int(done["output_tokens"].sum())
+    in_tokens = int(done["prompt_tokens"].sum())
+    return {
+        "scenario": sim.scenario.name,
+        "seed": sim.scenario.seed,
+        "duration_s": sim.scenario.duration,
+        "end_s": end_s,
+        "requests": {
+            "arrived": int(len(requests)),
+            "completed": int(len(done)),
+            "rejected": {str(k): int(v) for k, v in by_reason.items()},
+            "rejected_total": int(len(rejected)),
+            "in_flight_at_end": int((status == Status.UNFINISHED).sum()),
+        },
+        "latency_s": {
+            "ttft": _stats(done["ttft_s"]),
+            "tpot": _stats(done["tpot_s"]),
+            "e2e": _stats(done["e2e_s"]),
+            "queue": _stats(done["queue_s"]),
+        },
+        "throughput": {
+            "requests_per_s": len(done) / end_s if end_s > 0 else 0.0,
+            "input_tokens_per_s": in_tokens / end_s if end_s > 0 else 0.0,
+            "output_tokens_per_s": out_tokens / end_s if end_s > 0 else 0.0,
+        },
+        "pools": pools,
+        "teams": teams,
+        "cost": {
+            "total_usd": total_cost,
+            "usd_per_million_output_tokens": _num(total_cost / out_tokens * 1e6)
+            if out_tokens else None,
+        },
+    }

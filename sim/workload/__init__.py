@@ -1,0 +1,105 @@
+"""Turn a :class:`~sim.config.workload.WorkloadConfig` into the requests of one run.
+
+The whole run's arrivals are generated up front as sorted columnar numpy
+arrays: it is fast, it makes runs reproducible from one SeedSequence, and it
+lets different fleet designs be compared on exactly the same requests.
+"""
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.config.workload import StreamConfig, TraceArrivalConfig, WorkloadConfig
+from sim.workload.arrivals import process_arrival_times
+from sim.workload.lengths import sample_lengths
+from sim.workload.trace import WorkloadDataError, load_trace, replay_trace, resolve_path
+
+__all__ = ["RequestArrivals", "WorkloadDataError", "generate_arrivals", "stream_seed_seqs"]
+
+
+@dataclass(frozen=True)
+class RequestArrivals:
+    """All requests of a run, one row per request, sorted by ``arrival_s``.
+
+    Ties keep stream order, then generation order, so the ordering is fully
+    determined by the inputs.
+    """
+
+    arrival_s: np.ndarray       # float64, seconds since the start of the run
+    prompt_tokens: np.ndarray   # int64, >= 1
+    output_tokens: np.ndarray   # int64, >= 1
+    stream_index: np.ndarray    # int32, index into stream_names
+    stream_names: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+
+def stream_seed_seqs(seed_seq: np.random.SeedSequence, n_streams: int
+                     ) -> list[np.random.SeedSequence]:
+    """Children 0..n-1 of ``seed_seq``, as ``seed_seq.spawn`` would give on a fresh
+    sequence, but without advancing its spawn counter.
+
+    Stream i always gets child i, so adding a stream at the end leaves the
+    others' draws unchanged, and calling :func:`generate_arrivals` twice with
+    the same object gives the same requests. Pass a SeedSequence dedicated to
+    the workload (e.g. one child of the run's root), not one that other parts
+    of the simulator also spawn from.
+    """
+    return [np.random.SeedSequence(seed_seq.entropy, spawn_key=(*seed_seq.spawn_key, i),
+                                   pool_size=seed_seq.pool_size)
+            for i in range(n_streams)]
+
+
+def _stream_requests(stream: StreamConfig, duration_s: float, rate_scale: float,
+                     seed_seq: np.random.SeedSequence, base_dir: pathlib.Path
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(arrival_s, prompt_tokens, output_tokens) of one stream, sorted by time.
+
+    Arrival times, prompt lengths and output lengths use separate generators
+    so that changing the rate does not reshuffle which lengths are drawn.
+    """
+    start_s = stream.start
+    stop_s = min(duration_s, stream.end if stream.end is not None else np.inf)
+    if isinstance(stream.arrival, TraceArrivalConfig):
+        path = resolve_path(stream.arrival.path, base_dir)
+        return replay_trace(stream.arrival, load_trace(path), path, start_s, stop_s,
+                            rate_scale)
+    arrival_seq, prompt_seq, output_seq = seed_seq.spawn(3)
+    arrival_s = process_arrival_times(stream.arrival, np.random.default_rng(arrival_seq),
+                                      start_s, stop_s, rate_scale)
+    n = len(arrival_s)
+    prompt = sample_lengths(stream.prompt_tokens, n, np.random.default_rng(prompt_seq),
+                            base_dir)
+    output = sample_lengths(stream.output_tokens, n, np.random.default_rng(output_seq),
+                            base_dir)
+    return arrival_s, prompt, output
+
+
+def generate_arrivals(workload: WorkloadConfig, duration_s: float,
+                      seed_seq: np.random.SeedSequence, base_dir: pathlib.Path
+                      ) -> RequestArrivals:
+    """Generate every stream's requests in [start, min(end, duration_s)) and merge them.
+
+    Stream i draws from child i of ``seed_seq`` (see :func:`stream_seed_seqs`);
+    relative file paths are read from ``base_dir`` (the scenario's folder).
+    Same inputs give bit-identical arrays.
+    """
+    names = tuple(workload.streams)
+    seqs = stream_seed_seqs(seed_seq, len(names))
+    parts = [_stream_requests(stream, float(duration_s), workload.rate_scale, seq,
+                              pathlib.Path(base_dir))
+             for stream, seq in zip(workload.streams.values(), seqs)]
+    arrival_s = np.concatenate([p[0] for p in parts]).astype(np.float64, copy=False)
+    order = np.argsort(arrival_s, kind="stable")
+    stream_index = np.repeat(np.arange(len(names), dtype=np.int32),
+                             [len(p[0]) for p in parts])
+    return RequestArrivals(
+        arrival_s=arrival_s[order],
+        prompt_tokens=np.concatenate([p[1] for p in parts]).astype(np.int64)[order],
+        output_tokens=np.concatenate([p[2] for p in parts]).astype(np.int64)[order],
+        stream_index=stream_index[order],
+        stream_names=names,
+    )

@@ -1,0 +1,231 @@
+"""Safe YAML loading that remembers where every key came from.
+
+``load_yaml`` parses a scenario file with a subclass of ``yaml.SafeLoader``
+(no tags that build Python objects, nothing evaluated as code) and returns
+plain data plus a :class:`LineMap`, so validation errors can name the line
+of the offending key. It is stricter than plain PyYAML in two ways:
+
+* a key repeated in one mapping is an error (PyYAML keeps the last one);
+* the top level must be a mapping, and an empty file is an error.
+
+It is also slightly friendlier: ``1e6`` and ``2.5e9`` read as floats (YAML
+1.2 style) rather than strings, as scenario authors expect.
+
+Every problem is raised as :class:`sim.errors.ScenarioError`.
+"""
+from __future__ import annotations
+
+import pathlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pydantic
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from sim.errors import Problem, ScenarioError, dotted_path, from_validation_error
+
+Loc = tuple[Any, ...]
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_MAX_NODES = 1_000_000  # guards the line walk against alias bombs
+
+
+class SafeLineLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that also reads ``1e6`` (no dot, no exponent sign) as a float."""
+
+
+SafeLineLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+@dataclass
+class LineMap:
+    """1-based source line of every location in a loaded document.
+
+    Keys are location tuples such as ``("pools", "main", "replicas")`` (list
+    indices are ints). A mapping entry maps to the line of its key, a list
+    item to the line where the item starts, and ``()`` to the document start.
+    """
+
+    lines: dict[Loc, int] = field(default_factory=dict)
+
+    def get(self, loc: Loc) -> int | None:
+        """Line of exactly ``loc``, or None."""
+        return self.lines.get(tuple(loc))
+
+    def line_for(self, loc: Loc) -> int | None:
+        """Line of the deepest known prefix of ``loc``.
+
+        Elements that are not keys at that place (pydantic's union tags,
+        ``function-after[...]`` and the like, or a key that is missing from
+        the data) are skipped, and the walk continues with the next element.
+        """
+        known: Loc = ()
+        line = self.lines.get(known)
+        for part in loc:
+            candidate = known + (part,)
+            try:
+                found = self.lines.get(candidate)
+            except TypeError:  # unhashable part
+                continue
+            if found is not None:
+                known, line = candidate, found
+        return line
+
+    def __contains__(self, loc: object) -> bool:
+        return isinstance(loc, tuple) and loc in self.lines
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+
+def load_yaml(path: pathlib.Path) -> tuple[Any, LineMap]:
+    """Parse ``path`` safely; return ``(data, line_map)``.
+
+    ``data`` is a dict of plain Python values. Raises ScenarioError for an
+    unreadable file, a YAML syntax error, an unsafe or unknown tag, a
+    duplicate key, an empty file, or a top level that is not a mapping.
+    """
+    file = str(path)
+    text = _read_text(pathlib.Path(path), file)
+    loader = None
+    try:
+        loader = SafeLineLoader(text)  # the reader rejects control characters here
+        node = loader.get_single_node()
+        if node is None:
+            raise ScenarioError("file is empty; expected a mapping of keys to values",
+                                file=file, line=1)
+        _check_duplicate_keys(loader, node, file)
+        data = loader.construct_document(node)  # also flattens merge keys in the node graph
+        lines: dict[Loc, int] = {(): node.start_mark.line + 1}
+        _record_lines(loader, node, (), lines, set(), [0], file)
+    except yaml.MarkedYAMLError as exc:
+        raise _from_marked_error(exc, file) from None
+    except yaml.reader.ReaderError as exc:
+        char = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
+        raise ScenarioError(f"invalid YAML: {exc.reason} (character {char})", file=file,
+                            line=text[: exc.position].count("\n") + 1) from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"invalid YAML: {exc}", file=file) from None
+    except RecursionError:
+        raise ScenarioError("invalid YAML: nesting too deep", file=file) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    if data is None:
+        raise ScenarioError("file is empty; expected a mapping of keys to values",
+                            file=file, line=1)
+    if not isinstance(data, dict):
+        raise ScenarioError("the top level must be a mapping of keys to values, "
+                            f"got a {type(data).__name__}",
+                            file=file, line=node.start_mark.line + 1)
+    return data, LineMap(lines)
+
+
+def load_model(path: pathlib.Path, model: type[pydantic.BaseModel]) -> Any:
+    """Load ``path`` and validate it as pydantic ``model``; errors are ScenarioError."""
+    data, line_map = load_yaml(path)
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise from_validation_error(exc, file=str(path), data=data, line_map=line_map,
+                                    root_model=model) from None
+
+
+def _read_text(path: pathlib.Path, file: str) -> str:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ScenarioError(f"cannot read file: {exc.strerror or exc}", file=file) from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"file is not valid UTF-8 text ({exc.reason} at byte {exc.start})",
+                            file=file, line=raw[: exc.start].count(b"\n") + 1) from None
+
+
+def _from_marked_error(exc: yaml.MarkedYAMLError, file: str) -> ScenarioError:
+    mark = exc.problem_mark or exc.context_mark
+    parts = [p for p in (exc.context, exc.problem) if p]
+    message = "invalid YAML: " + ": ".join(parts) if parts else "invalid YAML"
+    if exc.context_mark is not None and exc.problem_mark is not None \
+            and exc.context_mark.line != exc.problem_mark.line:
+        message += f" (started on line {exc.context_mark.line + 1})"
+    if isinstance(exc, yaml.constructor.ConstructorError) and exc.problem \
+            and exc.problem.startswith("could not determine a constructor"):
+        message += "; only plain data (mappings, lists, strings, numbers, booleans) is allowed"
+    return ScenarioError(message, file=file,
+                         line=mark.line + 1 if mark else None,
+                         column=mark.column + 1 if mark else None)
+
+
+def _key_of(loader: yaml.SafeLoader, key_node: Node) -> Any:
+    """The Python value of a scalar mapping key (None for complex keys)."""
+    if not isinstance(key_node, ScalarNode):
+        return None
+    return loader.construct_object(key_node, deep=True)
+
+
+def _check_duplicate_keys(loader: yaml.SafeLoader, root: Node, file: str) -> None:
+    """Refuse a key written twice in one mapping (merged ``<<`` keys may be overridden)."""
+    problems: list[Problem] = []
+    visited: set[int] = set()
+    stack: list[tuple[Node, Loc]] = [(root, ())]
+    while stack:
+        node, loc = stack.pop()
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        if isinstance(node, MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    stack.append((value_node, loc))
+                    continue
+                key = _key_of(loader, key_node)
+                line = key_node.start_mark.line + 1
+                if key is not None and key in seen:
+                    first = seen[key]
+                    problems.append(Problem(
+                        f"duplicate key {key!r} (first on line {first}, again on line {line})",
+                        file=file, line=line, field=dotted_path(loc + (key,))))
+                elif key is not None:
+                    seen[key] = line
+                stack.append((value_node, loc + (key,)))
+        elif isinstance(node, SequenceNode):
+            for i, item in enumerate(node.value):
+                stack.append((item, loc + (i,)))
+    if problems:
+        problems.sort(key=lambda p: p.line or 0)
+        raise ScenarioError.many(problems)
+
+
+def _record_lines(loader: yaml.SafeLoader, node: Node, loc: Loc, lines: dict[Loc, int],
+                  on_path: set[int], budget: list[int], file: str) -> None:
+    """Walk the (merge-flattened) node graph, recording the line of each location."""
+    budget[0] += 1
+    if budget[0] > _MAX_NODES:
+        raise ScenarioError(f"document expands to more than {_MAX_NODES} values "
+                            "(too many alias references?)", file=file,
+                            line=node.start_mark.line + 1)
+    if id(node) in on_path:  # recursive alias: stop
+        return
+    on_path.add(id(node))
+    if isinstance(node, MappingNode):
+        for key_node, value_node in node.value:
+            key = _key_of(loader, key_node)
+            try:
+                lines[loc + (key,)] = key_node.start_mark.line + 1
+            except TypeError:
+                continue
+            _record_lines(loader, value_node, loc + (key,), lines, on_path, budget, file)
+    elif isinstance(node, SequenceNode):
+        for i, item in enumerate(node.value):
+            lines[loc + (i,)] = item.start_mark.line + 1
+            _record_lines(loader, item, loc + (i,), lines, on_path, budget, file)
+    on_path.discard(id(node))

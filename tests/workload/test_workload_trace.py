@@ -1,0 +1,107 @@
+"""Trace replay and the errors a broken trace file must produce."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.config.workload import WorkloadConfig
+from sim.workload import WorkloadDataError, generate_arrivals
+
+HEADER = "timestamp,prompt_tokens,output_tokens\n"
+
+
+def trace_workload(path="trace.csv", rate_scale=1.0, **arrival):
+    return WorkloadConfig(rate_scale=rate_scale, streams={
+        "replay": {"arrival": {"type": "trace", "path": path, **arrival}}})
+
+
+def run(tmp_path, workload, duration_s=1000.0):
+    return generate_arrivals(workload, duration_s, np.random.SeedSequence(0), tmp_path)
+
+
+def test_replay_matches_file(tmp_path):
+    (tmp_path / "trace.csv").write_text(HEADER + "0.5,100,10\n1.25,200,20\n1.25,300,30\n4,400,40\n")
+    out = run(tmp_path, trace_workload(time_scale=0.5))
+    np.testing.assert_array_equal(out.arrival_s, [0.25, 0.625, 0.625, 2.0])
+    np.testing.assert_array_equal(out.prompt_tokens, [100, 200, 300, 400])
+    np.testing.assert_array_equal(out.output_tokens, [10, 20, 30, 40])
+    assert out.prompt_tokens.dtype == np.int64 and out.arrival_s.dtype == np.float64
+    assert out.stream_names == ("replay",) and np.all(out.stream_index == 0)
+
+
+def test_replay_is_cut_at_duration_and_shifted_by_start(tmp_path):
+    (tmp_path / "trace.csv").write_text(HEADER + "0,1,1\n5,2,2\n10,3,3\n")
+    out = run(tmp_path, trace_workload(), duration_s=10.0)
+    np.testing.assert_array_equal(out.arrival_s, [0.0, 5.0])
+    w = WorkloadConfig(streams={"r": {"arrival": {"type": "trace", "path": "trace.csv"},
+                                      "start": 100, "end": 107}})
+    np.testing.assert_array_equal(run(tmp_path, w).arrival_s, [100.0, 105.0])
+
+
+def test_rate_scale_speeds_up_replay(tmp_path):
+    (tmp_path / "trace.csv").write_text(HEADER + "0,1,1\n2,2,2\n6,3,3\n")
+    out = run(tmp_path, trace_workload(rate_scale=2.0))
+    np.testing.assert_array_equal(out.arrival_s, [0.0, 1.0, 3.0])
+
+
+def test_loop_fills_duration(tmp_path):
+    rows = "".join(f"{t},{t + 1},{t + 2}\n" for t in range(4))
+    (tmp_path / "trace.csv").write_text(HEADER + rows)
+    out = run(tmp_path, trace_workload(loop=True), duration_s=20.0)
+    # Period = last timestamp (3) + mean gap (1) = 4, so copies tile 0..19 exactly.
+    np.testing.assert_array_equal(out.arrival_s, np.arange(20.0))
+    np.testing.assert_array_equal(out.prompt_tokens, np.tile([1, 2, 3, 4], 5))
+    out_fast = run(tmp_path, trace_workload(loop=True, time_scale=0.5), duration_s=20.0)
+    np.testing.assert_array_equal(out_fast.arrival_s, np.arange(40.0) / 2)
+    no_loop = run(tmp_path, trace_workload(), duration_s=20.0)
+    assert len(no_loop) == 4
+
+
+def test_absolute_path_and_blank_lines(tmp_path):
+    path = tmp_path / "sub" / "t.csv"
+    path.parent.mkdir()
+    path.write_text(HEADER + "1,5,6\n\n2,7,8\n")
+    out = generate_arrivals(trace_workload(path=str(path)), 10.0,
+                            np.random.SeedSequence(0), tmp_path / "elsewhere")
+    np.testing.assert_array_equal(out.arrival_s, [1.0, 2.0])
+
+
+@pytest.mark.parametrize("body, line, message", [
+    ("0,1,1\n2,1,1\n1,1,1\n", 4, "decrease"),
+    ("0,1,1\n-1,1,1\n", 3, "negative"),
+    ("0,1,1\nabc,1,1\n", 3, "'abc'"),
+    ("0,1,1\n1,,1\n", 3, "missing value"),
+    ("0,1,1\n1,2.5,1\n", 3, "whole number"),
+    ("0,1,0\n", 2, "whole number"),
+])
+def test_bad_rows_name_file_and_line(tmp_path, body, line, message):
+    path = tmp_path / "trace.csv"
+    path.write_text(HEADER + body)
+    with pytest.raises(WorkloadDataError, match=message) as info:
+        run(tmp_path, trace_workload())
+    err = info.value
+    assert isinstance(err, ValueError)
+    assert err.path == path and err.line == line
+    assert str(err).startswith(f"{path}:{line}: ")
+
+
+def test_missing_column_is_named_with_columns_found(tmp_path):
+    path = tmp_path / "trace.csv"
+    path.write_text("timestamp,prompt_tokens,completion_tokens\n0,1,1\n")
+    with pytest.raises(WorkloadDataError) as info:
+        run(tmp_path, trace_workload())
+    assert info.value.path == path
+    assert "'output_tokens'" in info.value.message
+    assert "'completion_tokens'" in info.value.message
+
+
+def test_missing_and_empty_files(tmp_path):
+    with pytest.raises(WorkloadDataError, match="not found") as info:
+        run(tmp_path, trace_workload(path="absent.csv"))
+    assert info.value.path == tmp_path / "absent.csv" and info.value.line is None
+    (tmp_path / "trace.csv").write_text(HEADER)
+    with pytest.raises(WorkloadDataError, match="no rows"):
+        run(tmp_path, trace_workload())
+    (tmp_path / "trace.csv").write_text(HEADER + "0,1,1\n0,2,2\n")
+    with pytest.raises(WorkloadDataError, match="loop"):
+        run(tmp_path, trace_workload(loop=True))
