@@ -1,0 +1,160 @@
+"""Write one run's results to a folder, atomically and reproducibly.
+
+The folder holds::
+
+    summary.json       the summary dictionary (strict JSON: NaN/inf become null)
+    requests.parquet   one row per request, dtypes kept
+    requests.csv       the same rows; categories as plain strings, floats in full
+    timeseries.csv     one row per pool per sample
+    steps.csv          one row per engine step (only with ``record_steps``)
+    scenario.yaml      the scenario as validated, every default filled in
+    plots/*.png        see :mod:`sim.plots`
+
+Everything is written into a hidden sibling folder first and renamed into
+place at the end, so an interrupted run never leaves a folder that looks
+complete. Identical results give byte-identical files: nothing depends on
+the clock (``Results.wall_s`` is deliberately left out).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from sim.errors import ScenarioError
+
+# Summary keys that depend on the machine or the clock, never written.
+_VOLATILE_KEYS = ("wall_s",)
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe copy: numpy scalars to Python, NaN/inf to None, tuples to lists."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def summary_json(summary: dict) -> str:
+    """The text of summary.json (strict JSON, key order kept, trailing newline)."""
+    clean = {k: v for k, v in summary.items() if k not in _VOLATILE_KEYS}
+    return json.dumps(_plain(clean), indent=2, sort_keys=False, allow_nan=False) + "\n"
+
+
+def _csv_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Categorical columns as plain strings (missing stays empty)."""
+    cats = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
+    return df.astype({c: object for c in cats}) if cats else df
+
+
+def _write_csv(df: pd.DataFrame, path: Path) -> None:
+    # float_format=None writes repr(): the shortest text that round-trips exactly.
+    _csv_frame(df).to_csv(path, index=False, lineterminator="\n")
+
+
+def _write_text(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(text)
+
+
+def _write_all(results, folder: Path) -> list[Path]:
+    """Write every output file into ``folder``; returns their paths."""
+    from sim import plots  # matplotlib is slow to import; only pay when writing
+
+    written = []
+    path = folder / "summary.json"
+    _write_text(path, summary_json(results.summary))
+    written.append(path)
+
+    path = folder / "requests.parquet"
+    results.requests.to_parquet(path, index=False)
+    written.append(path)
+
+    for name, frame in (("requests", results.requests), ("timeseries", results.timeseries),
+                        ("steps", results.steps)):
+        if frame is None:
+            continue
+        path = folder / f"{name}.csv"
+        _write_csv(frame, path)
+        written.append(path)
+
+    path = folder / "scenario.yaml"
+    _write_text(path, yaml.safe_dump(results.scenario.model_dump(mode="json"),
+                                     sort_keys=False, allow_unicode=True))
+    written.append(path)
+
+    written += plots.save_all(results, folder / "plots")
+    return written
+
+
+def _remove(path: Path) -> None:
+    """Remove exactly ``path`` (a folder tree, or a link/file without following it)."""
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path)
+
+
+def _is_nonempty_dir(path: Path) -> bool:
+    return path.is_dir() and any(path.iterdir())
+
+
+def _check_target(out_dir: Path, force: bool) -> None:
+    if not os.path.lexists(out_dir):
+        return
+    if not out_dir.is_dir():
+        raise ScenarioError(f"output path {out_dir} exists and is not a folder",
+                            file=str(out_dir))
+    if not force and _is_nonempty_dir(out_dir):
+        raise ScenarioError(f"output folder {out_dir} exists; pass --force to replace it",
+                            file=str(out_dir))
+
+
+def write_outputs(results, out_dir: Path, *, force: bool = False) -> list[Path]:
+    """Write ``results`` to ``out_dir`` and return the final paths of the files written.
+
+    An existing non-empty ``out_dir`` is a :class:`ScenarioError` unless
+    ``force``; with ``force`` it is replaced only once the new folder is
+    complete. Parent folders are created as needed.
+    """
+    out_dir = Path(out_dir)
+    _check_target(out_dir, force)
+    parent = out_dir.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = parent / f".{out_dir.name}.tmp-{os.getpid()}"
+    old = parent / f".{out_dir.name}.old-{os.getpid()}"
+    for stale in (tmp, old):  # left by an earlier, interrupted run in this process
+        if os.path.lexists(stale):
+            _remove(stale)
+
+    tmp.mkdir()
+    try:
+        written = _write_all(results, tmp)
+        _check_target(out_dir, force)  # it may have appeared while we were writing
+        if os.path.lexists(out_dir):
+            os.replace(out_dir, old)   # out_dir is a folder here: empty, or force is set
+        try:
+            os.replace(tmp, out_dir)
+        except BaseException:
+            if os.path.lexists(old):
+                os.replace(old, out_dir)
+            raise
+    except BaseException:
+        if os.path.lexists(tmp):
+            _remove(tmp)
+        raise
+    if os.path.lexists(old):
+        _remove(old)
+    return [out_dir / p.relative_to(tmp) for p in written]
