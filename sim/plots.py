@@ -116,7 +116,8 @@ def _timeseries_figure(results, panels: list[tuple[str, str, float]]) -> Figure:
             if len(rows):
                 ax.plot(rows["time_s"].to_numpy(), rows[column].to_numpy() * scale,
                         color=colours[pool], label=f"pool {pool}")
-        if len(pools) > 1 or column == panels[0][0]:
+        ax.set_ylim(bottom=0.0)  # after plotting, so the top still autoscales
+        if ax is axes[0]:
             ax.legend(loc="upper right", fontsize="small")
     axes[-1].set_xlabel("simulated time (s)")
     return fig

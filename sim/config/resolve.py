@@ -90,7 +90,8 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
                 and model.weight_bytes(pool.weight_dtype) / t < usable]
         hint = f"; it fits at tp={fits[0]}" if fits else ""
         what = "the requested kv_cache_bytes do" if pool.kv_cache_bytes else "it does"
-        problems.append((here + ("tp",), f"{model.name} ({pool.weight_dtype}, "
+        field = "tp" if "tp" in pool.model_fields_set else "model"
+        problems.append((here + (field,), f"{model.name} ({pool.weight_dtype}, "
                          f"{model.weight_bytes(pool.weight_dtype) / 1e9:.1f} GB of weights) "
                          f"leaves no room for a KV cache on {tp} x {hw.name} "
                          f"({hw.memory / 1e9:.0f} GB each): {what} not fit{hint}"))

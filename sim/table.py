@@ -1,0 +1,143 @@
+"""The summary dictionary (summary.json) as readable terminal tables.
+
+:func:`summary_table` builds rich tables (overview, latency, pools, teams);
+:func:`print_summary` prints them. Only ASCII is used in the text itself,
+and rich swaps the borders for ASCII ones when the output cannot take
+Unicode; tables fit whatever width the console has.
+"""
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+_NONE = "-"
+_LATENCY = (("TTFT", "ttft"), ("TPOT", "tpot"), ("E2E", "e2e"), ("queue", "queue"))
+_QUANTILES = ("mean", "p50", "p90", "p99")
+
+
+def fmt_seconds(x: float | None) -> str:
+    """A duration with a unit that suits it: ``12.3 ms``, ``1.50 s``, ``2.0 min``, ``3.0 h``."""
+    if x is None:
+        return _NONE
+    if x == 0:
+        return "0 ms"
+    if abs(x) < 1e-3:
+        return f"{x * 1e6:.0f} us"
+    if abs(x) < 1.0:
+        return f"{x * 1e3:.1f} ms"
+    if abs(x) < 120.0:
+        return f"{x:.2f} s"
+    if abs(x) < 7200.0:
+        return f"{x / 60:.1f} min"
+    return f"{x / 3600:.1f} h"
+
+
+def _num(x: float | int | None, digits: int = 0) -> str:
+    return _NONE if x is None else f"{x:,.{digits}f}"
+
+
+def _sig(x: float | None) -> str:
+    """Three significant figures for small values, thousands separators for big ones."""
+    return _NONE if x is None else (f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}")
+
+
+def _pct(x: float | None) -> str:
+    return _NONE if x is None else f"{100.0 * x:.1f} %"
+
+
+def _usd(x: float | None) -> str:
+    if x is None:
+        return _NONE
+    return f"${x:,.2f}" if abs(x) >= 1 else f"${x:.4f}"
+
+
+def _new(title: str, *columns: str) -> Table:
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left",
+                  title_style="bold")
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 else "right")
+    return table
+
+
+def _overview(s: dict) -> Table:
+    req, thr, cost = s.get("requests", {}), s.get("throughput", {}), s.get("cost", {})
+    t = _new(f"{s.get('scenario', 'run')} (seed {s.get('seed', _NONE)})", "requests", "value")
+    t.add_row("arrived", _num(req.get("arrived")))
+    t.add_row("completed", _num(req.get("completed")))
+    reasons = req.get("rejected", {}) or {}
+    t.add_row("rejected", _num(req.get("rejected_total", sum(reasons.values()))))
+    for reason, n in reasons.items():
+        t.add_row(f"  {reason or 'unspecified'}", _num(n))
+    t.add_row("unfinished at end", _num(req.get("in_flight_at_end")))
+    t.add_section()
+    t.add_row("arrivals for", fmt_seconds(s.get("duration_s")))
+    t.add_row("simulated until", fmt_seconds(s.get("end_s")))
+    t.add_row("throughput", f"{_num(thr.get('requests_per_s'), 2)} req/s")
+    t.add_row("input tokens", f"{_num(thr.get('input_tokens_per_s'))} tok/s")
+    t.add_row("output tokens", f"{_num(thr.get('output_tokens_per_s'))} tok/s")
+    t.add_section()
+    t.add_row("total cost", _usd(cost.get("total_usd")))
+    t.add_row("cost per M output tokens", _usd(cost.get("usd_per_million_output_tokens")))
+    return t
+
+
+def _latency(s: dict) -> Table:
+    t = _new("latency of completed requests", "", *_QUANTILES)
+    lat = s.get("latency_s", {})
+    for label, key in _LATENCY:
+        stats = lat.get(key, {}) or {}
+        t.add_row(label, *(fmt_seconds(stats.get(q)) for q in _QUANTILES))
+    return t
+
+
+def _replicas(p: dict) -> str:
+    mean, peak = p.get("replicas_mean"), p.get("replicas_max")
+    if mean is None or peak is None or mean == peak:
+        return f"{p.get('tp', _NONE)} x {_num(peak if peak is not None else mean)}"
+    return f"{p.get('tp', _NONE)} x {mean:.1f} (max {peak})"
+
+
+_POOL_ROWS = (
+    ("model", lambda p: str(p.get("model", _NONE))),
+    ("hardware", lambda p: str(p.get("hardware", _NONE))),
+    ("TP x replicas", _replicas),
+    ("GPU-hours", lambda p: _sig(p.get("gpu_hours"))),
+    ("cost", lambda p: _usd(p.get("cost_usd"))),
+    ("busy", lambda p: _pct(p.get("busy_frac"))),
+    ("MFU", lambda p: _pct(p.get("mfu"))),
+    ("MBU", lambda p: _pct(p.get("mbu"))),
+    ("KV util (mean)", lambda p: _pct(p.get("kv_util_mean"))),
+    ("max running seqs", lambda p: _num(p.get("max_running_seqs"))),
+)
+
+
+def _pools(s: dict) -> Table:
+    """One column per pool: stays narrow however many metrics there are."""
+    pools = s.get("pools", {})
+    t = _new("pools", "", *pools)
+    for label, get in _POOL_ROWS:
+        t.add_row(label, *(get(p) for p in pools.values()))
+    return t
+
+
+def _teams(s: dict) -> Table:
+    t = _new("teams", "team", "requests", "completed", "rejected", "input tok",
+             "output tok", "cost")
+    for name, tm in s.get("teams", {}).items():
+        t.add_row(name, _num(tm.get("requests")), _num(tm.get("completed")),
+                  _num(tm.get("rejected")), _num(tm.get("input_tokens")),
+                  _num(tm.get("output_tokens")), _usd(tm.get("cost_usd")))
+    return t
+
+
+def summary_table(summary: dict) -> list[Table]:
+    """The summary as four tables: overview, latency, pools, teams."""
+    return [_overview(summary), _latency(summary), _pools(summary), _teams(summary)]
+
+
+def print_summary(summary: dict, console: Console | None = None) -> None:
+    """Print :func:`summary_table` to ``console`` (standard output by default)."""
+    console = console or Console()
+    for table in summary_table(summary):
+        console.print(table)

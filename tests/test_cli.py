@@ -1,0 +1,157 @@
+"""The command line: exit codes, clear errors without tracebacks, outputs."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+GOOD = """\
+name: tiny
+seed: 1
+duration: 20s
+workload:
+  streams:
+    chat:
+      model: llama-3.1-8b
+      arrival: {type: poisson, rate: 2/s}
+      prompt_tokens: {type: uniform, low: 100, high: 400}
+      output_tokens: 50
+pools:
+  main:
+    model: llama-3.1-8b
+    hardware: H100-SXM
+    replicas: 1
+    scheduler: {type: continuous}
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    proc = subprocess.run([sys.executable, "-m", "sim", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+BAD_CASES = {
+    # name: (replacement of a GOOD line, expected line, expected fragments)
+    "unknown key": ("    replicas: 1", "    replicsa: 1", 15,
+                    ["pools.main.replicsa", "unknown key", "did you mean 'replicas'"]),
+    "scheduler type typo": ("    scheduler: {type: continuous}", "    scheduler: {type: continous}",
+                            16, ["pools.main.scheduler", "'single', 'static', 'continuous'",
+                                 "did you mean 'continuous'"]),
+    "wrong unit": ("duration: 20s", "duration: 20 parsecs", 3, ["duration", "parsecs"]),
+    "negative rate": ("rate: 2/s", "rate: -2/s", 8, ["workload.streams.chat.arrival", "rate"]),
+    "model too large": ("    model: llama-3.1-8b\n    hardware: H100-SXM",
+                        "    model: llama-3.1-405b\n    hardware: H100-SXM", 13,
+                        ["pools.main.model", "405b", "leaves no room"]),
+    "unknown hardware": ("hardware: H100-SXM", "hardware: H101", 14,
+                         ["pools.main.hardware", "H100-SXM", "H200"]),
+    "tp does not divide heads": ("    replicas: 1", "    replicas: 1\n    tp: 3", 16,
+                                 ["pools.main.tp", "valid: 1, 2, 4, 8"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CASES))
+def test_bad_scenario_gives_located_error_and_exit_2(tmp_path, capsys, case):
+    """Each bad scenario names file, line and field, lists choices, exits 2."""
+    old, new, line, fragments = BAD_CASES[case]
+    if case == "model too large":
+        text = GOOD.replace("    model: llama-3.1-8b\n    hardware", "    model: llama-3.1-405b\n    hardware")
+        text = text.replace("      model: llama-3.1-8b", "      model: llama-3.1-405b")
+    else:
+        assert old in GOOD
+        text = GOOD.replace(old, new, 1)
+    path = write(tmp_path, text)
+    code = main(["run", str(path), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("error: ")
+    assert f"{path}:{line}" in err, err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_scenario_in_a_subprocess_prints_no_traceback(tmp_path):
+    """The installed entry point exits 2 with one clear line, no traceback."""
+    path = write(tmp_path, GOOD.replace("    replicas: 1", "    replicsa: 1"))
+    code, out, err = run_cli("run", str(path), "--out", str(tmp_path / "o"))
+    assert code == 2
+    assert "Traceback" not in err and "replicsa" in err
+
+
+def test_missing_scenario_file_exits_2(tmp_path, capsys):
+    """A path that does not exist is a clear error, not a traceback."""
+    assert main(["run", str(tmp_path / "nope.yaml")]) == 2
+    assert "nope.yaml" in capsys.readouterr().err
+
+
+def test_bad_duration_flag_exits_2(tmp_path, capsys):
+    """--duration with a nonsense unit is rejected by the argument parser."""
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(write(tmp_path, GOOD)), "--duration", "ten"])
+    assert exc.value.code == 2
+
+
+def test_run_writes_outputs_and_refuses_existing_folder(tmp_path, capsys):
+    """`run` writes summary.json and tables; a second run needs --force."""
+    path = write(tmp_path, GOOD)
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--seed", "5"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["seed"] == 5
+    assert summary["requests"]["arrived"] == summary["requests"]["completed"] > 0
+    for name in ("requests.parquet", "requests.csv", "timeseries.csv"):
+        assert (out / name).is_file()
+    printed = capsys.readouterr().out
+    assert "main" in printed and "TTFT" in printed
+    assert main(["run", str(path), "--out", str(out)]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert main(["run", str(path), "--out", str(out), "--force", "--quiet"]) == 0
+
+
+def test_same_scenario_and_seed_give_identical_summary_json(tmp_path):
+    """Two runs of one scenario and seed write byte-identical summary.json."""
+    path = write(tmp_path, GOOD)
+    for out in ("a", "b"):
+        assert main(["run", str(path), "--out", str(tmp_path / out), "--quiet"]) == 0
+    a = (tmp_path / "a" / "summary.json").read_bytes()
+    b = (tmp_path / "b" / "summary.json").read_bytes()
+    assert a == b
+
+
+def test_shipped_scenarios_are_valid(capsys):
+    """Every scenario under scenarios/ validates."""
+    paths = sorted(str(p) for p in (ROOT / "scenarios").glob("*.yaml"))
+    assert main(["lint", *paths]) == 0
+    assert capsys.readouterr().out.count(": ok") == len(paths)
+
+
+def test_schema_is_json_schema(capsys):
+    """`fleetsim schema` prints a JSON Schema naming the scenario's top-level keys."""
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert {"workload", "pools", "duration"} <= set(schema["properties"])
+
+
+def test_import_sim_does_not_import_torch():
+    """The simulator stays light: torch is for calibration only."""
+    code = "import sim, sys; sim.run(sim.load_scenario('scenarios/v1-single.yaml')); " \
+           "print('torch' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
