@@ -1,0 +1,222 @@
+"""Result folders (sim.outputs), plots (sim.plots) and the summary tables (sim.table)."""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from rich.console import Console
+
+import sim
+from sim.errors import ScenarioError
+from sim.outputs import summary_json, write_outputs
+from sim.plots import save_all
+from sim.table import print_summary
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+# Two pools, two teams; "capped" rejects long prompts and the short drain
+# leaves some requests unfinished (NaN timings).
+SCENARIO = """\
+name: two-pools
+seed: 7
+duration: 20s
+drain: 1s
+sample_interval: 1s
+workload:
+  streams:
+    chat:
+      team: search
+      model: llama-3.1-8b
+      pool: fast
+      arrival: {type: poisson, rate: 10/s}
+      prompt_tokens: {type: lognormal, mean: 800, cv: 1.0, max: 8000}
+      output_tokens: {type: lognormal, mean: 200, cv: 1.0, max: 1000}
+    batch:
+      team: analytics
+      model: llama-3.1-8b
+      pool: capped
+      arrival: {type: poisson, rate: 3/s}
+      prompt_tokens: {type: uniform, low: 2000, high: 6000}
+      output_tokens: {type: fixed, value: 100}
+pools:
+  fast:
+    model: llama-3.1-8b
+    hardware: H100-SXM
+    replicas: 1
+  capped:
+    model: llama-3.1-8b
+    hardware: H100-SXM
+    replicas: 1
+    max_model_len: 4096
+"""
+
+EXPECTED_FILES = ["summary.json", "requests.parquet", "requests.csv", "timeseries.csv",
+                  "scenario.yaml", "plots/ttft_cdf.png", "plots/tpot_cdf.png",
+                  "plots/queue.png", "plots/kv_util.png"]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    path = tmp_path_factory.mktemp("scenario") / "two-pools.yaml"
+    path.write_text(SCENARIO)
+    return sim.run(sim.load_scenario(path))
+
+
+@pytest.fixture(scope="module")
+def written(results, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out") / "results" / "two-pools"
+    return out, write_outputs(results, out)
+
+
+def leftovers(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+
+
+def test_scenario_exercises_rejections_and_unfinished(results):
+    req = results.summary["requests"]
+    assert req["rejected_total"] > 0 and req["in_flight_at_end"] > 0
+    assert len(results.summary["pools"]) == 2 and len(results.summary["teams"]) == 2
+
+
+def test_all_files_written(written):
+    out, paths = written
+    assert sorted(paths) == sorted(out / f for f in EXPECTED_FILES)
+    assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
+    assert not (out / "steps.csv").exists()
+    assert leftovers(out.parent) == []
+
+
+def test_summary_json_is_strict_and_complete(written, results):
+    out, _ = written
+    text = (out / "summary.json").read_text()
+    summary = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON {c}"))
+    assert set(summary["requests"]) >= {"arrived", "completed", "rejected", "in_flight_at_end"}
+    for metric in ("ttft", "tpot", "e2e", "queue"):
+        assert set(summary["latency_s"][metric]) == {"mean", "p50", "p90", "p99"}
+    for key in ("throughput", "pools", "teams", "cost"):
+        assert summary[key]
+    assert list(summary["pools"]) == ["fast", "capped"]
+    assert "wall_s" not in text
+    assert summary["requests"]["arrived"] == results.summary["requests"]["arrived"]
+
+
+def test_summary_json_turns_nan_and_inf_into_null():
+    text = summary_json({"a": math.nan, "b": [math.inf, 1.5], "wall_s": 3.0})
+    assert json.loads(text) == {"a": None, "b": [None, 1.5]}
+
+
+def test_parquet_round_trips(written, results):
+    out, _ = written
+    back = pd.read_parquet(out / "requests.parquet")
+    assert list(back.columns) == list(results.requests.columns)
+    pd.testing.assert_frame_equal(back, results.requests, check_categorical=False)
+
+
+def test_csvs_match_tables(written, results):
+    out, _ = written
+    req = pd.read_csv(out / "requests.csv", keep_default_na=False, na_values=[""])
+    assert len(req) == results.summary["requests"]["arrived"] == len(results.requests)
+    assert list(req.columns) == list(results.requests.columns)
+    assert set(req["pool"]) == {"fast", "capped"}
+    # Full float precision: values read back exactly.
+    for col in ("arrival_s", "ttft_s", "tpot_s"):
+        pd.testing.assert_series_equal(req[col], results.requests[col], check_names=False)
+    ts = pd.read_csv(out / "timeseries.csv")
+    assert len(ts) == len(results.timeseries)
+    assert list(ts.columns) == list(results.timeseries.columns)
+
+
+def test_scenario_yaml_reloads(written, results):
+    out, _ = written
+    again = sim.load_scenario(out / "scenario.yaml")
+    assert again.model_dump(mode="json") == results.scenario.model_dump(mode="json")
+
+
+def test_pngs_have_signature(written):
+    out, _ = written
+    for name in ("ttft_cdf", "tpot_cdf", "queue", "kv_util"):
+        assert (out / "plots" / f"{name}.png").read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_existing_folder_refused_without_force(written, results):
+    out, _ = written
+    before = (out / "summary.json").read_bytes()
+    with pytest.raises(ScenarioError) as exc:
+        write_outputs(results, out)
+    assert "--force" in exc.value.message and exc.value.file == str(out)
+    assert exc.value.field is None
+    assert (out / "summary.json").read_bytes() == before
+    assert leftovers(out.parent) == []
+
+
+def test_force_replaces_and_output_is_byte_identical(results, tmp_path):
+    out = tmp_path / "run"
+    first = write_outputs(results, out)
+    snapshot = {p: p.read_bytes() for p in first}
+    (out / "stale.txt").write_text("from an older run")
+    (tmp_path / "sibling").mkdir()
+    second = write_outputs(results, out, force=True)
+    assert second == first
+    assert not (out / "stale.txt").exists()
+    assert (tmp_path / "sibling").is_dir()
+    for path, data in snapshot.items():  # PNGs included: no dates, no version tags
+        assert path.read_bytes() == data, path.name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "sibling"]
+
+
+def test_empty_folder_is_reused_and_steps_written(results, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    steps = pd.DataFrame({"time_s": [0.5, 1.0], "pool": ["fast", "capped"]})
+    paths = write_outputs(dataclasses.replace(results, steps=steps), out)
+    assert out / "steps.csv" in paths
+    assert pd.read_csv(out / "steps.csv").equals(steps)
+
+
+def test_file_in_the_way_is_an_error(results, tmp_path):
+    out = tmp_path / "run"
+    out.write_text("not a folder")
+    with pytest.raises(ScenarioError):
+        write_outputs(results, out, force=True)
+    assert out.read_text() == "not a folder"
+
+
+def test_failed_write_leaves_nothing(results, tmp_path, monkeypatch):
+    import sim.plots
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(sim.plots, "save_all", boom)
+    with pytest.raises(RuntimeError):
+        write_outputs(results, tmp_path / "run")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_plots_survive_empty_results(results, tmp_path):
+    empty = dataclasses.replace(results, requests=results.requests.iloc[0:0],
+                                timeseries=pd.DataFrame(), summary={})
+    paths = save_all(empty, tmp_path)
+    assert [p.name for p in paths] == ["ttft_cdf.png", "tpot_cdf.png", "queue.png",
+                                       "kv_util.png"]
+    assert all(p.read_bytes()[:8] == PNG_SIGNATURE for p in paths)
+
+
+def test_print_summary_renders(results):
+    console = Console(file=io.StringIO(), width=100)
+    print_summary(results.summary, console)
+    text = console.file.getvalue()
+    for word in ("TTFT", "TPOT", "E2E", "fast", "capped", "search", "analytics",
+                 "exceeds_max_model_len", "req/s", "ms"):
+        assert word in text, word
+
+
+def test_print_summary_handles_missing_values():
+    console = Console(file=io.StringIO())
+    print_summary({"latency_s": {"ttft": {"mean": None, "p50": None}}, "cost": {}}, console)
+    assert "TTFT" in console.file.getvalue()
