@@ -21,6 +21,7 @@ from sim.schedulers.base import ReplicaLimits, Scheduler
 from sim.schedulers.continuous import ContinuousConfig, ContinuousScheduler
 from sim.schedulers.single import SingleConfig, SingleScheduler
 from sim.schedulers.static import StaticConfig, StaticScheduler
+from sim.usage import PoolUsage
 
 SCHEDULERS: dict[type, type[Scheduler]] = {
     SingleConfig: SingleScheduler, StaticConfig: StaticScheduler,
@@ -41,7 +42,7 @@ def build_cost_model(pool: ResolvedPool) -> CostModel:
 
 class Pool:
     def __init__(self, env: simpy.Environment, spec: ResolvedPool, recorder: Recorder,
-                 on_finish, on_reject) -> None:
+                 on_finish, on_reject, interval_s: float) -> None:
         self.env = env
         self.spec = spec
         self.name = spec.name
@@ -51,12 +52,13 @@ class Pool:
         self.router: Router = ROUTERS[type(spec.cfg.router)](spec.cfg.router)
         limits = ReplicaLimits(max_model_len=spec.max_model_len)
         sched_cls = SCHEDULERS[type(spec.cfg.scheduler)]
+        self.usage = PoolUsage(interval_s)
         self.replicas: list[Replica] = []
         for i in range(spec.cfg.replicas):
             kv = KvCacheManager(spec.kv.num_blocks, spec.kv.block_size_tokens)
             scheduler = sched_cls(spec.cfg.scheduler, kv=kv, cost=self.cost_model,
                                   limits=limits, on_finish=on_finish)
-            self.replicas.append(Replica(env, self.code, i, scheduler, recorder))
+            self.replicas.append(Replica(env, self.code, i, scheduler, recorder, self.usage))
 
     def submit(self, req: Request) -> None:
         reason = self.replicas[0].scheduler.reject_reason(req)
@@ -72,11 +74,10 @@ class Pool:
             s = r.scheduler
             queued += s.num_waiting
             running += s.num_running
-            used += s.kv.num_used_blocks
+            used += r.kv_used_blocks()
             total += s.kv.num_blocks
         return len(self.replicas), queued, running, used, total
 
     def open_requests(self):
         for r in self.replicas:
-            yield from r.scheduler.running
-            yield from r.scheduler.waiting
+            yield from r.scheduler.open_requests()

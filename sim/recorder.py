@@ -47,13 +47,6 @@ REQUEST_COLUMNS = {
     "status": "int8", "reject_reason": "int16", "preemptions": "int32",
 }
 
-# One row per busy segment of a replica (one step, or many fast-forwarded).
-SEGMENT_COLUMNS = {
-    "pool": "int32", "replica": "int32", "start_s": "float64", "end_s": "float64",
-    "num_steps": "int64", "num_seqs": "int64", "num_tokens": "float64", "flops": "float64",
-    "bytes": "float64",
-}
-
 # One row per pool per sampling instant.
 SAMPLE_COLUMNS = {
     "time_s": "float64", "pool": "int32", "replicas": "int32", "queued": "int64",
@@ -91,7 +84,6 @@ class Codes:
 class Recorder:
     def __init__(self, record_steps: bool = False) -> None:
         self.requests = ColumnTable(REQUEST_COLUMNS)
-        self.segments = ColumnTable(SEGMENT_COLUMNS)
         self.samples = ColumnTable(SAMPLE_COLUMNS)
         self.steps = ColumnTable(STEP_COLUMNS) if record_steps else None
         self.teams = Codes()

@@ -1,9 +1,12 @@
-"""A model server replica: a SimPy process that runs its scheduler's segments.
+"""A model server replica: runs its scheduler's segments on the SimPy clock.
 
-The replica knows nothing of batching policy; it asks the scheduler for the
-next segment, waits for it (or for a request when idle, or for a batching
-deadline), and reports what ran. New requests wake it; an interruptible
-segment is cut at the first step boundary after the wake-up.
+The replica knows nothing of batching policy. It asks the scheduler for the
+next segment and schedules one SimPy timeout for its end. New requests wake
+an idle replica (after the events of the current instant, so simultaneous
+arrivals share a step) and cut a fast-forwarded segment at the first step
+boundary after the arrival, exactly where the step-by-step loop would have
+admitted them. Callbacks on plain timeouts, with a generation number to
+ignore superseded ones, keep this to about one event per segment.
 """
 from __future__ import annotations
 
@@ -12,18 +15,23 @@ import simpy
 from sim.recorder import Recorder
 from sim.request import Request
 from sim.schedulers.base import Scheduler, Segment
+from sim.usage import PoolUsage
 
 
 class Replica:
     def __init__(self, env: simpy.Environment, pool_code: int, index: int,
-                 scheduler: Scheduler, recorder: Recorder) -> None:
+                 scheduler: Scheduler, recorder: Recorder, usage: PoolUsage) -> None:
         self.env = env
+        self.usage = usage
         self.pool_code = pool_code
         self.index = index
         self.scheduler = scheduler
         self.recorder = recorder
-        self._wake: simpy.Event | None = None
-        self.process = env.process(self._run())
+        self._gen = 0                   # bumps whenever a pending timeout is superseded
+        self._seg: Segment | None = None
+        self._seg_start_s = 0.0
+        self._seg_steps = 0             # steps of the running segment that will be applied
+        self._kick_pending = False
 
     # -- the router's view --------------------------------------------------------
     @property
@@ -37,57 +45,89 @@ class Replica:
     def submit(self, req: Request) -> None:
         req.replica = self.index
         self.scheduler.add(req)
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
+        seg = self._seg
+        if seg is None:
+            self._kick()
+        elif seg.interruptible and self._seg_steps == seg.num_steps:
+            self._cut(seg)
 
     # -- the loop -------------------------------------------------------------------
-    def _run(self):
-        env = self.env
-        while True:
-            plan = self.scheduler.next_segment(env.now)
-            if plan is None:
-                self._wake = env.event()
-                yield self._wake
-                self._wake = None
-                continue
-            if isinstance(plan, float):
-                self._wake = env.event()
-                yield env.timeout(plan - env.now) | self._wake
-                self._wake = None
-                continue
-            yield from self._run_segment(plan)
+    def _after(self, delay_s: float, fn) -> None:
+        self._gen += 1
+        gen = self._gen
+        event = self.env.timeout(delay_s)
+        event.callbacks.append(lambda _e: gen == self._gen and fn())
 
-    def _run_segment(self, seg: Segment):
+    def _kick(self) -> None:
+        """Plan at this instant, after the other events of the instant."""
+        if not self._kick_pending:
+            self._kick_pending = True
+            self._after(0.0, self._plan)
+
+    def _plan(self) -> None:
+        self._kick_pending = False
         env = self.env
-        start_s = env.now
-        total_s = float(seg.step_end_s[-1])
-        num_steps = seg.num_steps
-        if seg.interruptible:
-            self._wake = env.event()
-            yield env.timeout(total_s) | self._wake
-            if self._wake.triggered and env.now - start_s < total_s:
-                num_steps = seg.steps_done_by(env.now - start_s)
-                rest_s = float(seg.step_end_s[num_steps - 1]) - (env.now - start_s)
-                self._wake = None
-                if rest_s > 0:
-                    yield env.timeout(rest_s)
-            self._wake = None
-        else:
-            yield env.timeout(total_s)
-        self._record(seg, num_steps, start_s)
-        self.scheduler.finish_segment(seg, num_steps, start_s)
+        plan = self.scheduler.next_segment(env.now)
+        if plan is None:
+            return
+        if isinstance(plan, float):
+            self._after(plan - env.now, self._plan)
+            return
+        self._seg = plan
+        self._seg_start_s = env.now
+        self._seg_steps = plan.num_steps
+        self._after(float(plan.step_end_s[-1]), self._end_segment)
+
+    def _cut(self, seg: Segment) -> None:
+        elapsed_s = self.env.now - self._seg_start_s
+        steps = seg.steps_done_by(elapsed_s)
+        if steps < seg.num_steps:
+            self._seg_steps = steps
+            self._after(float(seg.step_end_s[steps - 1]) - elapsed_s, self._end_segment)
+
+    def _end_segment(self) -> None:
+        seg, steps, start_s = self._seg, self._seg_steps, self._seg_start_s
+        self._seg = None
+        self._record(seg, steps, start_s)
+        self.scheduler.finish_segment(seg, steps, start_s)
+        self._plan()
+
+    def kv_used_blocks(self) -> int:
+        """KV blocks in use now, counting the steps of a fast-forward done so far."""
+        seg = self._seg
+        if seg is None or not seg.interruptible:
+            return self.scheduler.kv.num_used_blocks
+        done = seg.steps_ended_by(self.env.now - self._seg_start_s)
+        return self.scheduler.kv_used_blocks_during(seg, done)
+
+    def cut_off(self) -> None:
+        """The run ends now: apply the steps of the running segment that are
+        complete, and count the step in progress as busy time."""
+        seg = self._seg
+        if seg is None:
+            return
+        start_s, now = self._seg_start_s, self.env.now
+        done = seg.steps_ended_by(now - start_s)
+        if seg.interruptible and 0 < done < self._seg_steps:
+            self._record(seg, done, start_s)
+            self.scheduler.finish_segment(seg, done, start_s)
+            start_s += float(seg.step_end_s[done - 1])
+        self._seg = None
+        self._gen += 1
+        if now > start_s:
+            self.usage.add(start_s, now, 0, seg.num_seqs, 0.0, 0.0, 0.0)
 
     def _record(self, seg: Segment, num_steps: int, start_s: float) -> None:
-        kv = self.scheduler.kv
-        self.recorder.segments.append(
-            self.pool_code, self.index, start_s, start_s + float(seg.step_end_s[num_steps - 1]),
-            num_steps, seg.num_seqs, float(seg.num_tokens[:num_steps].sum()), float(seg.flops[:num_steps].sum()),
-            float(seg.bytes[:num_steps].sum()))
+        end_s = start_s + float(seg.step_end_s[num_steps - 1])
+        tokens, flops, moved = seg.totals(num_steps)
+        self.usage.add(start_s, end_s, num_steps, seg.num_seqs, tokens, flops, moved)
         steps = self.recorder.steps
         if steps is not None:
+            sched = self.scheduler
             prev = start_s
             for k in range(num_steps):
                 end = start_s + float(seg.step_end_s[k])
-                steps.append(self.pool_code, self.index, prev, end, float(seg.num_tokens[k]),
-                             seg.num_seqs, kv.num_used_blocks, kv.num_blocks)
+                steps.append(self.pool_code, self.index, prev, end, seg.tokens_of_step(k),
+                             seg.num_seqs, sched.kv_used_blocks_during(seg, k),
+                             sched.kv.num_blocks)
                 prev = end

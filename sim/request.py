@@ -24,7 +24,8 @@ class Request:
                  "arrival_s", "prompt_tokens", "max_output_tokens", "replica",
                  "num_output_tokens", "num_computed_tokens", "num_blocks",
                  "admitted_s", "first_token_s", "finish_s", "preemptions",
-                 "status", "reject_reason", "cached_prompt_tokens")
+                 "status", "reject_reason", "cached_prompt_tokens",
+                 "seq", "decode_base", "output_base")
 
     def __init__(self, request_id: int, stream_index: int, team: str, model: str, pool: str,
                  priority: int, arrival_s: float, prompt_tokens: int, max_output_tokens: int) -> None:
@@ -48,6 +49,11 @@ class Request:
         self.status: str | None = None
         self.reject_reason = ""
         self.cached_prompt_tokens = 0
+        # Scheduler bookkeeping: admission order, and while decoding in a
+        # cohort, computed = decode_base + step and output = output_base + step.
+        self.seq = -1
+        self.decode_base = 0
+        self.output_base = 0
 
     @property
     def num_tokens(self) -> int:

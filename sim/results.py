@@ -57,14 +57,16 @@ def _request_table(sim: Simulation) -> pd.DataFrame:
 def collect(sim: Simulation) -> Results:
     rec = sim.recorder
     requests = _request_table(sim)
-    segments = rec.segments.frame()
     samples = rec.samples.frame()
     pool_names = list(rec.pools.names)
-    ts = build_timeseries(samples, segments, sim.scenario.sample_interval, pool_names)
+    ts = build_timeseries(samples, sim.pools, sim.scenario.sample_interval, pool_names)
     steps = None
     if rec.steps is not None:
         steps = rec.steps.frame()
         steps["pool"] = rec.pools.decode(steps["pool"].to_numpy())
-    summary = summarise(sim, requests, segments, ts)
+    summary = summarise(sim, requests, ts)
+    usage = [p.usage for p in sim.pools.values()]
+    extra = {"segments": sum(u.num_runs for u in usage),
+             "steps": sum(u.num_steps for u in usage), "events": sim.events_scheduled}
     return Results(scenario=sim.scenario, requests=requests, timeseries=ts, steps=steps,
-                   summary=summary, wall_s=getattr(sim, "wall_s", 0.0))
+                   summary=summary, wall_s=getattr(sim, "wall_s", 0.0), extra=extra)

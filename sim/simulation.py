@@ -34,7 +34,8 @@ class Simulation:
         self.arrivals: RequestArrivals = generate_arrivals(
             scenario.workload, scenario.duration, workload_seq, base_dir)
         self.pools: dict[str, Pool] = {
-            name: Pool(self.env, spec, self.recorder, self._on_finish, self._on_reject)
+            name: Pool(self.env, spec, self.recorder, self._on_finish, self._on_reject,
+                       scenario.sample_interval)
             for name, spec in resolved.pools.items()}
         streams = scenario.workload.streams
         self._stream_meta = [
@@ -115,7 +116,12 @@ class Simulation:
         if progress is not None:
             env.process(self._progress(progress, limit_s))
         env.run(until=self._stop)
+        # SimPy numbers events from one counter; its next value is the count so far.
+        self.events_scheduled = next(env._eid)
         self.end_s = max(env.now, self.scenario.duration)
+        for pool in self.pools.values():
+            for replica in pool.replicas:
+                replica.cut_off()
         for pool in self.pools.values():
             for req in list(pool.open_requests()):
                 self._terminal(req, Status.UNFINISHED)

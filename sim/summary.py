@@ -23,7 +23,7 @@ def _num(x: float) -> float | None:
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else float(x)
 
 
-def summarise(sim, requests: pd.DataFrame, segments: pd.DataFrame, ts: pd.DataFrame) -> dict:
+def summarise(sim, requests: pd.DataFrame, ts: pd.DataFrame) -> dict:
     end_s = sim.end_s
     status = requests["status"].astype(str)
     done = requests[status == Status.COMPLETED]
@@ -36,12 +36,12 @@ def summarise(sim, requests: pd.DataFrame, segments: pd.DataFrame, ts: pd.DataFr
     for code, name in enumerate(sim.recorder.pools.names):
         pool = sim.pools[name]
         spec = pool.spec
-        seg = segments[segments["pool"] == code]
+        usage = pool.usage
         pts = ts[ts["pool"] == name]
         replicas = len(pool.replicas)
         gpu_s = replicas * spec.gpus_per_replica * end_s
         cost = gpu_s / 3600.0 * spec.price_per_gpu_hour
-        busy_s = float((seg["end_s"] - seg["start_s"]).sum())
+        busy_s = usage.busy_total_s
         pool_cost[name] = cost
         total_cost += cost
         pools[name] = {
@@ -54,12 +54,12 @@ def summarise(sim, requests: pd.DataFrame, segments: pd.DataFrame, ts: pd.DataFr
             "gpu_hours": gpu_s / 3600.0,
             "cost_usd": cost,
             "busy_frac": busy_s / (replicas * end_s) if end_s > 0 else 0.0,
-            "mfu": float(seg["flops"].sum()) / (gpu_s * pool.cost_model.peak_flops_per_gpu)
+            "mfu": usage.flops_total / (gpu_s * pool.cost_model.peak_flops_per_gpu)
             if gpu_s > 0 else 0.0,
-            "mbu": float(seg["bytes"].sum()) / (gpu_s * pool.cost_model.peak_bytes_per_s_per_gpu)
+            "mbu": usage.bytes_total / (gpu_s * pool.cost_model.peak_bytes_per_s_per_gpu)
             if gpu_s > 0 else 0.0,
             "kv_util_mean": float(pts["kv_util"].mean()) if len(pts) else 0.0,
-            "max_running_seqs": int(seg["num_seqs"].max()) if len(seg) else 0,
+            "max_running_seqs": usage.max_seqs,
             "queue_mean": float(pts["queued"].mean()) if len(pts) else 0.0,
         }
 

@@ -17,11 +17,15 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from sim.cost.shape import ArrayLike, BatchShape, StepCost
+from sim.cost.steps import LinearStepEnds, StepEnds
 
 
 class CostModel(ABC):
     num_layers: int
     tp: int
+    # Whether a decode-only step's time is linear in the KV tokens it reads
+    # (true of the roofline); fast-forward then needs no per-step evaluation.
+    decode_time_linear: bool = False
 
     @abstractmethod
     def overhead_s(self, num_seqs: ArrayLike) -> ArrayLike: ...
@@ -57,15 +61,58 @@ class CostModel(ABC):
         flops, bytes_moved = self.work(shape)
         return StepCost(time_s=self.step_time_s(shape), flops=flops, bytes=bytes_moved)
 
-    def decode_run_s(self, num_seqs: int, kv_tokens_first: int, num_steps: int) -> np.ndarray:
-        """Times of ``num_steps`` consecutive decode-only steps of a fixed batch.
+    def step_scalar(self, num_tokens: float, num_seqs: float, prefill_attn_work: float,
+                    decode_kv_tokens: float) -> tuple[float, float, float]:
+        """(seconds, FLOPs, bytes) of one step; sources may override with plain floats."""
+        shape = BatchShape(np.array([num_tokens], dtype=np.float64),
+                           np.array([num_seqs], dtype=np.float64),
+                           np.array([prefill_attn_work], dtype=np.float64),
+                           np.array([decode_kv_tokens], dtype=np.float64))
+        cost = self.step(shape)
+        return (float(np.asarray(cost.time_s).reshape(-1)[0]),
+                float(np.asarray(cost.flops).reshape(-1)[0]),
+                float(np.asarray(cost.bytes).reshape(-1)[0]))
+
+    def decode_run(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> "DecodeRun":
+        """``num_steps`` consecutive decode-only steps of a fixed batch.
 
         Step i (0-based) reads ``kv_tokens_first + i·num_seqs`` KV tokens:
-        every sequence grows by one token per step. Used by fast-forward.
+        every sequence grows by one token per step. The step times are
+        evaluated together (vectorised); FLOPs and bytes are linear in the
+        KV tokens read, so two evaluations give them for any prefix of steps.
+        Used by fast-forward.
         """
+        n = float(num_seqs)
+        t0, f0, b0 = self.step_scalar(n, n, 0.0, kv_tokens_first)
+        t1, f1, b1 = self.step_scalar(n, n, 0.0, kv_tokens_first + n)
+        if self.decode_time_linear:
+            ends = LinearStepEnds(t0, t1 - t0, num_steps)
+        else:
+            ends = StepEnds(np.cumsum(self.decode_run_s(num_seqs, kv_tokens_first, num_steps)))
+        return DecodeRun(step_end_s=ends, tokens_per_step=n, flops_first=f0,
+                         flops_slope=f1 - f0, bytes_first=b0, bytes_slope=b1 - b0)
+
+    def decode_run_s(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> np.ndarray:
+        """Times of the steps of ``decode_run`` (not cumulated)."""
+        n = float(num_seqs)
         steps = np.arange(num_steps, dtype=np.float64)
-        shape = BatchShape(num_tokens=np.full(num_steps, float(num_seqs)),
-                           num_seqs=np.full(num_steps, float(num_seqs)),
+        shape = BatchShape(num_tokens=np.full(num_steps, n), num_seqs=np.full(num_steps, n),
                            prefill_attn_work=np.zeros(num_steps),
-                           decode_kv_tokens=kv_tokens_first + steps * num_seqs)
+                           decode_kv_tokens=kv_tokens_first + steps * n)
         return np.asarray(self.step_time_s(shape), dtype=np.float64)
+
+
+class DecodeRun:
+    """Cumulative step ends and linear work of a fast-forwarded decode run."""
+
+    __slots__ = ("step_end_s", "tokens_per_step", "flops_first", "flops_slope",
+                 "bytes_first", "bytes_slope")
+
+    def __init__(self, step_end_s, tokens_per_step, flops_first, flops_slope, bytes_first,
+                 bytes_slope) -> None:
+        self.step_end_s = step_end_s
+        self.tokens_per_step = tokens_per_step
+        self.flops_first = flops_first
+        self.flops_slope = flops_slope
+        self.bytes_first = bytes_first
+        self.bytes_slope = bytes_slope

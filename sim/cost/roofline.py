@@ -38,6 +38,8 @@ class RooflineConfig(StrictModel):
 
 
 class RooflineCostModel(CostModel):
+    decode_time_linear = True   # decode attention is the only term that varies with KV read
+
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, tp: int,
                  weight_dtype: str, kv_dtype: str, cfg: RooflineConfig) -> None:
         self.cfg = cfg
@@ -100,6 +102,37 @@ class RooflineCostModel(CostModel):
     def lm_head_s(self, num_seqs: ArrayLike) -> ArrayLike:
         compute = self._head_flops_per_seq * num_seqs / self._gemm_flops_per_s
         return np.maximum(compute, self._head_bytes / self._bw_bytes_per_s)
+
+    # -- one step in plain floats (the hot path of the simulator) ------------------
+    def step_scalar(self, num_tokens: float, num_seqs: float, prefill_attn_work: float,
+                    decode_kv_tokens: float) -> tuple[float, float, float]:
+        """The same sums as ``step_time_s`` and ``work`` without numpy overhead."""
+        model, cfg, tp = self.model, self.cfg, self.tp
+        e, k = model.num_experts, model.experts_per_token
+        touched = 1.0 if e == 1 else e * (1.0 - (1.0 - k / e) ** num_tokens)
+        dense_bytes = (self._attn_weight_bytes + touched * self._expert_weight_bytes
+                       + 4.0 * num_tokens * model.hidden_size * ACTIVATION_BYTES)
+        dense_flops = self._active_flops_per_token * num_tokens
+        if num_tokens > 0:
+            dense = max(dense_flops / self._gemm_flops_per_s, dense_bytes / self._bw_bytes_per_s)
+        else:
+            dense = 0.0
+        attn_flops = self._attn_flops_per_work * prefill_attn_work
+        kv_bytes = self._kv_bytes_per_token_layer * decode_kv_tokens
+        per_layer = (dense + attn_flops / self._attn_flops_per_s + kv_bytes / self._bw_bytes_per_s)
+        if tp > 1:
+            msg_bytes = num_tokens * model.hidden_size * ACTIVATION_BYTES
+            per_layer += 2.0 * (self._allreduce_latency_s
+                                + 2.0 * (tp - 1) / tp * msg_bytes / self._link_bytes_per_s)
+        head_flops = self._head_flops_per_seq * num_seqs
+        head = max(head_flops / self._gemm_flops_per_s, self._head_bytes / self._bw_bytes_per_s)
+        time_s = (cfg.step_overhead + cfg.per_seq_overhead * num_seqs
+                  + self.num_layers * per_layer + head)
+        layers = self.num_layers
+        decode_flops = 4.0 * model.num_heads * model.head_dim / tp * decode_kv_tokens
+        flops = (layers * (dense_flops + attn_flops + decode_flops) + head_flops) * tp
+        moved = (layers * (dense_bytes + kv_bytes) + self._head_bytes) * tp
+        return time_s, flops, moved
 
     # -- work for MFU / MBU -------------------------------------------------
     def work(self, shape: BatchShape) -> tuple[ArrayLike, ArrayLike]:

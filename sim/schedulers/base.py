@@ -14,25 +14,50 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from sim.cost.base import CostModel
+from sim.cost.steps import LinearStepEnds, StepEnds  # noqa: F401 (re-exported)
 from sim.kv import KvCacheManager
 from sim.request import Request
 
 
-@dataclass
 class Segment:
-    step_end_s: np.ndarray          # cumulative end offset of each step from segment start
-    num_tokens: np.ndarray          # new tokens computed in each step
-    flops: np.ndarray               # work of each step (whole replica)
-    bytes: np.ndarray
-    num_seqs: int                   # sequences in the batch (for step records)
-    interruptible: bool = False
-    payload: Any = field(default=None, repr=False)  # scheduler-private plan
+    """One or more engine iterations run back to back.
+
+    ``step_end_s`` gives the cumulative end offset of each step from the
+    segment's start (``StepEnds``, ``LinearStepEnds`` or a list). Work (tokens, FLOPs, bytes) is linear in the step index,
+    ``first + slope·i`` for step i, which holds for the identical decode
+    steps of a fast-forward; a segment of unlike steps (a static batch) gives
+    its per-step tokens and its totals instead.
+    """
+
+    __slots__ = ("step_end_s", "num_seqs", "tokens", "flops", "bytes", "interruptible",
+                 "payload", "step_tokens", "totals_all")
+
+    def __init__(self, step_end_s, num_seqs: int, *, tokens: tuple[float, float],
+                 flops: tuple[float, float], bytes: tuple[float, float],
+                 interruptible: bool = False, payload: Any = None,
+                 step_tokens: np.ndarray | None = None,
+                 totals_all: tuple[float, float, float] | None = None) -> None:
+        self.step_end_s = step_end_s
+        self.num_seqs = num_seqs
+        self.tokens = tokens
+        self.flops = flops
+        self.bytes = bytes
+        self.interruptible = interruptible
+        self.payload = payload
+        self.step_tokens = step_tokens
+        self.totals_all = totals_all
+
+    @classmethod
+    def single_step(cls, time_s: float, num_seqs: int, tokens: float, flops: float,
+                    bytes_: float, payload: Any) -> "Segment":
+        return cls(StepEnds([time_s]), num_seqs, tokens=(tokens, 0.0), flops=(flops, 0.0),
+                   bytes=(bytes_, 0.0), payload=payload)
 
     @property
     def num_steps(self) -> int:
@@ -40,8 +65,25 @@ class Segment:
 
     def steps_done_by(self, elapsed_s: float) -> int:
         """Steps completed once the step running at ``elapsed_s`` has ended."""
-        return min(int(np.searchsorted(self.step_end_s, elapsed_s, side="left")) + 1,
-                   self.num_steps)
+        return min(self.step_end_s.count_before(elapsed_s, inclusive=False) + 1, self.num_steps)
+
+    def steps_ended_by(self, elapsed_s: float) -> int:
+        """Steps whose end is at or before ``elapsed_s``."""
+        return self.step_end_s.count_before(elapsed_s, inclusive=True)
+
+    def totals(self, num_steps: int) -> tuple[float, float, float]:
+        """(tokens, FLOPs, bytes) of the first ``num_steps`` steps."""
+        if self.totals_all is not None and num_steps == self.num_steps:
+            return self.totals_all
+        tri = num_steps * (num_steps - 1) / 2.0
+        return (num_steps * self.tokens[0] + self.tokens[1] * tri,
+                num_steps * self.flops[0] + self.flops[1] * tri,
+                num_steps * self.bytes[0] + self.bytes[1] * tri)
+
+    def tokens_of_step(self, k: int) -> float:
+        if self.step_tokens is not None:
+            return float(self.step_tokens[k])
+        return self.tokens[0] + self.tokens[1] * k
 
 
 @dataclass
@@ -85,11 +127,19 @@ class Scheduler(ABC):
 
     @property
     def num_outstanding(self) -> int:
-        return len(self.waiting) + len(self.running)
+        return len(self.waiting) + self.num_running
+
+    def open_requests(self) -> list[Request]:
+        """Requests not yet terminal, with their token counts up to date."""
+        return list(self.running) + list(self.waiting)
 
     # -- the step loop ----------------------------------------------------------
     @abstractmethod
     def next_segment(self, now_s: float) -> Segment | float | None: ...
+
+    def kv_used_blocks_during(self, seg: Segment, steps_done: int) -> int:
+        """KV blocks in use after ``steps_done`` steps of a running segment."""
+        return self.kv.num_used_blocks
 
     @abstractmethod
     def finish_segment(self, seg: Segment, num_steps: int, start_s: float) -> None: ...

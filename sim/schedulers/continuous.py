@@ -1,31 +1,36 @@
 """Iteration-level (continuous) batching with a paged KV cache, vLLM V1 style.
 
 One step: a token budget counts down; running requests are scheduled first
-(each catches its computed tokens up to its known tokens, a prefill chunk or
+(each catches its computed tokens up to its known tokens: a prefill chunk or
 one decode token), preempting the last running request by recompute when a
 KV block cannot be had; waiting requests are admitted only if nothing was
-preempted this step. With chunked prefill off, a prompt must fit the budget
-whole.
+preempted in this step. With chunked prefill off, a prompt must fit the
+budget whole.
 
-Fast-forward: when a step is decode-only over every running request and
-nothing was preempted, the next steps are identical except that each reads
-one more KV token per sequence. They are planned together up to the first
-completion or the first step whose KV blocks would run out, as one
-interruptible segment; an arrival cuts it at the next step boundary. The
-per-request results equal those of ``exact_steps: true``.
+Running requests are admitted at the tail, and a request decodes once its
+prefill is done, so the running list is always [decoding..., prefilling...]
+in admission order. The decoding ones form a ``DecodeCohort`` handled in
+aggregate; the (few) prefilling ones are handled one by one. A step costs
+O(block size + prefilling + admitted), not O(batch).
+
+Fast-forward: when a step only decodes and nothing was preempted or
+admitted, the following steps are identical but for one more KV token per
+sequence. They are planned together up to the first completion or the
+first step whose KV blocks would run out, as one interruptible segment; an
+arrival cuts it at the next step boundary. ``exact_steps: true`` plans one
+step at a time; per-request results are the same.
 """
 from __future__ import annotations
 
 import math
 from typing import Literal
 
-import numpy as np
 from pydantic import Field, model_validator
 
 from sim.config.common import PositiveInt, StrictModel
-from sim.cost.shape import BatchShape
 from sim.request import Request
 from sim.schedulers.base import Scheduler, Segment
+from sim.schedulers.cohort import DecodeCohort
 
 
 class ContinuousConfig(StrictModel):
@@ -39,15 +44,30 @@ class ContinuousConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> "ContinuousConfig":
-        if self.max_num_batched_tokens < self.max_num_seqs and not self.chunked_prefill:
-            raise ValueError("max_num_batched_tokens must be at least max_num_seqs")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be "
+                             f"at least max_num_seqs ({self.max_num_seqs})")
         return self
+
+
+class _Plan:
+    __slots__ = ("prefill", "num_decode", "step", "fast_forward")
+
+    def __init__(self, prefill, num_decode, step, fast_forward):
+        self.prefill: list[tuple[Request, int]] = prefill
+        self.num_decode: int = num_decode
+        self.step: int = step          # steps completed when the plan was made
+        self.fast_forward: bool = fast_forward
 
 
 class ContinuousScheduler(Scheduler):
     def __init__(self, cfg: ContinuousConfig, **kwargs) -> None:
         super().__init__(**kwargs)
         self.cfg = cfg
+        self.cohort = DecodeCohort(self.kv.block_size_tokens)
+        self.prefilling: list[Request] = []    # running, not yet decoding; admission order
+        self.step = 0                          # engine steps completed
+        self._next_seq = 0
 
     def reject_reason(self, req: Request) -> str | None:
         reason = super().reject_reason(req)
@@ -57,108 +77,131 @@ class ContinuousScheduler(Scheduler):
             reason = "exceeds_token_budget"
         return reason
 
-    # -- planning -------------------------------------------------------------
-    def _preempt(self, victim: Request) -> None:
-        self.kv.free(victim)
+    @property
+    def num_running(self) -> int:
+        return len(self.cohort) + len(self.prefilling)
+
+    def open_requests(self) -> list[Request]:
+        return self.cohort.materialise(self.step) + self.prefilling + list(self.waiting)
+
+    # -- planning -------------------------------------------------------------------
+    def _preempt_last(self) -> None:
+        """Preempt (recompute) the last running request: a prefilling one if any."""
+        if self.prefilling:
+            victim = self.prefilling.pop()
+            self.kv.free(victim)
+        else:
+            victim = self.cohort.last()
+            self.kv.num_free_blocks += self.cohort.remove(victim, self.step)
+            victim.num_blocks = 0
         victim.num_computed_tokens = 0
         victim.preemptions += 1
         self.waiting.appendleft(victim)
 
-    def _schedule(self, now_s: float) -> tuple[list[tuple[Request, int]], bool]:
-        budget = self.cfg.max_num_batched_tokens
-        scheduled: list[tuple[Request, int]] = []
+    def _allocate_decode_step(self) -> bool:
+        """Blocks for one more token of every decoder, preempting from the tail.
+
+        Returns whether anything was preempted.
+        """
+        cohort, kv = self.cohort, self.kv
         preempted = False
+        while cohort:
+            need = cohort.blocks_at(self.step + 1) - cohort.blocks_held
+            if need <= kv.num_free_blocks:
+                kv.num_free_blocks -= need
+                cohort.blocks_held += need
+                break
+            self._preempt_last()
+            preempted = True
+        return preempted
+
+    def _schedule(self, now_s: float) -> tuple[_Plan, bool]:
+        preempted = self._allocate_decode_step()
+        num_decode = len(self.cohort)
+        budget = self.cfg.max_num_batched_tokens - num_decode
+        prefill: list[tuple[Request, int]] = []
         i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
+        while i < len(self.prefilling) and budget > 0:
+            req = self.prefilling[i]
             num_new = min(req.num_tokens - req.num_computed_tokens, budget)
             while not self.kv.allocate(req, num_new):
-                victim = self.running.pop()
-                self._preempt(victim)
+                is_self = self.prefilling[-1] is req
+                self._preempt_last()
                 preempted = True
-                if victim is req:
+                if is_self:
                     break
             else:
-                scheduled.append((req, num_new))
+                prefill.append((req, num_new))
                 budget -= num_new
                 i += 1
                 continue
-            break  # the request itself was preempted: it was the last running one
-        if preempted:
-            return scheduled, True
-        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
-            req = self.waiting[0]
-            num_new = req.num_tokens - req.num_computed_tokens
-            if num_new > budget and not self.cfg.chunked_prefill:
-                break
-            num_new = min(num_new, budget)
-            if not self.kv.allocate(req, num_new):
-                break
-            self.waiting.popleft()
-            self.running.append(req)
-            if math.isnan(req.admitted_s):
-                req.admitted_s = now_s
-            scheduled.append((req, num_new))
-            budget -= num_new
-        return scheduled, False
+            break
+        admitted = False
+        if not preempted:
+            while self.waiting and budget > 0 and self.num_running < self.cfg.max_num_seqs:
+                req = self.waiting[0]
+                num_new = req.num_tokens - req.num_computed_tokens
+                if num_new > budget and not self.cfg.chunked_prefill:
+                    break
+                num_new = min(num_new, budget)
+                if not self.kv.allocate(req, num_new):
+                    break
+                self.waiting.popleft()
+                req.seq = self._next_seq
+                self._next_seq += 1
+                self.prefilling.append(req)
+                if math.isnan(req.admitted_s):
+                    req.admitted_s = now_s
+                prefill.append((req, num_new))
+                budget -= num_new
+                admitted = True
+        fast = (not prefill and not preempted and not admitted and num_decode > 0
+                and not self.cfg.exact_steps)
+        return _Plan(prefill, num_decode, self.step, fast), preempted
 
     def next_segment(self, now_s: float) -> Segment | None:
-        if not self.running and not self.waiting:
+        if not self.num_running and not self.waiting:
             return None
-        scheduled, preempted = self._schedule(now_s)
-        if not scheduled:
+        plan, _ = self._schedule(now_s)
+        if not plan.prefill and not plan.num_decode:
             return None
-        decode_only = all(req.is_decoding for req, _ in scheduled)
-        if decode_only and not preempted and not self.cfg.exact_steps \
-                and len(scheduled) == len(self.running):
-            return self._fast_forward(scheduled)
-        num_tokens = prefill_work = decode_kv = 0.0
-        for req, n in scheduled:
+        if plan.fast_forward:
+            return self._fast_forward(plan)
+        num_tokens = float(plan.num_decode)
+        prefill_work = 0.0
+        for req, n in plan.prefill:
             num_tokens += n
-            if req.is_decoding:
-                decode_kv += req.num_computed_tokens + 1
-            else:
-                prefill_work += BatchShape.prefill_work(n, req.num_computed_tokens)
-        shape = BatchShape(num_tokens=np.array([num_tokens]),
-                           num_seqs=np.array([float(len(scheduled))]),
-                           prefill_attn_work=np.array([prefill_work]),
-                           decode_kv_tokens=np.array([decode_kv]))
-        cost = self.cost.step(shape)
-        return Segment(step_end_s=np.asarray(cost.time_s, dtype=np.float64).reshape(1),
-                       num_tokens=np.array([num_tokens]), flops=np.atleast_1d(cost.flops),
-                       bytes=np.atleast_1d(cost.bytes), num_seqs=len(scheduled),
-                       payload=scheduled)
+            prefill_work += n * (req.num_computed_tokens + n / 2.0)
+        num_seqs = plan.num_decode + len(plan.prefill)
+        time_s, flops, moved = self.cost.step_scalar(
+            num_tokens, float(num_seqs), prefill_work,
+            float(self.cohort.kv_tokens_at(self.step + 1)))
+        return Segment.single_step(time_s, num_seqs, num_tokens, flops, moved, plan)
 
-    def _fast_forward(self, scheduled: list[tuple[Request, int]]) -> Segment:
+    def _fast_forward(self, plan: _Plan) -> Segment:
         """Plan every identical decode step up to a finish or a KV shortfall."""
-        reqs = [req for req, _ in scheduled]
-        remaining = min(r.max_output_tokens - r.num_output_tokens for r in reqs)
-        num_steps = self._steps_within_free_blocks(reqs, remaining)
-        n = len(reqs)
-        kv_first = float(sum(r.num_computed_tokens + 1 for r in reqs))
-        steps = np.arange(num_steps, dtype=np.float64)
-        shape = BatchShape(num_tokens=np.full(num_steps, float(n)),
-                           num_seqs=np.full(num_steps, float(n)),
-                           prefill_attn_work=np.zeros(num_steps),
-                           decode_kv_tokens=kv_first + steps * n)
-        cost = self.cost.step(shape)
-        return Segment(step_end_s=np.cumsum(cost.time_s), num_tokens=shape.num_tokens,
-                       flops=np.asarray(cost.flops), bytes=np.asarray(cost.bytes),
-                       num_seqs=n, interruptible=num_steps > 1, payload=scheduled)
+        cohort = self.cohort
+        finish = cohort.next_finish_step()
+        num_steps = self._steps_within_free_blocks(finish - self.step)
+        n = plan.num_decode
+        kv_first = float(cohort.kv_tokens_at(self.step + 1))
+        if num_steps == 1:
+            time_s, flops, moved = self.cost.step_scalar(float(n), float(n), 0.0, kv_first)
+            return Segment.single_step(time_s, n, float(n), flops, moved, plan)
+        run = self.cost.decode_run(n, kv_first, num_steps)
+        return Segment(run.step_end_s, n, tokens=(run.tokens_per_step, 0.0),
+                       flops=(run.flops_first, run.flops_slope),
+                       bytes=(run.bytes_first, run.bytes_slope),
+                       interruptible=True, payload=plan)
 
-    def _steps_within_free_blocks(self, reqs: list[Request], max_steps: int) -> int:
-        """Largest j <= max_steps such that steps 2..j need at most the free blocks.
-
-        Step 1's blocks are already allocated. After j steps sequence s holds
-        c_s + j tokens of KV and needs ceil((c_s + j) / B) blocks.
-        """
-        bs = self.kv.block_size_tokens
-        computed = np.array([r.num_computed_tokens for r in reqs], dtype=np.int64)
-        held = np.array([r.num_blocks for r in reqs], dtype=np.int64)
-        free = self.kv.num_free_blocks
+    def _steps_within_free_blocks(self, max_steps: int) -> int:
+        """Largest j <= max_steps whose steps 2..j need at most the free blocks
+        (step 1's blocks are already held)."""
+        cohort, free = self.cohort, self.kv.num_free_blocks
+        held = cohort.blocks_held
 
         def extra(j: int) -> int:
-            return int(np.maximum(-(-(computed + j) // bs) - held, 0).sum())
+            return cohort.blocks_at(self.step + j) - held
 
         if extra(max_steps) <= free:
             return max_steps
@@ -171,28 +214,45 @@ class ContinuousScheduler(Scheduler):
                 hi = mid
         return lo
 
-    # -- applying a finished segment ---------------------------------------------
+    def kv_used_blocks_during(self, seg: Segment, steps_done: int) -> int:
+        """During a fast-forward the step in progress holds the blocks it was
+        allocated at its start, as it would when stepping one at a time."""
+        in_progress = min(steps_done + 1, seg.num_steps)
+        return (self.kv.num_used_blocks + self.cohort.blocks_at(self.step + in_progress)
+                - self.cohort.blocks_held)
+
+    # -- applying a finished segment ----------------------------------------------------
     def finish_segment(self, seg: Segment, num_steps: int, start_s: float) -> None:
-        scheduled: list[tuple[Request, int]] = seg.payload
-        end_s = start_s + seg.step_end_s[num_steps - 1]
-        finished: list[Request] = []
-        for req, n in scheduled:
-            if num_steps > 1:
-                # fast-forwarded decode: step 1 is allocated, the rest now
-                ok = self.kv.allocate(req, num_steps)
-                assert ok, "fast-forward planned more blocks than were free"
-                req.num_computed_tokens += num_steps
-                req.num_output_tokens += num_steps
-            else:
-                req.num_computed_tokens += n
-                if req.num_computed_tokens == req.num_tokens:
-                    req.num_output_tokens += 1
-                    if req.num_output_tokens == 1:
-                        req.first_token_s = end_s
-            if req.done:
-                finished.append(req)
-        if finished:
-            done = set(map(id, finished))
-            self.running = [r for r in self.running if id(r) not in done]
-            for req in finished:
-                self._complete(req, end_s)
+        plan: _Plan = seg.payload
+        cohort = self.cohort
+        end_s = start_s + float(seg.step_end_s[num_steps - 1])
+        if num_steps > 1:
+            # fast-forwarded decode: step 1's blocks are held, the rest now
+            extra = cohort.blocks_at(self.step + num_steps) - cohort.blocks_held
+            assert extra <= self.kv.num_free_blocks, "fast-forward overran the free blocks"
+            self.kv.num_free_blocks -= extra
+            cohort.blocks_held += extra
+        self.step += num_steps
+        finished = cohort.pop_finished(self.step)
+        for req in finished:
+            cohort.remove(req, self.step)
+        joined: list[Request] = []
+        for req, n in plan.prefill:
+            req.num_computed_tokens += n
+            if req.num_computed_tokens == req.num_tokens:
+                req.num_output_tokens += 1
+                if req.num_output_tokens == 1:
+                    req.first_token_s = end_s
+                joined.append(req)
+        if joined:
+            keep = set(map(id, joined))
+            self.prefilling = [r for r in self.prefilling if id(r) not in keep]
+            for req in joined:
+                if req.done:
+                    finished.append(req)
+                else:
+                    blocks = req.num_blocks
+                    req.num_blocks = 0
+                    cohort.add(req, self.step, blocks)
+        for req in finished:
+            self._complete(req, end_s)

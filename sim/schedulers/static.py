@@ -19,7 +19,7 @@ from sim.config.common import PositiveInt, Seconds, StrictModel
 from sim.cost.shape import BatchShape
 from sim.kv import blocks_for
 from sim.request import Request
-from sim.schedulers.base import Scheduler, Segment
+from sim.schedulers.base import Scheduler, Segment, StepEnds
 
 
 class StaticConfig(StrictModel):
@@ -86,9 +86,11 @@ class StaticScheduler(Scheduler):
             decode_kv_tokens=np.where(is_prefill, 0.0, n * (max_prompt + j)),
         )
         cost = self.cost.step(shape)
-        return Segment(step_end_s=np.cumsum(cost.time_s), num_tokens=np.asarray(shape.num_tokens),
-                       flops=np.asarray(cost.flops), bytes=np.asarray(cost.bytes), num_seqs=n,
-                       payload=batch)
+        tokens = np.asarray(shape.num_tokens)
+        return Segment(StepEnds(np.cumsum(cost.time_s)), n, tokens=(0.0, 0.0), flops=(0.0, 0.0),
+                       bytes=(0.0, 0.0), payload=batch, step_tokens=tokens,
+                       totals_all=(float(tokens.sum()), float(np.sum(cost.flops)),
+                                   float(np.sum(cost.bytes))))
 
     def finish_segment(self, seg: Segment, num_steps: int, start_s: float) -> None:
         batch: list[Request] = seg.payload

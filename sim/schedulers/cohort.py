@@ -1,0 +1,109 @@
+"""The decoding sequences of one replica, kept as aggregates.
+
+Every decoding sequence advances by exactly one token per engine step, so
+after ``step`` steps a member holds ``decode_base + step`` computed tokens
+and ``output_base + step`` output tokens. The cohort stores only sums and
+a histogram of ``decode_base mod block_size``, which gives in O(block size)
+the KV tokens read by the next step and the blocks all members hold after
+any number of steps. Members are kept in admission order (for choosing the
+last one as a preemption victim) and in a heap by the step at which they
+finish. Nothing here is per step or per member: the cost of a step does not
+grow with the batch.
+"""
+from __future__ import annotations
+
+import heapq
+
+from sim.request import Request
+
+
+class DecodeCohort:
+    def __init__(self, block_size_tokens: int) -> None:
+        self.bs = block_size_tokens
+        self.members: dict[int, Request] = {}      # seq -> request, admission order
+        self.sum_base = 0                           # Σ decode_base
+        self.sum_quot = 0                           # Σ decode_base // bs
+        self.residues = [0] * block_size_tokens     # count of decode_base % bs
+        self.blocks_held = 0                        # KV blocks owned by the cohort
+        self._finish_heap: list[tuple[int, int]] = []  # (finish step, seq)
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    # -- aggregates ------------------------------------------------------------
+    def blocks_at(self, step: int) -> int:
+        """Σ ceil((decode_base + step) / bs): blocks covering ``step``'s tokens.
+
+        With decode_base = q·bs + r and step = k·bs + m (0 <= m < bs),
+        ceil((r + m) / bs) is 0 when r + m = 0, 2 when r + m > bs, else 1.
+        """
+        n = len(self.members)
+        if n == 0:
+            return 0
+        k, m = divmod(step, self.bs)
+        total = self.sum_quot + n * (k + 1)
+        if m == 0:
+            total -= self.residues[0]
+        else:
+            total += sum(self.residues[self.bs + 1 - m:])
+        return total
+
+    def kv_tokens_at(self, step: int) -> int:
+        """Σ (decode_base + step): the context every member attends over."""
+        return self.sum_base + len(self.members) * step
+
+    def next_finish_step(self) -> int | None:
+        heap = self._finish_heap
+        while heap and heap[0][1] not in self.members:
+            heapq.heappop(heap)            # stale entry of a preempted member
+        return heap[0][0] if heap else None
+
+    # -- membership -------------------------------------------------------------
+    def add(self, req: Request, step: int, blocks: int) -> None:
+        """``req`` has just sampled a token after ``step`` steps and decodes next."""
+        base = req.num_computed_tokens - step
+        req.decode_base = base
+        req.output_base = req.num_output_tokens - step
+        self.members[req.seq] = req
+        self.sum_base += base
+        self.sum_quot += base // self.bs
+        self.residues[base % self.bs] += 1
+        self.blocks_held += blocks
+        heapq.heappush(self._finish_heap,
+                       (step + req.max_output_tokens - req.num_output_tokens, req.seq))
+
+    def remove(self, req: Request, step: int) -> int:
+        """Take ``req`` out with its counters brought up to ``step``; returns its blocks."""
+        del self.members[req.seq]
+        base = req.decode_base
+        self.sum_base -= base
+        self.sum_quot -= base // self.bs
+        self.residues[base % self.bs] -= 1
+        req.num_computed_tokens = base + step
+        req.num_output_tokens = req.output_base + step
+        blocks = -(-(base + step) // self.bs)
+        req.num_blocks = blocks
+        self.blocks_held -= blocks
+        return blocks
+
+    def last(self) -> Request:
+        return self.members[next(reversed(self.members))]
+
+    def pop_finished(self, step: int) -> list[Request]:
+        """Members whose last output token came with ``step``, in admission order."""
+        done = []
+        heap = self._finish_heap
+        while heap and heap[0][0] <= step:
+            _, seq = heapq.heappop(heap)
+            req = self.members.get(seq)
+            if req is not None:
+                done.append(req)
+        done.sort(key=lambda r: r.seq)
+        return done
+
+    def materialise(self, step: int) -> list[Request]:
+        """Members with token counters brought up to ``step`` (for reporting)."""
+        for req in self.members.values():
+            req.num_computed_tokens = req.decode_base + step
+            req.num_output_tokens = req.output_base + step
+        return list(self.members.values())

@@ -1,0 +1,66 @@
+"""Busy time and work of a pool, accumulated into sampling-interval bins.
+
+A replica reports each run of steps (start, end, tokens, FLOPs, bytes) once.
+The totals feed summary.json; the bins give the exact busy fraction and
+tokens/s of each time-series interval (a run spanning several intervals is
+split in proportion to its overlap with each). Nothing is kept per step, so
+memory does not grow with the number of steps simulated.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class PoolUsage:
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.busy_s: list[float] = []
+        self.tokens: list[float] = []
+        self.busy_total_s = 0.0
+        self.tokens_total = 0.0
+        self.flops_total = 0.0
+        self.bytes_total = 0.0
+        self.max_seqs = 0
+        self.num_runs = 0
+        self.num_steps = 0
+
+    def _grow(self, last_bin: int) -> None:
+        extra = last_bin + 1 - len(self.busy_s)
+        if extra > 0:
+            self.busy_s.extend([0.0] * extra)
+            self.tokens.extend([0.0] * extra)
+
+    def add(self, start_s: float, end_s: float, num_steps: int, num_seqs: int, tokens: float,
+            flops: float, bytes_: float) -> None:
+        dur = end_s - start_s
+        self.busy_total_s += dur
+        self.tokens_total += tokens
+        self.flops_total += flops
+        self.bytes_total += bytes_
+        self.num_runs += 1
+        self.num_steps += num_steps
+        if num_seqs > self.max_seqs:
+            self.max_seqs = num_seqs
+        w = self.interval_s
+        b0, b1 = int(start_s // w), int(end_s // w)
+        if b1 >= len(self.busy_s):
+            self._grow(b1)
+        if b0 == b1 or dur <= 0:
+            self.busy_s[b0] += dur
+            self.tokens[b0] += tokens
+            return
+        rate = tokens / dur
+        for b in range(b0, b1 + 1):
+            lo, hi = max(start_s, b * w), min(end_s, (b + 1) * w)
+            if hi > lo:
+                self.busy_s[b] += hi - lo
+                self.tokens[b] += rate * (hi - lo)
+
+    def per_interval(self, num_bins: int) -> tuple[np.ndarray, np.ndarray]:
+        """(busy seconds, tokens) of bins 0..num_bins-1."""
+        busy = np.zeros(num_bins)
+        toks = np.zeros(num_bins)
+        n = min(num_bins, len(self.busy_s))
+        busy[:n] = self.busy_s[:n]
+        toks[:n] = self.tokens[:n]
+        return busy, toks

@@ -1,0 +1,30 @@
+"""Shared test set-up: makes ``tests/`` importable (for ``simfactories``) and
+offers fixtures built from its factories."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+if str(TESTS_DIR) not in sys.path:
+    sys.path.insert(0, str(TESTS_DIR))
+
+import simfactories  # noqa: E402
+
+
+@pytest.fixture
+def trace_stream(tmp_path):
+    """Build a trace-replay stream from rows ``(timestamp_s, prompt, output)``.
+
+    Each call writes its own CSV under the test's temporary folder, so a test
+    controls every arrival time and length exactly.
+    """
+    counter = iter(range(1_000_000))
+
+    def build(rows, **extra):
+        path = tmp_path / f"trace_{next(counter)}.csv"
+        return simfactories.trace_stream(path, rows, **extra)
+
+    return build

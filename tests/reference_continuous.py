@@ -1,0 +1,115 @@
+"""Reference continuous-batching scheduler for equivalence tests.
+
+A direct, per-request transcription of the vLLM V1 step (one list of
+running requests, each allocated individually), one step at a time. The
+production scheduler (sim/schedulers/continuous.py) keeps decoding requests
+in aggregate and fast-forwards; both must give the same per-request times.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from sim.cost.shape import BatchShape
+from sim.request import Request
+from sim.schedulers.base import Scheduler, Segment
+
+
+class ReferenceContinuousScheduler(Scheduler):
+    def __init__(self, cfg, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.cfg = cfg
+
+    def reject_reason(self, req: Request) -> str | None:
+        reason = super().reject_reason(req)
+        if reason is None and not self.cfg.chunked_prefill \
+                and req.total_tokens > self.cfg.max_num_batched_tokens:
+            # a preempted request recomputes prompt + output in one step
+            reason = "exceeds_token_budget"
+        return reason
+
+    # -- planning -------------------------------------------------------------
+    def _preempt(self, victim: Request) -> None:
+        self.kv.free(victim)
+        victim.num_computed_tokens = 0
+        victim.preemptions += 1
+        self.waiting.appendleft(victim)
+
+    def _schedule(self, now_s: float) -> tuple[list[tuple[Request, int]], bool]:
+        budget = self.cfg.max_num_batched_tokens
+        scheduled: list[tuple[Request, int]] = []
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+            while not self.kv.allocate(req, num_new):
+                victim = self.running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is req:
+                    break
+            else:
+                scheduled.append((req, num_new))
+                budget -= num_new
+                i += 1
+                continue
+            break  # the request itself was preempted: it was the last running one
+        if preempted:
+            return scheduled, True
+        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+            req = self.waiting[0]
+            num_new = req.num_tokens - req.num_computed_tokens
+            if num_new > budget and not self.cfg.chunked_prefill:
+                break
+            num_new = min(num_new, budget)
+            if not self.kv.allocate(req, num_new):
+                break
+            self.waiting.popleft()
+            self.running.append(req)
+            if math.isnan(req.admitted_s):
+                req.admitted_s = now_s
+            scheduled.append((req, num_new))
+            budget -= num_new
+        return scheduled, False
+
+    def next_segment(self, now_s: float) -> Segment | None:
+        if not self.running and not self.waiting:
+            return None
+        scheduled, preempted = self._schedule(now_s)
+        if not scheduled:
+            return None
+        num_tokens = prefill_work = decode_kv = 0.0
+        for req, n in scheduled:
+            num_tokens += n
+            if req.is_decoding:
+                decode_kv += req.num_computed_tokens + 1
+            else:
+                prefill_work += BatchShape.prefill_work(n, req.num_computed_tokens)
+        shape = BatchShape(num_tokens=np.array([num_tokens]),
+                           num_seqs=np.array([float(len(scheduled))]),
+                           prefill_attn_work=np.array([prefill_work]),
+                           decode_kv_tokens=np.array([decode_kv]))
+        cost = self.cost.step(shape)
+        return Segment.single_step(float(cost.time_s[0]), len(scheduled), num_tokens,
+                                   float(cost.flops[0]), float(cost.bytes[0]), scheduled)
+
+    # -- applying a finished segment ---------------------------------------------
+    def finish_segment(self, seg: Segment, num_steps: int, start_s: float) -> None:
+        scheduled: list[tuple[Request, int]] = seg.payload
+        end_s = start_s + seg.step_end_s[num_steps - 1]
+        finished: list[Request] = []
+        for req, n in scheduled:
+            assert num_steps == 1
+            req.num_computed_tokens += n
+            if req.num_computed_tokens == req.num_tokens:
+                req.num_output_tokens += 1
+                if req.num_output_tokens == 1:
+                    req.first_token_s = end_s
+            if req.done:
+                finished.append(req)
+        if finished:
+            done = set(map(id, finished))
+            self.running = [r for r in self.running if id(r) not in done]
+            for req in finished:
+                self._complete(req, end_s)

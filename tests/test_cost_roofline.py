@@ -1,0 +1,193 @@
+"""Roofline cost model: step times against datasheet closed forms, and the
+consistency of its vectorised, scalar and fast-forward entry points."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simfactories import (decode_shape, hardware_spec, make_cost_model, model_spec,
+                          prefill_shape)
+from sim.cost.shape import BatchShape
+
+ACTIVATION_BYTES = 2.0  # bf16 activations, as the roofline documents
+
+
+def test_theory_decode_step_is_bound_by_reading_the_weights():
+    """A batch-1 decode step with a short context takes about the time to read
+    every weight once from HBM: at least weight_bytes / bandwidth (the roofline
+    cannot beat the datasheet) and at most 1.6x that (efficiency + overhead)."""
+    cost = make_cost_model(model="llama-3.1-8b", hardware="H100-SXM")
+    floor_s = model_spec("llama-3.1-8b").weight_bytes("bf16") / hardware_spec().hbm_bandwidth
+    ratio = float(cost.step_time_s(decode_shape(num_seqs=1, context_tokens=128))) / floor_s
+    assert 1.0 <= ratio <= 1.6, ratio
+
+
+def test_theory_long_prefill_is_bound_by_arithmetic():
+    """An 8192-token prefill takes 1.0-1.8x of 2·params·tokens / peak FLOP/s."""
+    cost = make_cost_model(model="llama-3.1-8b", hardware="H100-SXM")
+    model = model_spec("llama-3.1-8b")
+    tokens = 8192
+    floor_s = 2.0 * model.total_params * tokens / hardware_spec().flops["bf16"]
+    ratio = float(cost.step_time_s(prefill_shape(prompt_tokens=tokens))) / floor_s
+    assert 1.0 <= ratio <= 1.8, ratio
+
+
+def test_theory_fp8_weights_halve_the_memory_bound_part_of_decode():
+    """Decode at batch 1 is memory bound, so with fp8 weights the step minus its
+    fixed overhead takes about half the bf16 time (the weight-bytes ratio)."""
+    shape = decode_shape(num_seqs=1, context_tokens=128)
+    bf16 = make_cost_model(weight_dtype="bf16")
+    fp8 = make_cost_model(weight_dtype="fp8")
+    t_bf16 = float(bf16.step_time_s(shape))
+    t_fp8 = float(fp8.step_time_s(shape))
+    assert t_fp8 < t_bf16
+    overhead = float(bf16.overhead_s(1.0))
+    assert float(fp8.overhead_s(1.0)) == overhead
+    ratio = (t_fp8 - overhead) / (t_bf16 - overhead)
+    assert ratio == pytest.approx(0.5, rel=0.03)
+
+
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "llama-3.1-70b"])
+def test_weight_dtype_does_not_change_kv_or_overhead_terms(model):
+    """Only weight-dependent terms move with the weight dtype: KV reads and
+    per-step overhead are the same for bf16 and fp8 weights."""
+    a = make_cost_model(model=model, tp=4 if "70b" in model else 1, weight_dtype="bf16")
+    b = make_cost_model(model=model, tp=4 if "70b" in model else 1, weight_dtype="fp8")
+    kv = np.array([0.0, 1e3, 1e5])
+    np.testing.assert_allclose(a.attn_decode_s(kv), b.attn_decode_s(kv), rtol=1e-12)
+    np.testing.assert_allclose(a.overhead_s(kv), b.overhead_s(kv), rtol=1e-12)
+
+
+def test_tensor_parallel_splits_weights_and_adds_communication():
+    """70B on H100 at tp=4 decodes faster than at tp=2; the per-layer weight read
+    halves (memory bound), and each tp>1 step pays a positive all-reduce term
+    that tp=1 does not."""
+    tp2 = make_cost_model(model="llama-3.1-70b", tp=2)
+    tp4 = make_cost_model(model="llama-3.1-70b", tp=4)
+    shape = decode_shape(num_seqs=1, context_tokens=512)
+    assert float(tp4.step_time_s(shape)) < float(tp2.step_time_s(shape))
+    assert float(tp4.dense_s(1.0)) == pytest.approx(float(tp2.dense_s(1.0)) / 2, rel=0.01)
+    assert float(tp2.tp_comm_s(1.0)) > 0 and float(tp4.tp_comm_s(1.0)) > 0
+    assert float(tp2.tp_comm_s(4096.0)) > float(tp2.tp_comm_s(1.0))
+    assert float(make_cost_model(tp=1).tp_comm_s(4096.0)) == 0.0
+
+
+def test_batching_amortises_the_weight_read_of_a_dense_model():
+    """For a dense model the dense term at 64 decode tokens costs about the same
+    as at 1 (the weights are read once per step), so tokens per second grow
+    almost linearly with the batch."""
+    cost = make_cost_model()
+    t1, t64 = float(cost.dense_s(1.0)), float(cost.dense_s(64.0))
+    assert t64 >= t1
+    assert t64 == pytest.approx(t1, rel=0.01)
+
+
+def _weight_bytes_read_per_layer(cost, model, num_tokens: float) -> float:
+    """Weight bytes one layer reads in a step of ``num_tokens`` (tp=1, no KV):
+    the work counter minus activations and the LM head."""
+    _, total = cost.work(BatchShape(num_tokens=num_tokens, num_seqs=1.0,
+                                    prefill_attn_work=0.0, decode_kv_tokens=0.0))
+    head = model.hidden_size * model.vocab_size * 2.0
+    activations = 4.0 * num_tokens * model.hidden_size * ACTIVATION_BYTES
+    return (float(total) - head) / model.num_layers - activations
+
+
+@pytest.mark.parametrize("num_tokens", [1, 2, 16, 4096])
+def test_theory_moe_weight_reads_follow_experts_touched(num_tokens):
+    """Mixtral (8 experts, top 2): a step reads the attention weights plus the
+    expected number of distinct experts hit, E·(1 − (1 − k/E)^n); 2 experts at
+    one token, all 8 at 4096 tokens."""
+    model = model_spec("mixtral-8x7b")
+    cost = make_cost_model(model="mixtral-8x7b", hardware="H200", tp=1)
+    e, k = model.num_experts, model.experts_per_token
+    touched = e * (1 - (1 - k / e) ** num_tokens)
+    expected = (model.attn_params_per_layer + touched * model.expert_params) * 2.0
+    assert _weight_bytes_read_per_layer(cost, model, num_tokens) == pytest.approx(expected,
+                                                                                 rel=1e-9)
+
+
+def test_moe_reads_more_weights_at_large_batch_than_dense_does():
+    """The MoE weight read grows with tokens (more experts touched) while a dense
+    model's stays constant."""
+    moe = model_spec("mixtral-8x7b")
+    moe_cost = make_cost_model(model="mixtral-8x7b", hardware="H200")
+    assert (_weight_bytes_read_per_layer(moe_cost, moe, 1)
+            < _weight_bytes_read_per_layer(moe_cost, moe, 4096))
+    assert float(moe_cost.dense_s(1.0)) < float(moe_cost.dense_s(64.0))
+    dense = model_spec("llama-3.1-8b")
+    dense_cost = make_cost_model()
+    assert _weight_bytes_read_per_layer(dense_cost, dense, 1) == pytest.approx(
+        _weight_bytes_read_per_layer(dense_cost, dense, 4096), rel=1e-9)
+
+
+def _random_shapes(n: int, seed: int = 0) -> BatchShape:
+    rng = np.random.default_rng(seed)
+    num_seqs = rng.integers(1, 256, n).astype(np.float64)
+    prefill_tokens = rng.integers(0, 4096, n).astype(np.float64)
+    decode_ctx = rng.integers(0, 200_000, n).astype(np.float64)
+    return BatchShape(num_tokens=num_seqs + prefill_tokens, num_seqs=num_seqs,
+                      prefill_attn_work=BatchShape.prefill_work(prefill_tokens,
+                                                                rng.integers(0, 8192, n)),
+                      decode_kv_tokens=decode_ctx)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {}, {"model": "llama-3.1-70b", "tp": 4}, {"model": "mixtral-8x7b", "hardware": "H200"},
+    {"weight_dtype": "fp8", "kv_dtype": "fp8"},
+])
+def test_vectorised_step_equals_elementwise_scalar_steps(kwargs):
+    """Evaluating many step shapes as arrays gives the same time, FLOPs and
+    bytes as evaluating each shape on its own with scalars."""
+    cost = make_cost_model(**kwargs)
+    shapes = _random_shapes(50)
+    vec = cost.step(shapes)
+    for i in range(50):
+        one = BatchShape(num_tokens=float(shapes.num_tokens[i]),
+                         num_seqs=float(shapes.num_seqs[i]),
+                         prefill_attn_work=float(shapes.prefill_attn_work[i]),
+                         decode_kv_tokens=float(shapes.decode_kv_tokens[i]))
+        s = cost.step(one)
+        assert float(s.time_s) == pytest.approx(vec.time_s[i], rel=1e-12)
+        assert float(s.flops) == pytest.approx(vec.flops[i], rel=1e-12)
+        assert float(s.bytes) == pytest.approx(vec.bytes[i], rel=1e-12)
+
+
+@pytest.mark.parametrize("num_seqs,kv_first,num_steps", [(1, 129, 1), (7, 3000, 50),
+                                                          (256, 100_000, 400)])
+def test_decode_run_equals_each_step_time(num_seqs, kv_first, num_steps):
+    """``decode_run_s`` returns, for step i, the step time of a decode-only batch
+    reading ``kv_first + i·num_seqs`` KV tokens."""
+    cost = make_cost_model()
+    run = cost.decode_run_s(num_seqs, kv_first, num_steps)
+    assert run.shape == (num_steps,)
+    for i in range(num_steps):
+        one = float(cost.step_time_s(decode_shape(num_seqs=num_seqs,
+                                                  context_tokens=kv_first + i * num_seqs)))
+        assert run[i] == pytest.approx(one, rel=1e-12)
+    assert np.all(np.diff(run) >= 0)
+
+
+_sizes = st.floats(min_value=0, max_value=1e6, allow_nan=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(base=st.tuples(st.integers(1, 512), _sizes, _sizes, _sizes),
+       field=st.sampled_from(["num_tokens", "num_seqs", "prefill_attn_work",
+                              "decode_kv_tokens"]),
+       extra=st.floats(min_value=0.0, max_value=1e5, allow_nan=False))
+def test_step_time_never_decreases_with_more_work(base, field, extra):
+    """Adding tokens, sequences, prefill attention work or KV reads to a step
+    never makes it faster, and every step costs at least the fixed overhead."""
+    num_seqs, more_tokens, prefill, kv = base
+    values = {"num_tokens": num_seqs + more_tokens, "num_seqs": float(num_seqs),
+              "prefill_attn_work": prefill * 100, "decode_kv_tokens": kv}
+    cost = make_cost_model()
+    before = float(cost.step_time_s(BatchShape(**values)))
+    values[field] += extra
+    if field == "num_seqs":
+        values["num_tokens"] += extra  # every sequence brings at least one token
+    after = float(cost.step_time_s(BatchShape(**values)))
+    assert after >= before
+    assert before >= cost.cfg.step_overhead
