@@ -49,6 +49,7 @@ class Pool:
         self.code = recorder.pools.code(spec.name)
         self.cost_model = build_cost_model(spec)
         self._on_reject = on_reject
+        self._on_finish = on_finish
         self.router: Router = ROUTERS[type(spec.cfg.router)](spec.cfg.router)
         limits = ReplicaLimits(max_model_len=spec.max_model_len)
         sched_cls = SCHEDULERS[type(spec.cfg.scheduler)]
@@ -57,8 +58,12 @@ class Pool:
         for i in range(spec.cfg.replicas):
             kv = KvCacheManager(spec.kv.num_blocks, spec.kv.block_size_tokens)
             scheduler = sched_cls(spec.cfg.scheduler, kv=kv, cost=self.cost_model,
-                                  limits=limits, on_finish=on_finish)
+                                  limits=limits, on_finish=self._finished)
             self.replicas.append(Replica(env, self.code, i, scheduler, recorder, self.usage))
+
+    def _finished(self, req: Request) -> None:
+        self.router.on_done(req.replica)
+        self._on_finish(req)
 
     def submit(self, req: Request) -> None:
         reason = self.replicas[0].scheduler.reject_reason(req)

@@ -11,3 +11,6 @@ class Router(ABC):
     @abstractmethod
     def pick(self, req: Request, replicas: Sequence[Replica]) -> Replica:
         """Choose one of ``replicas`` (never empty) for ``req``."""
+
+    def on_done(self, replica_index: int) -> None:
+        """A request routed to ``replica_index`` reached a terminal status."""

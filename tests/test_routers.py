@@ -1,0 +1,43 @@
+"""Intra-pool routers."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.routers.least_outstanding import LeastOutstandingConfig, LeastOutstandingRouter
+from sim.routers.round_robin import RoundRobinConfig, RoundRobinRouter
+
+
+class FakeReplica:
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+@settings(max_examples=200, deadline=None)
+@given(num_replicas=st.integers(1, 9),
+       ops=st.lists(st.tuples(st.booleans(), st.integers(0, 1000)), max_size=200))
+def test_least_outstanding_picks_the_brute_force_minimum(num_replicas, ops):
+    """The heap router always picks min(outstanding, index), like a full scan."""
+    replicas = [FakeReplica(i) for i in range(num_replicas)]
+    router = LeastOutstandingRouter(LeastOutstandingConfig())
+    counts = [0] * num_replicas
+    for is_submit, k in ops:
+        busy = [i for i in range(num_replicas) if counts[i] > 0]
+        if is_submit or not busy:
+            expected = min(range(num_replicas), key=lambda i: (counts[i], i))
+            assert router.pick(None, replicas).index == expected
+            counts[expected] += 1
+        else:
+            i = busy[k % len(busy)]
+            counts[i] -= 1
+            router.on_done(i)
+
+
+def test_round_robin_cycles_through_replicas():
+    """Round robin visits replicas in order, whatever their load."""
+    replicas = [FakeReplica(i) for i in range(3)]
+    router = RoundRobinRouter(RoundRobinConfig())
+    picks = [router.pick(None, replicas).index for _ in range(7)]
+    assert picks == [0, 1, 2, 0, 1, 2, 0]
+    assert np.bincount(picks).tolist() == [3, 2, 2]
