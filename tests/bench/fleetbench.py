@@ -1,0 +1,65 @@
+"""Run one benchmark scenario in this process and print its metrics as JSON.
+
+Used by test_bench_fleet.py in a fresh subprocess per run, so peak RSS is
+that run's alone:  python tests/bench/fleetbench.py SCENARIO [--replicas N]
+[--rate R] [--duration S] [--exact]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+
+import sim
+from sim.config.scenario import Scenario
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("scenario")
+    ap.add_argument("--replicas", type=int)
+    ap.add_argument("--rate", type=float, help="requests/s of the first stream")
+    ap.add_argument("--duration", type=float)
+    ap.add_argument("--exact", action="store_true")
+    ap.add_argument("--save", help="write the request table here (parquet)")
+    args = ap.parse_args()
+
+    base = sim.load_scenario(args.scenario)
+    data = base.model_dump()
+    if args.duration:
+        data["duration"] = args.duration
+    for pool in data["pools"].values():
+        if args.replicas:
+            pool["replicas"] = args.replicas
+        if pool["scheduler"]["type"] == "continuous":
+            pool["scheduler"]["exact_steps"] = args.exact
+    if args.rate:
+        stream = next(iter(data["workload"]["streams"].values()))
+        stream["arrival"]["rate"] = {"type": "constant", "value": args.rate}
+    scenario = Scenario.model_validate(data)
+    scenario._source = base._source
+
+    t0 = time.perf_counter()
+    results = sim.run(scenario)
+    total_s = time.perf_counter() - t0
+    if args.save:
+        results.requests.to_parquet(args.save)
+    n = len(results.requests)
+    print(json.dumps({
+        "requests": n,
+        "simulated_s": results.summary["end_s"],
+        "sim_wall_s": results.wall_s,
+        "total_wall_s": total_s,
+        "requests_per_wall_s": n / results.wall_s,
+        "events": results.extra["events"],
+        "segments": results.extra["segments"],
+        "steps": results.extra["steps"],
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "ttft_p50_s": results.summary["latency_s"]["ttft"]["p50"],
+        "busy_frac": next(iter(results.summary["pools"].values()))["busy_frac"],
+    }))
+
+
+if __name__ == "__main__":
+    main()
