@@ -46,6 +46,7 @@ class Pool:
         self.env = env
         self.spec = spec
         self.name = spec.name
+        self.model_name = spec.model.name
         self.code = recorder.pools.code(spec.name)
         self.cost_model = build_cost_model(spec)
         self._on_reject = on_reject

@@ -64,23 +64,39 @@ class Simulation:
         self._terminal(req, Status.REJECTED)
 
     # -- processes ----------------------------------------------------------------
-    def _release_arrivals(self):
-        env = self.env
+    def _start_arrivals(self) -> None:
+        """Release the pre-generated arrivals in time order, one timeout each.
+
+        A chain of callbacks rather than a generator process: the hot path of
+        a large run is one event per request.
+        """
         arr = self.arrivals
-        times = arr.arrival_s.tolist()
-        prompts = arr.prompt_tokens.tolist()
-        outputs = arr.output_tokens.tolist()
-        streams = arr.stream_index.tolist()
-        for i, t in enumerate(times):
-            if t > env.now:
-                yield env.timeout(t - env.now)
-            s = streams[i]
+        self._arr_times = arr.arrival_s.tolist()
+        self._arr_prompts = arr.prompt_tokens.tolist()
+        self._arr_outputs = arr.output_tokens.tolist()
+        self._arr_streams = arr.stream_index.tolist()
+        self._arr_next = 0
+        self._release_due()
+
+    def _release_due(self, _event=None) -> None:
+        env = self.env
+        now = env.now
+        times = self._arr_times
+        i = self._arr_next
+        n = len(times)
+        while i < n and times[i] <= now:
+            s = self._arr_streams[i]
             team, priority, pool = self._stream_meta[s]
-            req = Request(i, s, team, pool.spec.model.name, pool.name, priority, t,
-                          prompts[i], outputs[i])
+            req = Request(i, s, team, pool.model_name, pool.name, priority, times[i],
+                          self._arr_prompts[i], self._arr_outputs[i])
             self._stream_of[i] = s
             self._open += 1
             pool.submit(req)
+            i += 1
+        self._arr_next = i
+        if i < n:
+            env.timeout(times[i] - now).callbacks.append(self._release_due)
+            return
         self._arrivals_done = True
         if self._open == 0 and not self._stop.triggered:
             self._stop.succeed()
@@ -110,7 +126,7 @@ class Simulation:
     def run(self, progress: ProgressFn | None = None) -> "Simulation":
         env = self.env
         limit_s = self.scenario.duration + self.scenario.drain
-        env.process(self._release_arrivals())
+        self._start_arrivals()
         env.process(self._sample())
         env.process(self._cap(limit_s))
         if progress is not None:

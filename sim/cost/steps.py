@@ -1,26 +1,28 @@
 """Cumulative step end times of a segment: an array, or a closed form."""
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+
 import numpy as np
 
 
 class StepEnds:
-    """Cumulative end offsets of a segment's steps, as an array."""
+    """Cumulative end offsets of a segment's steps, as a list of floats."""
 
     __slots__ = ("_ends",)
 
     def __init__(self, ends) -> None:
-        self._ends = np.asarray(ends, dtype=np.float64)
+        self._ends = ends.tolist() if isinstance(ends, np.ndarray) else list(ends)
 
     def __len__(self) -> int:
         return len(self._ends)
 
     def __getitem__(self, i: int) -> float:
-        return float(self._ends[i])
+        return self._ends[i]
 
     def count_before(self, elapsed_s: float, inclusive: bool) -> int:
         """Steps ending before ``elapsed_s`` (at or before it when ``inclusive``)."""
-        return int(np.searchsorted(self._ends, elapsed_s, side="right" if inclusive else "left"))
+        return (bisect_right if inclusive else bisect_left)(self._ends, elapsed_s)
 
 
 class LinearStepEnds:
