@@ -1,22 +1,37 @@
-"""A pool: identical replicas of one model on one GPU kind, behind a router.
+"""A pool: replicas of one model on one GPU kind, behind a router and a queue.
 
 The pool turns away requests that can never be served here (too long for
-the model or the KV cache) with a status, and hands the rest to a replica.
+the model or the KV cache), queues the rest and dispatches them to ready
+replicas. Replicas have a life cycle:
+
+    requested --cold start--> ready --scale in--> draining --empty--> released
+                                    \\--spot preemption--> released (work lost)
+
+A replica is billed from the moment it is requested until it is released;
+a draining replica takes no new requests and finishes the ones it has.
+Without ``queue.max_outstanding_per_replica`` requests go to a replica at
+once (each replica queues its own, like a vLLM server); with it, they wait
+in the pool's queue (bounded, with fair queueing between teams) until a
+replica has room.
 """
 from __future__ import annotations
 
+from typing import Callable
+
+import numpy as np
 import simpy
 
+from sim.autoscalers import build_autoscaler
 from sim.config.resolve import ResolvedPool
 from sim.cost.base import CostModel
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
+from sim.gateway.fair_queue import FairQueue
 from sim.kv import KvCacheManager
 from sim.recorder import Recorder
 from sim.replica import Replica
 from sim.request import Request
+from sim.routers import ROUTERS
 from sim.routers.base import Router
-from sim.routers.least_outstanding import LeastOutstandingConfig, LeastOutstandingRouter
-from sim.routers.round_robin import RoundRobinConfig, RoundRobinRouter
 from sim.schedulers.base import ReplicaLimits, Scheduler
 from sim.schedulers.continuous import ContinuousConfig, ContinuousScheduler
 from sim.schedulers.single import SingleConfig, SingleScheduler
@@ -27,9 +42,8 @@ SCHEDULERS: dict[type, type[Scheduler]] = {
     SingleConfig: SingleScheduler, StaticConfig: StaticScheduler,
     ContinuousConfig: ContinuousScheduler,
 }
-ROUTERS: dict[type, type[Router]] = {
-    RoundRobinConfig: RoundRobinRouter, LeastOutstandingConfig: LeastOutstandingRouter,
-}
+
+STARTING, READY, DRAINING, RELEASED = "starting", "ready", "draining", "released"
 
 
 def build_cost_model(pool: ResolvedPool) -> CostModel:
@@ -42,41 +56,205 @@ def build_cost_model(pool: ResolvedPool) -> CostModel:
 
 class Pool:
     def __init__(self, env: simpy.Environment, spec: ResolvedPool, recorder: Recorder,
-                 on_finish, on_reject, interval_s: float) -> None:
+                 on_finish: Callable[[Request], None],
+                 on_reject: Callable[[Request, str], None],
+                 on_lost: Callable[[Request], None],
+                 interval_s: float, rng: np.random.Generator,
+                 team_weights: dict[str, float] | None = None) -> None:
         self.env = env
         self.spec = spec
+        self.cfg = spec.cfg
         self.name = spec.name
         self.model_name = spec.model.name
         self.code = recorder.pools.code(spec.name)
+        self.recorder = recorder
         self.cost_model = build_cost_model(spec)
-        self._on_reject = on_reject
-        self._on_finish = on_finish
-        self.router: Router = ROUTERS[type(spec.cfg.router)](spec.cfg.router)
-        limits = ReplicaLimits(max_model_len=spec.max_model_len)
-        sched_cls = SCHEDULERS[type(spec.cfg.scheduler)]
         self.usage = PoolUsage(interval_s)
-        self.replicas: list[Replica] = []
-        for i in range(spec.cfg.replicas):
-            kv = KvCacheManager(spec.kv.num_blocks, spec.kv.block_size_tokens)
-            scheduler = sched_cls(spec.cfg.scheduler, kv=kv, cost=self.cost_model,
-                                  limits=limits, on_finish=self._finished)
-            self.replicas.append(Replica(env, self.code, i, scheduler, recorder, self.usage))
+        self.rng = rng
+        self._on_finish = on_finish
+        self._on_reject = on_reject
+        self._on_lost = on_lost
+        self.router: Router = ROUTERS[type(self.cfg.router)](self.cfg.router, rng)
+        qcfg = self.cfg.queue
+        self.queue = FairQueue(capacity=qcfg.capacity,
+                               weights={**(team_weights or {}), **qcfg.weights}, fair=qcfg.fair)
+        self.max_outstanding = qcfg.max_outstanding_per_replica
+        self._limits = ReplicaLimits(max_model_len=spec.max_model_len)
+        self._sched_cls = SCHEDULERS[type(self.cfg.scheduler)]
+        self.replicas: list[Replica] = []        # every replica not yet released
+        self.ready: list[Replica] = []           # the router's choices, by index
+        self._by_index: dict[int, Replica] = {}
+        self.cold_start_s = (self.cfg.cold_start.provisioning
+                             + spec.kv.weight_bytes_per_gpu / self.cfg.cold_start.load_bandwidth)
+        self.gpu_seconds_released = 0.0          # billed time of released replicas
+        self.replicas_max = 0
+        self._next_index = 0
+        self._queue_seq = 0
+        self.autoscaler = (build_autoscaler(self.cfg.autoscaler)
+                           if self.cfg.autoscaler is not None else None)
+        for _ in range(self.cfg.replicas):
+            self._make_ready(self._new_replica())
+        if self.autoscaler is not None:
+            env.process(self._autoscale())
 
+    # -- replica life cycle ------------------------------------------------------------
+    def _new_replica(self) -> Replica:
+        kv = KvCacheManager(self.spec.kv.num_blocks, self.spec.kv.block_size_tokens)
+        scheduler = self._sched_cls(self.cfg.scheduler, kv=kv, cost=self.cost_model,
+                                    limits=self._limits, on_finish=self._finished)
+        replica = Replica(self.env, self.code, self._next_index, scheduler, self.recorder,
+                          self.usage)
+        self._next_index += 1
+        replica.state = STARTING
+        replica.requested_s = self.env.now
+        self.replicas.append(replica)
+        self._by_index[replica.index] = replica
+        self.replicas_max = max(self.replicas_max, len(self.replicas))
+        return replica
+
+    def _make_ready(self, replica: Replica) -> None:
+        if replica.state != STARTING:
+            return                               # cancelled while starting
+        replica.state = READY
+        self.ready.append(replica)
+        self.router.on_ready(replica)
+        if self.cfg.spot is not None and self.cfg.spot.preemptions_per_hour > 0:
+            delay_s = self.rng.exponential(3600.0 / self.cfg.spot.preemptions_per_hour)
+            self.env.timeout(delay_s).callbacks.append(lambda _e, r=replica: self._preempt(r))
+        self._dispatch()
+
+    def _start(self) -> None:
+        replica = self._new_replica()
+        self.env.timeout(self.cold_start_s).callbacks.append(
+            lambda _e, r=replica: self._make_ready(r))
+
+    def _leave_ready(self, replica: Replica) -> None:
+        self.ready.remove(replica)
+        self.router.on_leave(replica)
+
+    def _release(self, replica: Replica) -> None:
+        replica.state = RELEASED
+        replica.released_s = self.env.now
+        self.gpu_seconds_released += (self.env.now - replica.requested_s) * self.cfg.tp
+        self.replicas.remove(replica)
+        del self._by_index[replica.index]
+
+    def _drain(self, replica: Replica) -> None:
+        if replica.state == STARTING:
+            self._release(replica)               # never served: stop paying at once
+            return
+        self._leave_ready(replica)
+        replica.state = DRAINING
+        if replica.num_outstanding == 0:
+            self._release(replica)
+
+    def _preempt(self, replica: Replica) -> None:
+        """A spot replica is taken back: its requests are lost and retried."""
+        if replica.state not in (READY, DRAINING):
+            return
+        if replica.state == READY:
+            self._leave_ready(replica)
+        lost = replica.abandon()
+        self._release(replica)
+        for req in lost:
+            self.router.on_done(replica.index)
+            self._on_lost(req)
+
+    def billed_gpu_seconds(self, now_s: float) -> float:
+        live = sum(now_s - r.requested_s for r in self.replicas) * self.cfg.tp
+        return self.gpu_seconds_released + live
+
+    # -- requests ------------------------------------------------------------------------
     def _finished(self, req: Request) -> None:
         self.router.on_done(req.replica)
+        replica = self._replica_by_index(req.replica)
         self._on_finish(req)
+        if self.autoscaler is not None and not np.isnan(req.first_token_s):
+            self.autoscaler.observe_ttft(self.env.now, req.first_token_s - req.arrival_s)
+        if replica is not None and replica.state == DRAINING and replica.num_outstanding == 0:
+            self._release(replica)
+        if self.queue:
+            self._dispatch()
+
+    def _replica_by_index(self, index: int) -> Replica | None:
+        return self._by_index.get(index)
 
     def submit(self, req: Request) -> None:
-        reason = self.replicas[0].scheduler.reject_reason(req)
+        reason = self.reject_reason(req)
         if reason is not None:
             self._on_reject(req, reason)
             return
-        self.router.pick(req, self.replicas).submit(req)
+        if self.max_outstanding is None and self.ready and not self.queue:
+            self.router.pick(req, self.ready, None).submit(req)
+            return
+        self._queue_seq += 1
+        for shed in self.queue.push(req, team=req.team, priority=req.priority,
+                                    cost=req.prompt_tokens + req.max_output_tokens,
+                                    seq=self._queue_seq):
+            self._on_reject(shed, "shed_queue_full")
+        self._dispatch()
 
-    # -- state for sampling ------------------------------------------------------
+    def reject_reason(self, req: Request) -> str | None:
+        # every replica has the same limits: ask a scheduler of the pool's kind
+        probe = self.replicas[0].scheduler if self.replicas else None
+        if probe is None:
+            probe = self._new_probe()
+        return probe.reject_reason(req)
+
+    def _new_probe(self) -> Scheduler:
+        kv = KvCacheManager(self.spec.kv.num_blocks, self.spec.kv.block_size_tokens)
+        return self._sched_cls(self.cfg.scheduler, kv=kv, cost=self.cost_model,
+                               limits=self._limits, on_finish=self._finished)
+
+    def _has_room(self, replica: Replica) -> bool:
+        return self.max_outstanding is None or replica.num_outstanding < self.max_outstanding
+
+    def _dispatch(self) -> None:
+        while self.queue and self.ready:
+            replica = self.router.pick(self.queue.peek(), self.ready, self._has_room)
+            if replica is None:
+                return
+            replica.submit(self.queue.pop())
+
+    # -- autoscaling -----------------------------------------------------------------------
+    def metrics(self) -> dict[str, float]:
+        ready = max(len(self.ready), 1)
+        waiting = len(self.queue) + sum(r.scheduler.num_waiting for r in self.ready)
+        outstanding = len(self.queue) + sum(r.num_outstanding for r in self.ready)
+        kv = (sum(r.kv_used_blocks() for r in self.ready)
+              / max(sum(r.scheduler.kv.num_blocks for r in self.ready), 1))
+        return {"queue_per_replica": waiting / ready, "inflight_per_replica": outstanding / ready,
+                "kv_util": kv, "ready": float(len(self.ready))}
+
+    def _autoscale(self):
+        scaler = self.autoscaler
+        env = self.env
+        while True:
+            yield env.timeout(scaler.tick_s)
+            now = env.now
+            scaler.observe(now, self.metrics())
+            starting = [r for r in self.replicas if r.state == STARTING]
+            current = len(starting) + len(self.ready)
+            desired = scaler.desired(now, current, len(self.ready))
+            for _ in range(desired - current):
+                self._start()
+            surplus = current - desired
+            for replica in reversed(starting):           # cancel pending starts first
+                if surplus <= 0:
+                    break
+                self._drain(replica)
+                surplus -= 1
+            while surplus > 0 and self.ready:
+                victim = min(reversed(self.ready), key=lambda r: r.num_outstanding)
+                self._drain(victim)
+                surplus -= 1
+
+    # -- state for sampling ---------------------------------------------------------------
     def snapshot(self) -> tuple[int, int, int, int, int]:
-        queued = running = used = total = 0
+        queued, running, used, total = len(self.queue), 0, 0, 0
         for r in self.replicas:
+            if r.state == STARTING:
+                continue
             s = r.scheduler
             queued += s.num_waiting
             running += s.num_running
@@ -87,3 +265,4 @@ class Pool:
     def open_requests(self):
         for r in self.replicas:
             yield from r.scheduler.open_requests()
+        yield from list(self.queue)

@@ -32,6 +32,9 @@ class Replica:
         self._seg_start_s = 0.0
         self._seg_steps = 0             # steps of the running segment that will be applied
         self._kick_pending = False
+        self.state = "ready"              # set by the pool: starting/ready/draining/released
+        self.requested_s = 0.0
+        self.released_s = float("nan")
 
     # -- the router's view --------------------------------------------------------
     @property
@@ -66,6 +69,8 @@ class Replica:
 
     def _plan(self) -> None:
         self._kick_pending = False
+        if self._seg is not None:
+            return                        # a segment is running; its end plans the next
         env = self.env
         plan = self.scheduler.next_segment(env.now)
         if plan is None:
@@ -99,6 +104,17 @@ class Replica:
             return self.scheduler.kv.num_used_blocks
         done = seg.steps_ended_by(self.env.now - self._seg_start_s)
         return self.scheduler.kv_used_blocks_during(seg, done)
+
+    def abandon(self) -> list[Request]:
+        """The replica is gone (spot preemption): stop, and hand back its open
+        requests with their progress lost."""
+        self._gen += 1
+        self._seg = None
+        lost = self.scheduler.open_requests()
+        self.scheduler.reset()
+        for req in lost:
+            req.restart()
+        return lost
 
     def cut_off(self) -> None:
         """The run ends now: apply the steps of the running segment that are

@@ -25,7 +25,7 @@ class Request:
                  "num_output_tokens", "num_computed_tokens", "num_blocks",
                  "admitted_s", "first_token_s", "finish_s", "preemptions",
                  "status", "reject_reason", "cached_prompt_tokens",
-                 "seq", "decode_base", "output_base")
+                 "seq", "decode_base", "output_base", "attempts", "holds_slot")
 
     def __init__(self, request_id: int, stream_index: int, team: str, model: str, pool: str,
                  priority: int, arrival_s: float, prompt_tokens: int, max_output_tokens: int) -> None:
@@ -52,8 +52,19 @@ class Request:
         # Scheduler bookkeeping: admission order, and while decoding in a
         # cohort, computed = decode_base + step and output = output_base + step.
         self.seq = -1
+        self.attempts = 1                  # tries by the client (retries after 429/503, losses)
+        self.holds_slot = False            # counts against its team's concurrency limit
         self.decode_base = 0
         self.output_base = 0
+
+    def restart(self) -> None:
+        """Forget all progress: the request starts again (a retry elsewhere)."""
+        self.num_output_tokens = 0
+        self.num_computed_tokens = 0
+        self.num_blocks = 0
+        self.admitted_s = math.nan
+        self.first_token_s = math.nan
+        self.replica = -1
 
     @property
     def num_tokens(self) -> int:

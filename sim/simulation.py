@@ -15,6 +15,7 @@ import numpy as np
 import simpy
 
 from sim.config.resolve import Resolved
+from sim.gateway.service import Gateway
 from sim.pool import Pool
 from sim.recorder import Recorder
 from sim.request import Request, Status
@@ -30,18 +31,25 @@ class Simulation:
         self.scenario = scenario
         self.env = simpy.Environment()
         self.recorder = Recorder(record_steps=scenario.record_steps)
-        workload_seq, = np.random.SeedSequence(scenario.seed).spawn(1)
+        workload_seq, pools_seq, self._gateway_seq = np.random.SeedSequence(scenario.seed).spawn(3)
         self.arrivals: RequestArrivals = generate_arrivals(
             scenario.workload, scenario.duration, workload_seq, base_dir)
+        pool_rngs = [np.random.default_rng(s) for s in pools_seq.spawn(len(resolved.pools))]
         self.pools: dict[str, Pool] = {
             name: Pool(self.env, spec, self.recorder, self._on_finish, self._on_reject,
-                       scenario.sample_interval)
-            for name, spec in resolved.pools.items()}
+                       self._on_lost, scenario.sample_interval, rng,
+                       {t: cfg.weight for t, cfg in scenario.gateway.teams.items()})
+            for (name, spec), rng in zip(resolved.pools.items(), pool_rngs)}
         streams = scenario.workload.streams
-        self._stream_meta = [
-            (streams[s].team, streams[s].priority, self.pools[resolved.stream_pool[s]])
-            for s in self.arrivals.stream_names]
-        self._stream_of: dict[int, int] = {}
+        stream_cfgs = [streams[s] for s in self.arrivals.stream_names]
+        default_pools = [resolved.stream_pool[s] for s in self.arrivals.stream_names]
+        self._stream_meta = [(cfg.team, cfg.priority, self.pools[pool])
+                             for cfg, pool in zip(stream_cfgs, default_pools)]
+        self.gateway: Gateway | None = None
+        if scenario.gateway.active or any(c.retry or c.api_key for c in stream_cfgs):
+            self.gateway = Gateway(self.env, scenario.gateway, stream_cfgs, default_pools,
+                                   self.pools, np.random.default_rng(self._gateway_seq),
+                                   self._reject_final)
         self._open = 0
         self._arrivals_done = False
         self._stop = self.env.event()
@@ -50,15 +58,45 @@ class Simulation:
     # -- request lifecycle ----------------------------------------------------
     def _terminal(self, req: Request, status: str) -> None:
         req.status = status
-        self.recorder.record_request(req, self._stream_of.pop(req.request_id))
+        self.recorder.record_request(req, req.stream_index)
         self._open -= 1
         if self._open == 0 and self._arrivals_done and not self._stop.triggered:
             self._stop.succeed()
 
     def _on_finish(self, req: Request) -> None:
+        gateway = self.gateway
+        if gateway is not None:
+            escalate_to = gateway.escalates(req)
+            if escalate_to is not None:
+                # cascade: the small model's answer was not enough; the large one
+                # starts over (the client waits through both)
+                req.attempts += 1
+                req.restart()
+                req.pool = escalate_to
+                req.model = self.pools[escalate_to].model_name
+                self.pools[escalate_to].submit(req)
+                return
+            gateway.left_pool(req)
         self._terminal(req, Status.COMPLETED)
 
+    def _on_lost(self, req: Request) -> None:
+        """A replica holding ``req`` was lost: the gateway (or client) tries again."""
+        if self.gateway is not None:
+            self.gateway.left_pool(req)
+            self.gateway.refuse(req, "replica_lost", 0.0)
+        else:
+            req.attempts += 1
+            self.pools[req.pool].submit(req)
+
     def _on_reject(self, req: Request, reason: str) -> None:
+        """The pool refused ``req`` (too long, or shed from a full queue)."""
+        if self.gateway is not None:
+            self.gateway.left_pool(req)
+            self.gateway.refuse(req, reason, 0.0)
+        else:
+            self._reject_final(req, reason)
+
+    def _reject_final(self, req: Request, reason: str) -> None:
         req.reject_reason = reason
         req.finish_s = self.env.now
         self._terminal(req, Status.REJECTED)
@@ -82,6 +120,7 @@ class Simulation:
         env = self.env
         now = env.now
         times = self._arr_times
+        gateway = self.gateway
         i = self._arr_next
         n = len(times)
         while i < n and times[i] <= now:
@@ -89,9 +128,11 @@ class Simulation:
             team, priority, pool = self._stream_meta[s]
             req = Request(i, s, team, pool.model_name, pool.name, priority, times[i],
                           self._arr_prompts[i], self._arr_outputs[i])
-            self._stream_of[i] = s
             self._open += 1
-            pool.submit(req)
+            if gateway is None:
+                pool.submit(req)
+            else:
+                gateway.arrive(req)
             i += 1
         self._arr_next = i
         if i < n:

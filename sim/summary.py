@@ -38,8 +38,8 @@ def summarise(sim, requests: pd.DataFrame, ts: pd.DataFrame) -> dict:
         spec = pool.spec
         usage = pool.usage
         pts = ts[ts["pool"] == name]
-        replicas = len(pool.replicas)
-        gpu_s = replicas * spec.gpus_per_replica * end_s
+        gpu_s = pool.billed_gpu_seconds(end_s)
+        replicas = gpu_s / spec.gpus_per_replica / end_s if end_s > 0 else 0.0
         cost = gpu_s / 3600.0 * spec.price_per_gpu_hour
         busy_s = usage.busy_total_s
         pool_cost[name] = cost
@@ -48,12 +48,12 @@ def summarise(sim, requests: pd.DataFrame, ts: pd.DataFrame) -> dict:
             "model": spec.model.name,
             "hardware": spec.hardware.name,
             "tp": spec.cfg.tp,
-            "replicas_mean": float(replicas),
-            "replicas_max": replicas,
+            "replicas_mean": replicas,
+            "replicas_max": pool.replicas_max,
             "kv_blocks_per_replica": spec.kv.num_blocks,
             "gpu_hours": gpu_s / 3600.0,
             "cost_usd": cost,
-            "busy_frac": busy_s / (replicas * end_s) if end_s > 0 else 0.0,
+            "busy_frac": busy_s * spec.gpus_per_replica / gpu_s if gpu_s > 0 else 0.0,
             "mfu": usage.flops_total / (gpu_s * pool.cost_model.peak_flops_per_gpu)
             if gpu_s > 0 else 0.0,
             "mbu": usage.bytes_total / (gpu_s * pool.cost_model.peak_bytes_per_s_per_gpu)

@@ -21,12 +21,14 @@ def test_least_outstanding_picks_the_brute_force_minimum(num_replicas, ops):
     """The heap router always picks min(outstanding, index), like a full scan."""
     replicas = [FakeReplica(i) for i in range(num_replicas)]
     router = LeastOutstandingRouter(LeastOutstandingConfig())
+    for r in replicas:
+        router.on_ready(r)
     counts = [0] * num_replicas
     for is_submit, k in ops:
         busy = [i for i in range(num_replicas) if counts[i] > 0]
         if is_submit or not busy:
             expected = min(range(num_replicas), key=lambda i: (counts[i], i))
-            assert router.pick(None, replicas).index == expected
+            assert router.pick(None, replicas, None).index == expected
             counts[expected] += 1
         else:
             i = busy[k % len(busy)]
@@ -38,6 +40,31 @@ def test_round_robin_cycles_through_replicas():
     """Round robin visits replicas in order, whatever their load."""
     replicas = [FakeReplica(i) for i in range(3)]
     router = RoundRobinRouter(RoundRobinConfig())
-    picks = [router.pick(None, replicas).index for _ in range(7)]
+    picks = [router.pick(None, replicas, None).index for _ in range(7)]
     assert picks == [0, 1, 2, 0, 1, 2, 0]
     assert np.bincount(picks).tolist() == [3, 2, 2]
+
+
+def test_least_outstanding_skips_replicas_that_left_and_respects_room():
+    """A drained replica is never picked; with a room check, a full least-loaded
+    replica means no pick."""
+    replicas = [FakeReplica(i) for i in range(3)]
+    router = LeastOutstandingRouter(LeastOutstandingConfig())
+    for r in replicas:
+        router.on_ready(r)
+    router.on_leave(replicas[0])
+    ready = replicas[1:]
+    assert [router.pick(None, ready, None).index for _ in range(4)] == [1, 2, 1, 2]
+    assert router.pick(None, ready, lambda r: False) is None
+    router.on_done(1)
+    assert router.pick(None, ready, None).index == 1
+
+
+def test_round_robin_skips_replicas_without_room():
+    """With a room check, round robin takes the next replica that has room."""
+    replicas = [FakeReplica(i) for i in range(3)]
+    router = RoundRobinRouter(RoundRobinConfig())
+    full = {1}
+    picks = [router.pick(None, replicas, lambda r: r.index not in full).index for _ in range(4)]
+    assert picks == [0, 2, 0, 2]
+    assert router.pick(None, replicas, lambda r: False) is None

@@ -101,10 +101,36 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
                         max_model_len=max_len, price_per_gpu_hour=price)
 
 
+def _check_gateway(scenario: Scenario, problems: list[tuple[Loc, str]]) -> None:
+    gw = scenario.gateway
+    for alias, target in gw.aliases.items():
+        if target not in gw.models:
+            problems.append((("gateway", "aliases", alias), f"alias target '{target}' is not a "
+                             f"served model; served: {_choices(gw.models) or 'none'}"))
+    for name, served in gw.models.items():
+        here = ("gateway", "models", name)
+        pools = dict(served.pools)
+        if served.cascade is not None:
+            pools = {served.cascade.first: 1.0, served.cascade.then: 1.0}
+        base = name.split("@", 1)[0].lower()
+        for pool in pools:
+            if pool not in scenario.pools:
+                problems.append((here, f"unknown pool '{pool}'; pools: {_choices(scenario.pools)}"))
+            elif "@" in name and scenario.pools[pool].model.lower() != base:
+                problems.append((here, f"'{name}' is routed to pool '{pool}', which serves "
+                                 f"'{scenario.pools[pool].model}', not '{base}'"))
+
+
 def _route_streams(scenario: Scenario, problems: list[tuple[Loc, str]]) -> dict[str, str]:
     routes: dict[str, str] = {}
+    gw = scenario.gateway
     for sname, stream in scenario.workload.streams.items():
         here = ("workload", "streams", sname)
+        served_name = gw.aliases.get(stream.model, stream.model) if stream.model else None
+        if served_name in gw.models and stream.pool is None:
+            served = gw.models[served_name]
+            routes[sname] = served.cascade.first if served.cascade else next(iter(served.pools))
+            continue
         if stream.pool is not None:
             if stream.pool not in scenario.pools:
                 problems.append((here + ("pool",), f"unknown pool '{stream.pool}'; pools: "
@@ -139,6 +165,7 @@ def resolve(scenario: Scenario) -> tuple[Resolved | None, list[tuple[Loc, str]]]
         resolved = _check_pool(name, pool, scenario, problems)
         if resolved is not None:
             pools[name] = resolved
+    _check_gateway(scenario, problems)
     routes = _route_streams(scenario, problems)
     if problems:
         return None, problems

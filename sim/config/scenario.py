@@ -10,12 +10,14 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, PrivateAttr
 
-from sim.config.common import (Bytes, Fraction, PositiveBytes, PositiveInt, PositiveSeconds,
+from sim.config.common import (Bytes, BytesPerS, Fraction, PositiveBytes, PositiveInt, PositiveSeconds,
                                Seconds, StrictModel)
+from sim.config.gateway import GatewayConfig
 from sim.config.profiles import DType, HardwareSpec, ModelSpec
 from sim.config.workload import WorkloadConfig
 from sim.cost.roofline import RooflineConfig
-from sim.routers.least_outstanding import LeastOutstandingConfig
+from sim.autoscalers import AutoscalerConfig
+from sim.routers import RouterConfig
 from sim.routers.round_robin import RoundRobinConfig
 from sim.schedulers.continuous import ContinuousConfig
 from sim.schedulers.single import SingleConfig
@@ -23,9 +25,34 @@ from sim.schedulers.static import StaticConfig
 
 SchedulerConfig = Annotated[Union[SingleConfig, StaticConfig, ContinuousConfig],
                             Field(discriminator="type")]
-RouterConfig = Annotated[Union[RoundRobinConfig, LeastOutstandingConfig],
-                         Field(discriminator="type")]
 CostModelConfig = Annotated[Union[RooflineConfig], Field(discriminator="type")]
+
+
+class ColdStartConfig(StrictModel):
+    """Time from asking for a replica to its serving: provisioning + weight load."""
+
+    provisioning: Seconds = Field(60.0, description="Machine and container start")
+    load_bandwidth: BytesPerS = Field(
+        "2GB/s", description="Weight-load bandwidth per GPU (storage to GPU)")
+
+
+class QueueConfig(StrictModel):
+    """Where requests wait before a replica takes them."""
+
+    capacity: PositiveInt | None = Field(
+        None, description="Most requests waiting in the pool; beyond it the lowest priority, "
+                          "then the newest, is shed")
+    fair: bool = Field(False, description="Weighted fair queueing between teams")
+    weights: dict[str, float] = Field(default_factory=dict,
+                                      description="Fair-share weight per team (default 1)")
+    max_outstanding_per_replica: PositiveInt | None = Field(
+        None, description="Requests a replica may hold (queued + running) before the pool "
+                          "keeps the rest; unset = hand every request to a replica at once")
+
+
+class SpotConfig(StrictModel):
+    preemptions_per_hour: float = Field(
+        ge=0, description="Rate at which each replica is taken back (Poisson)")
 
 
 class PoolConfig(StrictModel):
@@ -56,6 +83,12 @@ class PoolConfig(StrictModel):
                                  description="How the pool picks a replica")
     cost_model: CostModelConfig = Field(default_factory=RooflineConfig,
                                         description="Where step times come from")
+    autoscaler: AutoscalerConfig | None = Field(
+        None, description="Replica count policy; unset = fixed at `replicas`")
+    cold_start: ColdStartConfig = Field(default_factory=ColdStartConfig,
+                                        description="Start-up time of a new replica")
+    queue: QueueConfig = Field(default_factory=QueueConfig, description="Pool queue")
+    spot: SpotConfig | None = Field(None, description="Spot replicas: preemption rate")
 
 
 class Scenario(StrictModel):
@@ -75,6 +108,8 @@ class Scenario(StrictModel):
     models: dict[str, ModelSpec] = Field(
         default_factory=dict, description="Extra model profiles defined inline")
     workload: WorkloadConfig
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig,
+                                   description="Auth, team limits, model registry and routes")
     pools: dict[str, PoolConfig] = Field(min_length=1, description="Pool name -> pool")
 
     # Where the scenario was read from: relative paths in it resolve against this.

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from sim import units
+from sim.gateway.retry import RetryPolicy
 from sim.config.common import (
     PositiveRatePerS,
     PositiveSeconds,
@@ -299,6 +300,11 @@ class StreamConfig(StrictModel):
     pool: Optional[str] = Field(
         default=None, description="Send straight to this pool instead of routing by model.")
     priority: int = Field(default=0, description="Scheduling priority; lower is more urgent.")
+    api_key: Optional[str] = Field(
+        default=None, description="API key id the client sends (see gateway.keys).")
+    retry: Optional[RetryPolicy] = Field(
+        default=None, description="Client retries after 429/503 (backoff with jitter); "
+                                  "unset = no retries.")
     arrival: ArrivalConfig = Field(description="Arrival process (poisson, gamma or trace).")
     prompt_tokens: Optional[LengthConfig] = Field(
         default=None,

@@ -1,12 +1,14 @@
-"""Round robin: replicas in turn, whatever their load."""
+"""Round robin: ready replicas in turn, whatever their load."""
 from __future__ import annotations
 
 from typing import Literal, Sequence
 
+import numpy as np
+
 from sim.config.common import StrictModel
 from sim.replica import Replica
 from sim.request import Request
-from sim.routers.base import Router
+from sim.routers.base import HasRoom, Router
 
 
 class RoundRobinConfig(StrictModel):
@@ -14,10 +16,14 @@ class RoundRobinConfig(StrictModel):
 
 
 class RoundRobinRouter(Router):
-    def __init__(self, cfg: RoundRobinConfig) -> None:
+    def __init__(self, cfg: RoundRobinConfig, rng: np.random.Generator | None = None) -> None:
         self._next = 0
 
-    def pick(self, req: Request, replicas: Sequence[Replica]) -> Replica:
-        replica = replicas[self._next % len(replicas)]
-        self._next += 1
+    def pick(self, req: Request, ready: Sequence[Replica], has_room: HasRoom) -> Replica | None:
+        n = len(ready)
+        start = self._next % n
+        order = (ready[(start + k) % n] for k in range(n))
+        replica = self.first_with_room(order, has_room)
+        if replica is not None:
+            self._next = (ready.index(replica) + 1) if has_room is not None else start + 1
         return replica

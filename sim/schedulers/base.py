@@ -129,6 +129,12 @@ class Scheduler(ABC):
     def num_outstanding(self) -> int:
         return len(self.waiting) + self.num_running
 
+    def reset(self) -> None:
+        """Forget every request (the replica was lost); the KV cache is empty."""
+        self.waiting.clear()
+        self.running = []
+        self.kv.num_free_blocks = self.kv.num_blocks
+
     def open_requests(self) -> list[Request]:
         """Requests not yet terminal, with their token counts up to date."""
         return list(self.running) + list(self.waiting)

@@ -84,6 +84,11 @@ class ContinuousScheduler(Scheduler):
     def open_requests(self) -> list[Request]:
         return self.cohort.materialise(self.step) + self.prefilling + list(self.waiting)
 
+    def reset(self) -> None:
+        super().reset()
+        self.cohort = DecodeCohort(self.kv.block_size_tokens)
+        self.prefilling = []
+
     # -- planning -------------------------------------------------------------------
     def _preempt_last(self) -> None:
         """Preempt (recompute) the last running request: a prefilling one if any."""

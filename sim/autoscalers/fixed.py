@@ -1,0 +1,19 @@
+"""Fixed: keep whatever replica count the pool has; never scale."""
+from __future__ import annotations
+
+from typing import Literal
+
+from sim.autoscalers.base import Autoscaler
+from sim.config.common import StrictModel
+
+
+class FixedConfig(StrictModel):
+    type: Literal["fixed"] = "fixed"
+
+
+class FixedAutoscaler(Autoscaler):
+    def __init__(self, cfg: FixedConfig) -> None:
+        self.cfg = cfg
+
+    def desired(self, now_s: float, current: int, ready: int) -> int:
+        return current

@@ -1,0 +1,76 @@
+"""Gateway configuration: API keys, team limits, the model registry and routes."""
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from sim.config.common import PositiveSeconds, Seconds, StrictModel
+
+
+class KeyConfig(StrictModel):
+    team: str = Field(description="Team the key belongs to")
+    revoked_at: Seconds | None = Field(None, description="Time from which the key is refused")
+
+
+class BudgetConfig(StrictModel):
+    tokens: float | None = Field(None, gt=0, description="Prompt + output tokens per period")
+    usd: float | None = Field(None, gt=0, description="US dollars per period")
+    period: PositiveSeconds = Field(86400.0, description="Budget window, e.g. 1d")
+
+    @model_validator(mode="after")
+    def _one_limit(self) -> "BudgetConfig":
+        if (self.tokens is None) == (self.usd is None):
+            raise ValueError("give exactly one of `tokens` and `usd`")
+        return self
+
+
+class TeamConfig(StrictModel):
+    requests_per_min: float | None = Field(None, gt=0, description="Token bucket on requests")
+    tokens_per_min: float | None = Field(
+        None, gt=0, description="Token bucket on prompt + max output tokens")
+    max_concurrency: int | None = Field(None, gt=0, description="Requests in flight at once")
+    budget: BudgetConfig | None = Field(None, description="Spend limit per period")
+    max_priority: int | None = Field(
+        None, description="Most urgent priority the team may use (lower is more urgent); "
+                          "requests asking for more are lowered to it")
+    weight: float = Field(1.0, gt=0, description="Fair-share weight in pool queues")
+
+
+class CascadeConfig(StrictModel):
+    first: str = Field(description="Pool that tries first (the small model)")
+    then: str = Field(description="Pool that gets the escalated share (the large model)")
+    escalation: float = Field(ge=0, le=1, description="Share escalated after the first attempt")
+
+
+class ServedModelConfig(StrictModel):
+    """One name the gateway serves (a model, ``model@version``, a variant)."""
+
+    pools: dict[str, float] = Field(
+        default_factory=dict, description="Pool -> weight (a canary split when several)")
+    cascade: CascadeConfig | None = Field(None, description="Small model first, then escalate")
+    quality: float | None = Field(None, ge=0, le=1, description="Quality score of this variant")
+    teams: list[str] | None = Field(None, description="Only these teams may call it")
+    usd_per_million_input_tokens: float = Field(0.0, ge=0, description="Price charged to budgets")
+    usd_per_million_output_tokens: float = Field(0.0, ge=0, description="Price charged to budgets")
+
+    @model_validator(mode="after")
+    def _one_route(self) -> "ServedModelConfig":
+        if bool(self.pools) == (self.cascade is not None):
+            raise ValueError("give either `pools` (with weights) or `cascade`")
+        if any(w <= 0 for w in self.pools.values()):
+            raise ValueError("pool weights must be greater than 0")
+        return self
+
+
+class GatewayConfig(StrictModel):
+    keys: dict[str, KeyConfig] = Field(
+        default_factory=dict, description="API key id -> team; when any is given, every "
+                                          "request must carry a valid key")
+    teams: dict[str, TeamConfig] = Field(default_factory=dict, description="Limits per team")
+    models: dict[str, ServedModelConfig] = Field(
+        default_factory=dict, description="Served model names and where they run")
+    aliases: dict[str, str] = Field(default_factory=dict,
+                                    description="Alias -> served model name")
+
+    @property
+    def active(self) -> bool:
+        return bool(self.keys or self.teams or self.models or self.aliases)
