@@ -250,7 +250,7 @@ class Pool:
                 surplus -= 1
 
     # -- state for sampling ---------------------------------------------------------------
-    def snapshot(self) -> tuple[int, int, int, int, int]:
+    def snapshot(self) -> tuple[int, int, int, int, int, int]:
         queued, running, used, total = len(self.queue), 0, 0, 0
         for r in self.replicas:
             if r.state == STARTING:
@@ -260,7 +260,7 @@ class Pool:
             running += s.num_running
             used += r.kv_used_blocks()
             total += s.kv.num_blocks
-        return len(self.replicas), queued, running, used, total
+        return len(self.replicas), len(self.ready), queued, running, used, total
 
     def open_requests(self):
         for r in self.replicas:

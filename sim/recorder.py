@@ -49,7 +49,7 @@ REQUEST_COLUMNS = {
 
 # One row per pool per sampling instant.
 SAMPLE_COLUMNS = {
-    "time_s": "float64", "pool": "int32", "replicas": "int32", "queued": "int64",
+    "time_s": "float64", "pool": "int32", "replicas": "int32", "ready": "int32", "queued": "int64",
     "running": "int64", "kv_used_blocks": "int64", "kv_total_blocks": "int64",
 }
 

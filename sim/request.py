@@ -25,7 +25,7 @@ class Request:
                  "num_output_tokens", "num_computed_tokens", "num_blocks",
                  "admitted_s", "first_token_s", "finish_s", "preemptions",
                  "status", "reject_reason", "cached_prompt_tokens",
-                 "seq", "decode_base", "output_base", "attempts", "holds_slot")
+                 "seq", "decode_base", "output_base", "attempts", "holds_slot", "prefix_group")
 
     def __init__(self, request_id: int, stream_index: int, team: str, model: str, pool: str,
                  priority: int, arrival_s: float, prompt_tokens: int, max_output_tokens: int) -> None:
@@ -56,6 +56,7 @@ class Request:
         self.holds_slot = False            # counts against its team's concurrency limit
         self.decode_base = 0
         self.output_base = 0
+        self.prefix_group: str | None = None   # shared-prefix key for prefix-affinity routing
 
     def restart(self) -> None:
         """Forget all progress: the request starts again (a retry elsewhere)."""

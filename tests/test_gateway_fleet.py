@@ -156,6 +156,8 @@ def test_autoscaler_scales_out_after_a_step_and_in_without_dropping_requests():
     grown = ts[ts.replicas > 1]
     assert len(grown) > 0
     assert grown.time_s.min() <= 120 + 6 + 2 + 2 + 2        # asked within the windows
+    ready = ts[ts.ready > 1]
+    assert 120 + cold_s <= ready.time_s.min() <= 120 + 6 + 2 + cold_s + 2 + 2
     assert ts.replicas.max() >= 3
     assert (r.requests.status == "completed").all()
     late = ts[ts.time_s > 500]
@@ -186,3 +188,20 @@ def test_cascade_escalates_the_configured_share_and_canary_splits_by_weight():
     direct = req[req.stream == "direct-large"]
     canary = (direct.pool == "large-fp8").mean()
     assert 0.05 < canary < 0.16
+
+
+def test_variant_needs_are_checked_against_the_pool(tmp_path):
+    """A served fp8 variant routed to a bf16 pool, or to too few GPUs, is an
+    error naming the served model before anything runs."""
+    data = small().model_dump(mode="json")
+    data["gateway"] = {"models": {"llama-3.1-8b@fp8": {
+        "pools": {"p": 1.0}, "weight_dtype": "fp8", "min_tp": 2}}}
+    data["workload"]["streams"]["s"]["model"] = "llama-3.1-8b@fp8"
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(sim.ScenarioError) as exc:
+        sim.load_scenario(path)
+    text = str(exc.value)
+    assert "gateway.models.llama-3.1-8b@fp8" in text
+    assert "fp8 variant" in text and "tp=2" in text

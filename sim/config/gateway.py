@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from sim.config.common import PositiveSeconds, Seconds, StrictModel
+from sim.config.common import Bytes, PositiveSeconds, Seconds, StrictModel
+from sim.config.profiles import DType
 
 
 class KeyConfig(StrictModel):
@@ -48,6 +49,11 @@ class ServedModelConfig(StrictModel):
         default_factory=dict, description="Pool -> weight (a canary split when several)")
     cascade: CascadeConfig | None = Field(None, description="Small model first, then escalate")
     quality: float | None = Field(None, ge=0, le=1, description="Quality score of this variant")
+    weight_dtype: DType | None = Field(
+        None, description="Quantisation of this variant; its pools must use it")
+    hardware: list[str] | None = Field(None, description="GPU kinds it may run on")
+    min_tp: int | None = Field(None, gt=0, description="Fewest GPUs per replica it needs")
+    min_gpu_memory: Bytes | None = Field(None, description="Least memory per GPU it needs")
     teams: list[str] | None = Field(None, description="Only these teams may call it")
     usd_per_million_input_tokens: float = Field(0.0, ge=0, description="Price charged to budgets")
     usd_per_million_output_tokens: float = Field(0.0, ge=0, description="Price charged to budgets")

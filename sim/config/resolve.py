@@ -119,6 +119,30 @@ def _check_gateway(scenario: Scenario, problems: list[tuple[Loc, str]]) -> None:
             elif "@" in name and scenario.pools[pool].model.lower() != base:
                 problems.append((here, f"'{name}' is routed to pool '{pool}', which serves "
                                  f"'{scenario.pools[pool].model}', not '{base}'"))
+            else:
+                problems.extend((here, msg) for msg in _needs_unmet(name, served, pool,
+                                                                    scenario))
+
+
+def _needs_unmet(name: str, served, pool_name: str, scenario: Scenario) -> list[str]:
+    """What a served model needs (dtype, GPU kind, TP, memory) that its pool lacks."""
+    pool = scenario.pools[pool_name]
+    hw = profiles.find_hardware(pool.hardware, scenario.hardware)
+    out = []
+    if served.weight_dtype is not None and pool.weight_dtype != served.weight_dtype:
+        out.append(f"'{name}' is a {served.weight_dtype} variant but pool '{pool_name}' runs "
+                   f"{pool.weight_dtype} weights")
+    if served.hardware is not None and hw is not None and \
+            hw.name.lower() not in {h.lower() for h in served.hardware}:
+        out.append(f"'{name}' runs on {', '.join(served.hardware)}; pool '{pool_name}' has "
+                   f"{hw.name}")
+    if served.min_tp is not None and pool.tp < served.min_tp:
+        out.append(f"'{name}' needs at least tp={served.min_tp}; pool '{pool_name}' has "
+                   f"tp={pool.tp}")
+    if served.min_gpu_memory is not None and hw is not None and hw.memory < served.min_gpu_memory:
+        out.append(f"'{name}' needs {served.min_gpu_memory / 1e9:.0f} GB per GPU; "
+                   f"{hw.name} has {hw.memory / 1e9:.0f} GB")
+    return out
 
 
 def _route_streams(scenario: Scenario, problems: list[tuple[Loc, str]]) -> dict[str, str]:
