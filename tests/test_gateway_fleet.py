@@ -178,7 +178,8 @@ def test_spot_losses_are_retried_and_nothing_is_lost():
 
 
 def test_cascade_escalates_the_configured_share_and_canary_splits_by_weight():
-    """25% of cascade requests end on the large pool; the canary gets ~10%."""
+    """25% of cascade requests end on the large pool; the canary gets ~10%;
+    long prompts go to the large model."""
     r = sim.run(load("small-large-routing"))
     req = r.requests
     auto = req[req.stream == "auto"]
@@ -188,6 +189,9 @@ def test_cascade_escalates_the_configured_share_and_canary_splits_by_weight():
     direct = req[req.stream == "direct-large"]
     canary = (direct.pool == "large-fp8").mean()
     assert 0.05 < canary < 0.16
+    docs = req[req.stream == "documents"]
+    assert ((docs.prompt_tokens >= 4000) == (docs.pool == "large")).all()
+    assert 0 < (docs.pool == "large").sum() < len(docs)
 
 
 def test_variant_needs_are_checked_against_the_pool(tmp_path):
@@ -205,3 +209,28 @@ def test_variant_needs_are_checked_against_the_pool(tmp_path):
     text = str(exc.value)
     assert "gateway.models.llama-3.1-8b@fp8" in text
     assert "fp8 variant" in text and "tp=2" in text
+
+
+def test_scale_to_zero_and_back_pays_a_cold_start():
+    """With min_replicas 0 the pool empties during a lull; the first request
+    after it waits in the pool queue for a cold start, then completes."""
+    scn = small(**{
+        "duration": 400, "sample_interval": 2,
+        "workload.streams.s.arrival": {"type": "poisson", "rate": {
+            "type": "piecewise", "points": [[0, 2], [60, 0], [300, 2]]}},
+        "pools.p.cold_start": {"provisioning": 20, "load_bandwidth": "4GB/s"},
+        "pools.p.autoscaler": {"type": "target", "metric": "inflight_per_replica",
+                               "target": 8, "min_replicas": 0, "max_replicas": 2,
+                               "stable_window": 20, "panic_window": 4, "tick": 2,
+                               "scale_down_cooldown": 10, "scale_to_zero_grace": 10},
+    })
+    r = sim.run(scn)
+    ts, req = r.timeseries, r.requests
+    lull = ts[(ts.time_s > 150) & (ts.time_s < 300)]
+    assert (lull.replicas == 0).all()
+    assert (req.status == "completed").all()
+    cold_s = 20 + 16.06e9 / 4e9
+    first_after = req[req.arrival_s >= 300].sort_values("arrival_s").iloc[0]
+    assert first_after.ttft_s >= cold_s
+    pool = r.summary["pools"]["p"]
+    assert pool["replicas_mean"] < 1.0

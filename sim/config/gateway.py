@@ -42,12 +42,22 @@ class CascadeConfig(StrictModel):
     escalation: float = Field(ge=0, le=1, description="Share escalated after the first attempt")
 
 
+class LengthRouteConfig(StrictModel):
+    """Route by request class: short prompts to one pool, long ones to another."""
+
+    threshold_tokens: int = Field(gt=0, description="Prompts at or above this are long")
+    short: str = Field(description="Pool for prompts below the threshold")
+    long: str = Field(description="Pool for prompts at or above the threshold")
+
+
 class ServedModelConfig(StrictModel):
     """One name the gateway serves (a model, ``model@version``, a variant)."""
 
     pools: dict[str, float] = Field(
         default_factory=dict, description="Pool -> weight (a canary split when several)")
     cascade: CascadeConfig | None = Field(None, description="Small model first, then escalate")
+    by_prompt_length: LengthRouteConfig | None = Field(
+        None, description="Route short and long prompts to different pools")
     quality: float | None = Field(None, ge=0, le=1, description="Quality score of this variant")
     weight_dtype: DType | None = Field(
         None, description="Quantisation of this variant; its pools must use it")
@@ -60,8 +70,10 @@ class ServedModelConfig(StrictModel):
 
     @model_validator(mode="after")
     def _one_route(self) -> "ServedModelConfig":
-        if bool(self.pools) == (self.cascade is not None):
-            raise ValueError("give either `pools` (with weights) or `cascade`")
+        routes = [bool(self.pools), self.cascade is not None, self.by_prompt_length is not None]
+        if sum(routes) != 1:
+            raise ValueError("give exactly one of `pools` (with weights), `cascade` and "
+                             "`by_prompt_length`")
         if any(w <= 0 for w in self.pools.values()):
             raise ValueError("pool weights must be greater than 0")
         return self

@@ -112,6 +112,8 @@ def _check_gateway(scenario: Scenario, problems: list[tuple[Loc, str]]) -> None:
         pools = dict(served.pools)
         if served.cascade is not None:
             pools = {served.cascade.first: 1.0, served.cascade.then: 1.0}
+        if served.by_prompt_length is not None:
+            pools = {served.by_prompt_length.short: 1.0, served.by_prompt_length.long: 1.0}
         base = name.split("@", 1)[0].lower()
         for pool in pools:
             if pool not in scenario.pools:
@@ -153,7 +155,12 @@ def _route_streams(scenario: Scenario, problems: list[tuple[Loc, str]]) -> dict[
         served_name = gw.aliases.get(stream.model, stream.model) if stream.model else None
         if served_name in gw.models and stream.pool is None:
             served = gw.models[served_name]
-            routes[sname] = served.cascade.first if served.cascade else next(iter(served.pools))
+            if served.cascade:
+                routes[sname] = served.cascade.first
+            elif served.by_prompt_length:
+                routes[sname] = served.by_prompt_length.short
+            else:
+                routes[sname] = next(iter(served.pools))
             continue
         if stream.pool is not None:
             if stream.pool not in scenario.pools:

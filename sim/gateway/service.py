@@ -139,6 +139,9 @@ class Gateway:
             pool = self.default_route[req.stream_index]
         elif served.cascade is not None:
             pool = served.cascade.first
+        elif served.by_prompt_length is not None:
+            rule = served.by_prompt_length
+            pool = rule.long if req.prompt_tokens >= rule.threshold_tokens else rule.short
         else:
             names = list(served.pools)
             if len(names) == 1:
