@@ -1,12 +1,25 @@
-"""Paged KV cache accounting for one replica.
+"""Paged KV cache accounting for one replica, with prefix caching.
 
 Blocks are allocated as tokens are computed and freed when a sequence
-finishes or is preempted. Only counts are tracked here: a block's identity
-matters once blocks are shared by prefix, which a prefix-aware manager adds
-behind the same interface. "Doesn't fit" is a ``False`` return, not an
+finishes or is preempted. "Doesn't fit" is a ``False`` return, not an
 exception, so the scheduler can preempt and retry.
+
+Prefix caching (vLLM's automatic prefix caching, for shared system prompts):
+a request's full blocks that lie inside its prefix group's shared prefix are
+kept per group as a chain of blocks 0, 1, 2, ... with reference counts. A
+later request of the group takes the cached chain (only full blocks, and
+never its last prompt token, which must be computed to sample) and skips
+their prefill. A block whose count falls to 0 stays cached but can be
+evicted; eviction takes the tail block of the least recently used group
+(a chain is only usable from its start, so tails go first). Blocks of
+different groups are never shared.
+
+``num_free_blocks`` counts every block an allocation can have: never-used
+ones plus evictable cached ones. ``num_cached_blocks`` counts the latter.
 """
 from __future__ import annotations
+
+from collections import OrderedDict
 
 from sim.request import Request
 
@@ -16,10 +29,14 @@ def blocks_for(num_tokens: int, block_size_tokens: int) -> int:
 
 
 class KvCacheManager:
-    def __init__(self, num_blocks: int, block_size_tokens: int) -> None:
+    def __init__(self, num_blocks: int, block_size_tokens: int,
+                 prefix_caching: bool = False) -> None:
         self.num_blocks = num_blocks
         self.block_size_tokens = block_size_tokens
         self.num_free_blocks = num_blocks
+        self.prefix_caching = prefix_caching
+        self.num_cached_blocks = 0                       # evictable, refcount 0
+        self._chains: OrderedDict[str, list[int]] = OrderedDict()  # group -> refcounts
 
     @property
     def num_used_blocks(self) -> int:
@@ -29,23 +46,102 @@ class KvCacheManager:
     def usage(self) -> float:
         return self.num_used_blocks / self.num_blocks if self.num_blocks else 0.0
 
+    # -- plain blocks -------------------------------------------------------------
+    def take(self, count: int) -> None:
+        """Hand out ``count`` blocks (the caller checked ``num_free_blocks``),
+        evicting cached ones when the never-used ones run out."""
+        short = count - (self.num_free_blocks - self.num_cached_blocks)
+        if short > 0:
+            self._evict(short)
+        self.num_free_blocks -= count
+
+    def give(self, count: int) -> None:
+        self.num_free_blocks += count
+
     def blocks_needed(self, req: Request, num_new_tokens: int) -> int:
         """Extra blocks ``req`` needs to hold ``num_new_tokens`` more computed tokens."""
         total = blocks_for(req.num_computed_tokens + num_new_tokens, self.block_size_tokens)
-        return max(total - req.num_blocks, 0)
+        return max(total - req.prefix_blocks - req.num_blocks, 0)
 
     def allocate(self, req: Request, num_new_tokens: int) -> bool:
         need = self.blocks_needed(req, num_new_tokens)
         if need > self.num_free_blocks:
             return False
-        self.num_free_blocks -= need
+        self.take(need)
         req.num_blocks += need
         return True
 
     def free(self, req: Request) -> None:
         self.num_free_blocks += req.num_blocks
         req.num_blocks = 0
+        if req.prefix_blocks:
+            self.release_prefix(req)
 
     def fits_ever(self, num_tokens: int) -> bool:
         """Whether a sequence of ``num_tokens`` could fit in an empty cache."""
         return blocks_for(num_tokens, self.block_size_tokens) <= self.num_blocks
+
+    # -- prefix cache ---------------------------------------------------------------
+    def hit_blocks(self, req: Request) -> int:
+        """Cached blocks ``req`` could start from (0 without a prefix group)."""
+        if not self.prefix_caching or req.prefix_group is None:
+            return 0
+        chain = self._chains.get(req.prefix_group)
+        if not chain:
+            return 0
+        usable = min(req.prefix_tokens, req.prompt_tokens - 1) // self.block_size_tokens
+        return min(len(chain), usable)
+
+    def pinned_by(self, req: Request, hit: int) -> int:
+        """How many of the first ``hit`` cached blocks are evictable (and would
+        stop being free if ``req`` took them)."""
+        chain = self._chains[req.prefix_group]
+        return sum(1 for i in range(hit) if chain[i] == 0)
+
+    def acquire_prefix(self, req: Request, hit: int) -> None:
+        chain = self._chains[req.prefix_group]
+        for i in range(hit):
+            if chain[i] == 0:
+                self.num_cached_blocks -= 1
+                self.num_free_blocks -= 1
+            chain[i] += 1
+        req.prefix_blocks = hit
+        self._chains.move_to_end(req.prefix_group)
+
+    def release_prefix(self, req: Request) -> None:
+        chain = self._chains[req.prefix_group]
+        for i in range(req.prefix_blocks):
+            chain[i] -= 1
+            if chain[i] == 0:
+                self.num_cached_blocks += 1
+                self.num_free_blocks += 1
+        req.prefix_blocks = 0
+        self._chains.move_to_end(req.prefix_group)
+
+    def register_prefix(self, req: Request) -> None:
+        """After computing tokens: full blocks inside the shared prefix that the
+        group's chain lacks move from ``req``'s own blocks into the chain."""
+        if not self.prefix_caching or req.prefix_group is None:
+            return
+        full = min(req.num_computed_tokens, req.prefix_tokens) // self.block_size_tokens
+        chain = self._chains.setdefault(req.prefix_group, [])
+        if req.prefix_blocks != len(chain) or full <= len(chain):
+            return                  # the chain grew meanwhile, or nothing new to add
+        new = full - len(chain)
+        chain.extend([1] * new)
+        req.num_blocks -= new
+        req.prefix_blocks = full
+        self._chains.move_to_end(req.prefix_group)
+
+    def _evict(self, count: int) -> None:
+        for group in list(self._chains):
+            chain = self._chains[group]
+            while count and chain and chain[-1] == 0:
+                chain.pop()
+                self.num_cached_blocks -= 1
+                count -= 1
+            if not chain:
+                del self._chains[group]
+            if not count:
+                return
+        assert count == 0, "evicted fewer cached blocks than the free count promised"

@@ -99,7 +99,8 @@ class Pool:
 
     # -- replica life cycle ------------------------------------------------------------
     def _new_replica(self) -> Replica:
-        kv = KvCacheManager(self.spec.kv.num_blocks, self.spec.kv.block_size_tokens)
+        kv = KvCacheManager(self.spec.kv.num_blocks, self.spec.kv.block_size_tokens,
+                            prefix_caching=self.cfg.prefix_caching)
         scheduler = self._sched_cls(self.cfg.scheduler, kv=kv, cost=self.cost_model,
                                     limits=self._limits, on_finish=self._finished)
         replica = Replica(self.env, self.code, self._next_index, scheduler, self.recorder,

@@ -25,7 +25,8 @@ class Request:
                  "num_output_tokens", "num_computed_tokens", "num_blocks",
                  "admitted_s", "first_token_s", "finish_s", "preemptions",
                  "status", "reject_reason", "cached_prompt_tokens",
-                 "seq", "decode_base", "output_base", "attempts", "holds_slot", "prefix_group")
+                 "seq", "decode_base", "output_base", "attempts", "holds_slot", "prefix_group",
+                 "prefix_tokens", "prefix_blocks")
 
     def __init__(self, request_id: int, stream_index: int, team: str, model: str, pool: str,
                  priority: int, arrival_s: float, prompt_tokens: int, max_output_tokens: int) -> None:
@@ -57,6 +58,8 @@ class Request:
         self.decode_base = 0
         self.output_base = 0
         self.prefix_group: str | None = None   # shared-prefix key for prefix-affinity routing
+        self.prefix_tokens = 0                 # length of that shared prefix
+        self.prefix_blocks = 0                 # KV blocks held through the prefix cache
 
     def restart(self) -> None:
         """Forget all progress: the request starts again (a retry elsewhere)."""

@@ -113,6 +113,10 @@ class Simulation:
         self._arr_prompts = arr.prompt_tokens.tolist()
         self._arr_outputs = arr.output_tokens.tolist()
         self._arr_streams = arr.stream_index.tolist()
+        self._arr_groups = arr.prefix_group.tolist()
+        streams = self.scenario.workload.streams
+        self._prefix = [(name, streams[name].prefix.tokens) if streams[name].prefix else None
+                        for name in arr.stream_names]
         self._arr_next = 0
         self._release_due()
 
@@ -128,6 +132,10 @@ class Simulation:
             team, priority, pool = self._stream_meta[s]
             req = Request(i, s, team, pool.model_name, pool.name, priority, times[i],
                           self._arr_prompts[i], self._arr_outputs[i])
+            prefix = self._prefix[s]
+            if prefix is not None:
+                req.prefix_group = f"{prefix[0]}#{self._arr_groups[i]}"
+                req.prefix_tokens = prefix[1]
             self._open += 1
             if gateway is None:
                 pool.submit(req)

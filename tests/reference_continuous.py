@@ -59,11 +59,23 @@ class ReferenceContinuousScheduler(Scheduler):
             return scheduled, True
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             req = self.waiting[0]
-            num_new = req.num_tokens - req.num_computed_tokens
+            kv = self.kv
+            hit = kv.hit_blocks(req) if req.num_computed_tokens == 0 else 0
+            cached = hit * kv.block_size_tokens
+            num_new = req.num_tokens - max(req.num_computed_tokens, cached)
             if num_new > budget and not self.cfg.chunked_prefill:
                 break
             num_new = min(num_new, budget)
-            if not self.kv.allocate(req, num_new):
+            if req.num_computed_tokens == 0:
+                req.cached_prompt_tokens = 0
+            if hit:
+                total_blocks = -(-(cached + num_new) // kv.block_size_tokens)
+                if total_blocks - hit + kv.pinned_by(req, hit) > kv.num_free_blocks:
+                    break
+                kv.acquire_prefix(req, hit)
+                req.num_computed_tokens = cached
+                req.cached_prompt_tokens = cached
+            if not kv.allocate(req, num_new):
                 break
             self.waiting.popleft()
             self.running.append(req)
@@ -101,7 +113,10 @@ class ReferenceContinuousScheduler(Scheduler):
         finished: list[Request] = []
         for req, n in scheduled:
             assert num_steps == 1
+            was_decoding = req.is_decoding
             req.num_computed_tokens += n
+            if not was_decoding:        # prefix blocks are cached as a prefill computes them
+                self.kv.register_prefix(req)
             if req.num_computed_tokens == req.num_tokens:
                 req.num_output_tokens += 1
                 if req.num_output_tokens == 1:

@@ -26,6 +26,10 @@ def scenario(**sched) -> Scenario:
             "short": {"model": "llama-3.1-8b", "arrival": {"type": "poisson", "rate": 6},
                       "prompt_tokens": {"type": "uniform", "low": 1, "high": 40},
                       "output_tokens": {"type": "uniform", "low": 1, "high": 30}},
+            "agents": {"model": "llama-3.1-8b", "arrival": {"type": "poisson", "rate": 5},
+                       "prefix": {"tokens": 1000, "groups": 3},
+                       "prompt_tokens": {"type": "uniform", "low": 1, "high": 300},
+                       "output_tokens": {"type": "uniform", "low": 1, "high": 200}},
         }},
         "pools": {"p": {"model": "llama-3.1-8b", "hardware": "H100-SXM", "replicas": 2,
                         "kv_cache_bytes": "1.5GB", "block_size": 16,
@@ -52,6 +56,8 @@ def test_scheduler_matches_reference_per_request(monkeypatch, sched, exact):
     ours = sim.run(scn).requests
     ref = run_reference(scn, monkeypatch)
     assert ref["preemptions"].sum() > 0, "the scenario must exercise preemption"
+    assert ref["cached_prompt_tokens"].sum() > 0, "and prefix-cache hits"
+    pd.testing.assert_series_equal(ours["cached_prompt_tokens"], ref["cached_prompt_tokens"])
     pd.testing.assert_series_equal(ours["status"], ref["status"])
     pd.testing.assert_series_equal(ours["preemptions"], ref["preemptions"])
     pd.testing.assert_series_equal(ours["output_tokens"], ref["output_tokens"])

@@ -272,7 +272,7 @@ def test_bounded_load_moves_a_key_off_an_overloaded_replica():
         counts[got] += 1
         picks.append(got)
     assert picks[0] == owner
-    assert len(set(picks)) == 4 and max(counts) - min(counts) <= 2, counts
+    assert len(set(picks)) == 4 and max(counts) <= math.ceil(1.25 * 40 / 4), counts
     # the spill order is fixed by the ring, so a second router spills the same way
     again, again_replicas = affinity(4, load_factor=1.25)
     assert [again.pick(key_req("hot"), again_replicas, None).index

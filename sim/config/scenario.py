@@ -75,6 +75,8 @@ class PoolConfig(StrictModel):
         "2GB", description="Per-GPU memory kept for activations and buffers")
     kv_cache_bytes: PositiveBytes | None = Field(
         None, description="Per-GPU KV cache size, instead of what memory leaves")
+    prefix_caching: bool = Field(
+        True, description="Reuse cached KV blocks of shared prompt prefixes (vLLM's default)")
     max_model_len: PositiveInt | None = Field(
         None, description="Longest prompt + output accepted; default: the model's")
     scheduler: SchedulerConfig = Field(default_factory=ContinuousConfig,

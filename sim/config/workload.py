@@ -292,6 +292,15 @@ MixtureComponentConfig.model_rebuild()
 # Streams and the workload
 # --------------------------------------------------------------------------
 
+class PrefixConfig(StrictModel):
+    """A shared prompt prefix (a system prompt) that prefix caching can reuse."""
+
+    tokens: int = Field(gt=0, description="Length of the shared prefix, before the "
+                                          "sampled prompt tokens")
+    groups: int = Field(default=1, gt=0, description="Distinct prefixes; each request "
+                                                     "uses one at random")
+
+
 class StreamConfig(StrictModel):
     """One source of requests: who sends them, where to, how often, how long."""
 
@@ -312,6 +321,8 @@ class StreamConfig(StrictModel):
     output_tokens: Optional[LengthConfig] = Field(
         default=None,
         description="Output length distribution; required unless the arrival is a trace.")
+    prefix: Optional[PrefixConfig] = Field(
+        default=None, description="Shared prompt prefix (adds its tokens to every prompt).")
     start: Seconds = Field(default=0.0, description="Run time at which the stream starts.")
     end: Optional[Seconds] = Field(
         default=None, description="Run time at which the stream stops; null for the end "

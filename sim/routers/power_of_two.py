@@ -44,9 +44,11 @@ class PowerOfTwoRouter(Router):
         n = len(ready)
         if n == 1:
             return [ready[0]]
-        i, j = self._rng.integers(0, [n, n - 1])
+        u, v = self._rng.random(2).tolist()     # one draw of two: cheaper than integers()
+        i = int(u * n)
+        j = int(v * (n - 1))
         j += j >= i                       # distinct from i, still uniform
-        return [ready[int(i)], ready[int(j)]]
+        return [ready[i], ready[j]]
 
     def pick(self, req: Request, ready: Sequence[Replica], has_room: HasRoom) -> Replica | None:
         candidates = self.sample(ready)

@@ -24,7 +24,8 @@ class DecodeCohort:
         self.sum_base = 0                           # Σ decode_base
         self.sum_quot = 0                           # Σ decode_base // bs
         self.residues = [0] * block_size_tokens     # count of decode_base % bs
-        self.blocks_held = 0                        # KV blocks owned by the cohort
+        self.sum_prefix_blocks = 0                  # blocks members hold via the prefix cache
+        self.blocks_held = 0                        # KV blocks owned by the cohort (private)
         self._finish_heap: list[tuple[int, int]] = []  # (finish step, seq)
 
     def __len__(self) -> int:
@@ -32,7 +33,8 @@ class DecodeCohort:
 
     # -- aggregates ------------------------------------------------------------
     def blocks_at(self, step: int) -> int:
-        """Σ ceil((decode_base + step) / bs): blocks covering ``step``'s tokens.
+        """Σ ceil((decode_base + step) / bs) − Σ prefix blocks: the members' own
+        blocks covering ``step``'s tokens (shared prefix blocks are not theirs).
 
         With decode_base = q·bs + r and step = k·bs + m (0 <= m < bs),
         ceil((r + m) / bs) is 0 when r + m = 0, 2 when r + m > bs, else 1.
@@ -41,7 +43,7 @@ class DecodeCohort:
         if n == 0:
             return 0
         k, m = divmod(step, self.bs)
-        total = self.sum_quot + n * (k + 1)
+        total = self.sum_quot + n * (k + 1) - self.sum_prefix_blocks
         if m == 0:
             total -= self.residues[0]
         else:
@@ -68,20 +70,23 @@ class DecodeCohort:
         self.sum_base += base
         self.sum_quot += base // self.bs
         self.residues[base % self.bs] += 1
+        self.sum_prefix_blocks += req.prefix_blocks
         self.blocks_held += blocks
         heapq.heappush(self._finish_heap,
                        (step + req.max_output_tokens - req.num_output_tokens, req.seq))
 
     def remove(self, req: Request, step: int) -> int:
-        """Take ``req`` out with its counters brought up to ``step``; returns its blocks."""
+        """Take ``req`` out with its counters brought up to ``step``; its own blocks
+        move to ``req.num_blocks`` (to be freed by the caller) and are returned."""
         del self.members[req.seq]
         base = req.decode_base
         self.sum_base -= base
         self.sum_quot -= base // self.bs
         self.residues[base % self.bs] -= 1
+        self.sum_prefix_blocks -= req.prefix_blocks
         req.num_computed_tokens = base + step
         req.num_output_tokens = req.output_base + step
-        blocks = -(-(base + step) // self.bs)
+        blocks = -(-(base + step) // self.bs) - req.prefix_blocks
         req.num_blocks = blocks
         self.blocks_held -= blocks
         return blocks

@@ -97,8 +97,8 @@ class ContinuousScheduler(Scheduler):
             self.kv.free(victim)
         else:
             victim = self.cohort.last()
-            self.kv.num_free_blocks += self.cohort.remove(victim, self.step)
-            victim.num_blocks = 0
+            self.cohort.remove(victim, self.step)
+            self.kv.free(victim)
         victim.num_computed_tokens = 0
         victim.preemptions += 1
         self.waiting.appendleft(victim)
@@ -106,18 +106,25 @@ class ContinuousScheduler(Scheduler):
     def _allocate_decode_step(self) -> bool:
         """Blocks for one more token of every decoder, preempting from the tail.
 
-        Returns whether anything was preempted.
+        Reproduces the per-request loop exactly: decoders take their blocks in
+        order (evicting cached prefix blocks once never-used ones run out);
+        when none is left, the last running request is preempted, its blocks
+        come back, and taking goes on. Returns whether anything was preempted.
         """
         cohort, kv = self.cohort, self.kv
         preempted = False
+        taken = 0
         while cohort:
             need = cohort.blocks_at(self.step + 1) - cohort.blocks_held
-            if need <= kv.num_free_blocks:
-                kv.num_free_blocks -= need
-                cohort.blocks_held += need
+            more = min(need - taken, kv.num_free_blocks)
+            if more > 0:
+                kv.take(more)
+                taken += more
+            if taken >= need:
                 break
             self._preempt_last()
             preempted = True
+        cohort.blocks_held += taken
         return preempted
 
     def _schedule(self, now_s: float) -> tuple[_Plan, bool]:
@@ -145,11 +152,13 @@ class ContinuousScheduler(Scheduler):
         if not preempted:
             while self.waiting and budget > 0 and self.num_running < self.cfg.max_num_seqs:
                 req = self.waiting[0]
-                num_new = req.num_tokens - req.num_computed_tokens
+                hit = self.kv.hit_blocks(req) if req.num_computed_tokens == 0 else 0
+                start = max(req.num_computed_tokens, hit * self.kv.block_size_tokens)
+                num_new = req.num_tokens - start
                 if num_new > budget and not self.cfg.chunked_prefill:
                     break
                 num_new = min(num_new, budget)
-                if not self.kv.allocate(req, num_new):
+                if not self._admit_blocks(req, hit, num_new):
                     break
                 self.waiting.popleft()
                 req.seq = self._next_seq
@@ -163,6 +172,25 @@ class ContinuousScheduler(Scheduler):
         fast = (not prefill and not preempted and not admitted and num_decode > 0
                 and not self.cfg.exact_steps)
         return _Plan(prefill, num_decode, self.step, fast), preempted
+
+    def _admit_blocks(self, req: Request, hit: int, num_new: int) -> bool:
+        """Blocks for a waiting request's first chunk, starting from ``hit``
+        cached prefix blocks of its group (their tokens skip prefill)."""
+        kv = self.kv
+        if req.num_computed_tokens == 0:
+            req.cached_prompt_tokens = 0
+        if not hit:
+            return kv.allocate(req, num_new)
+        cached = hit * kv.block_size_tokens
+        own = -(-(cached + num_new) // kv.block_size_tokens) - hit
+        if own + kv.pinned_by(req, hit) > kv.num_free_blocks:
+            return False
+        kv.acquire_prefix(req, hit)
+        req.num_computed_tokens = cached
+        req.cached_prompt_tokens = cached
+        ok = kv.allocate(req, num_new)
+        assert ok, "prefix hit admitted without room for its own blocks"
+        return True
 
     def next_segment(self, now_s: float) -> Segment | None:
         if not self.num_running and not self.waiting:
@@ -235,15 +263,18 @@ class ContinuousScheduler(Scheduler):
             # fast-forwarded decode: step 1's blocks are held, the rest now
             extra = cohort.blocks_at(self.step + num_steps) - cohort.blocks_held
             assert extra <= self.kv.num_free_blocks, "fast-forward overran the free blocks"
-            self.kv.num_free_blocks -= extra
+            self.kv.take(extra)
             cohort.blocks_held += extra
         self.step += num_steps
         finished = cohort.pop_finished(self.step)
         for req in finished:
             cohort.remove(req, self.step)
         joined: list[Request] = []
+        kv = self.kv
         for req, n in plan.prefill:
             req.num_computed_tokens += n
+            if req.prefix_group is not None:
+                kv.register_prefix(req)
             if req.num_computed_tokens == req.num_tokens:
                 req.num_output_tokens += 1
                 if req.num_output_tokens == 1:

@@ -73,7 +73,7 @@ class StaticScheduler(Scheduler):
         for req in batch:
             req.admitted_s = now_s
             req.num_blocks = blocks_for(per_seq_tokens, self.kv.block_size_tokens)
-            self.kv.num_free_blocks -= req.num_blocks
+            self.kv.take(req.num_blocks)
         self.running = batch
         # step 0: padded prefill; steps 1..max_output-1: decode of the whole batch
         num_steps = max_output

@@ -32,6 +32,7 @@ class RequestArrivals:
     output_tokens: np.ndarray   # int64, >= 1
     stream_index: np.ndarray    # int32, index into stream_names
     stream_names: tuple[str, ...]
+    prefix_group: np.ndarray | None = None   # int32 group of the shared prefix, -1 for none
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -55,27 +56,34 @@ def stream_seed_seqs(seed_seq: np.random.SeedSequence, n_streams: int
 
 def _stream_requests(stream: StreamConfig, duration_s: float, rate_scale: float,
                      seed_seq: np.random.SeedSequence, base_dir: pathlib.Path
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(arrival_s, prompt_tokens, output_tokens) of one stream, sorted by time.
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(arrival_s, prompt_tokens, output_tokens, prefix_group) of one stream, by time.
 
     Arrival times, prompt lengths and output lengths use separate generators
     so that changing the rate does not reshuffle which lengths are drawn.
     """
     start_s = stream.start
     stop_s = min(duration_s, stream.end if stream.end is not None else np.inf)
+    arrival_seq, prompt_seq, output_seq, prefix_seq = seed_seq.spawn(4)
     if isinstance(stream.arrival, TraceArrivalConfig):
         path = resolve_path(stream.arrival.path, base_dir)
-        return replay_trace(stream.arrival, load_trace(path), path, start_s, stop_s,
-                            rate_scale)
-    arrival_seq, prompt_seq, output_seq = seed_seq.spawn(3)
-    arrival_s = process_arrival_times(stream.arrival, np.random.default_rng(arrival_seq),
-                                      start_s, stop_s, rate_scale)
-    n = len(arrival_s)
-    prompt = sample_lengths(stream.prompt_tokens, n, np.random.default_rng(prompt_seq),
-                            base_dir)
-    output = sample_lengths(stream.output_tokens, n, np.random.default_rng(output_seq),
-                            base_dir)
-    return arrival_s, prompt, output
+        arrival_s, prompt, output = replay_trace(stream.arrival, load_trace(path), path,
+                                                 start_s, stop_s, rate_scale)
+    else:
+        arrival_s = process_arrival_times(stream.arrival, np.random.default_rng(arrival_seq),
+                                          start_s, stop_s, rate_scale)
+        n = len(arrival_s)
+        prompt = sample_lengths(stream.prompt_tokens, n, np.random.default_rng(prompt_seq),
+                                base_dir)
+        output = sample_lengths(stream.output_tokens, n, np.random.default_rng(output_seq),
+                                base_dir)
+    group = np.full(len(arrival_s), -1, dtype=np.int32)
+    if stream.prefix is not None:
+        # the shared prefix (a system prompt) comes before the sampled user tokens
+        prompt = prompt + stream.prefix.tokens
+        group = np.random.default_rng(prefix_seq).integers(
+            0, stream.prefix.groups, len(arrival_s)).astype(np.int32)
+    return arrival_s, prompt, output, group
 
 
 def generate_arrivals(workload: WorkloadConfig, duration_s: float,
@@ -102,4 +110,5 @@ def generate_arrivals(workload: WorkloadConfig, duration_s: float,
         output_tokens=np.concatenate([p[2] for p in parts]).astype(np.int64)[order],
         stream_index=stream_index[order],
         stream_names=names,
+        prefix_group=np.concatenate([p[3] for p in parts]).astype(np.int32)[order],
     )

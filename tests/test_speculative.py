@@ -1,0 +1,315 @@
+"""The speculative-decoding continuous scheduler, driven on its own: accepted
+tokens per step, speed-up at low load and slowdown at high load against plain
+continuous batching, KV accounting, token budget and determinism."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from simfactories import (hardware_spec, make_continuous_scheduler, make_cost_model,
+                          make_request, make_scenario)
+from sim.config.profiles import ModelSpec
+from sim.config.resolve import resolve
+from sim.cost.roofline import RooflineConfig, RooflineCostModel
+from sim.kv import KvCacheManager, blocks_for
+from sim.schedulers.base import ReplicaLimits
+from sim.schedulers.speculative import (SpeculativeConfig, SpeculativeScheduler,
+                                        build_draft_cost, expected_tokens_per_step)
+
+# A Llama-3.2-1B-shaped draft model (~1.2B parameters, ~2.5 GB in bf16).
+DRAFT_1B = ModelSpec(name="draft-1b", num_layers=16, hidden_size=2048, num_heads=32,
+                     num_kv_heads=8, head_dim=64, ffn_size=8192, vocab_size=128256)
+TARGET = make_cost_model()                      # llama-3.1-8b on one H100-SXM
+DRAFT = RooflineCostModel(DRAFT_1B, hardware_spec("H100-SXM"), 1, "bf16", "bf16",
+                          RooflineConfig())
+BIG_KV = 1 << 16                                # blocks: no preemption
+
+
+def make_spec(*, num_blocks: int = BIG_KV, rng=None, draft_cost=DRAFT, on_finish=None,
+              **cfg) -> SpeculativeScheduler:
+    cfg.setdefault("acceptance_rate", 0.8)
+    if cfg.get("proposer", "draft_model") == "draft_model":
+        cfg.setdefault("draft_model", "draft-1b")
+    else:
+        draft_cost = None
+    return SpeculativeScheduler(
+        SpeculativeConfig(**cfg), kv=KvCacheManager(num_blocks, 16), cost=TARGET,
+        limits=ReplicaLimits(max_model_len=1 << 20),
+        on_finish=on_finish if on_finish is not None else (lambda req: None),
+        rng=rng, draft_cost=draft_cost)
+
+
+def requests(n: int, prompt: int, output: int) -> list:
+    return [make_request(request_id=i, prompt_tokens=prompt, max_output_tokens=output)
+            for i in range(n)]
+
+
+def drive(sched, reqs, *, before=None, after=None) -> float:
+    """Feed ``reqs`` at their arrival times and run every step to the end;
+    ``before(sched, seg)`` / ``after(sched, seg)`` are called around each
+    step's application. Returns the time the last step ends."""
+    pending = sorted(reqs, key=lambda r: r.arrival_s)
+    now = 0.0
+    while True:
+        while pending and pending[0].arrival_s <= now:
+            sched.add(pending.pop(0))
+        seg = sched.next_segment(now)
+        if seg is None:
+            if not pending:
+                return now
+            now = pending[0].arrival_s
+            continue
+        if before is not None:
+            before(sched, seg)
+        sched.finish_segment(seg, seg.num_steps, now)
+        now += float(seg.step_end_s[-1])
+        if after is not None:
+            after(sched, seg)
+
+
+# -- configuration --------------------------------------------------------------------
+def test_config_defaults_and_validation():
+    """Defaults match the continuous scheduler's (8192 / 256 / chunked) with
+    k = 4 drafts from a draft model; a draft model must be named for that
+    proposer and only for it; α lies strictly in (0, 1); the token budget must
+    cover max_num_seqs; unknown keys are errors."""
+    cfg = SpeculativeConfig(draft_model="tiny-llama", acceptance_rate=0.7)
+    assert (cfg.type, cfg.max_num_batched_tokens, cfg.max_num_seqs, cfg.chunked_prefill,
+            cfg.num_speculative_tokens, cfg.proposer, cfg.ngram_cost_s) == \
+        ("speculative", 8192, 256, True, 4, "draft_model", 0.0002)
+    assert SpeculativeConfig(proposer="ngram", acceptance_rate=0.5,
+                             ngram_cost_s="1ms").ngram_cost_s == pytest.approx(1e-3)
+    bad = [dict(acceptance_rate=0.7),                                       # no draft model
+           dict(proposer="ngram", draft_model="tiny-llama", acceptance_rate=0.7),
+           dict(draft_model="tiny-llama", acceptance_rate=1.0),
+           dict(draft_model="tiny-llama", acceptance_rate=0.0),
+           dict(draft_model="tiny-llama"),                                  # α is required
+           dict(draft_model="tiny-llama", acceptance_rate=0.7, num_speculative_tokens=0),
+           dict(draft_model="tiny-llama", acceptance_rate=0.7, max_num_batched_tokens=64),
+           dict(draft_model="tiny-llama", acceptance_rate=0.7, exact_steps=True)]
+    for kwargs in bad:
+        with pytest.raises(ValidationError):
+            SpeculativeConfig(**kwargs)
+
+
+def test_build_draft_cost_from_a_resolved_pool():
+    """The draft cost model is a roofline of the named profile (shipped or
+    inline) on the pool's hardware and tp; an unknown name is a ValueError
+    naming the known models; the n-gram proposer needs none; and a
+    draft-model scheduler refuses to start without one."""
+    resolved, problems = resolve(make_scenario())
+    assert not problems
+    pool = resolved.pools["p"]
+    draft = build_draft_cost(pool, SpeculativeConfig(draft_model="TINY-LLAMA",
+                                                     acceptance_rate=0.7))
+    assert isinstance(draft, RooflineCostModel) and draft.model.name == "tiny-llama"
+    assert draft.tp == pool.cfg.tp and draft.cfg == pool.cfg.cost_model
+    inline = build_draft_cost(pool, SpeculativeConfig(draft_model="draft-1b",
+                                                      acceptance_rate=0.7),
+                              models={"draft-1b": DRAFT_1B})
+    assert inline.model is DRAFT_1B
+    # a 1B-class draft step is far cheaper than a target step
+    assert inline.step_scalar(1, 1, 0, 512)[0] < 0.5 * TARGET.step_scalar(1, 1, 0, 512)[0]
+    with pytest.raises(ValueError, match="unknown draft model 'nope'.*tiny-llama"):
+        build_draft_cost(pool, SpeculativeConfig(draft_model="nope", acceptance_rate=0.7))
+    assert build_draft_cost(pool, SpeculativeConfig(proposer="ngram",
+                                                    acceptance_rate=0.7)) is None
+    with pytest.raises(ValueError, match="draft_cost"):
+        make_spec(draft_cost=None)
+
+
+# -- accepted tokens per step ------------------------------------------------------------
+@pytest.mark.parametrize("alpha,k", [(0.7, 4), (0.5, 2)])
+def test_mean_tokens_per_decode_step_follows_acceptance_rate(alpha, k):
+    """Over more than 20,000 decoding sequence-steps the measured tokens gained per
+    decode step per sequence is (1 − α^(k+1)) / (1 − α) within 2%, and the
+    drafts accepted per draft scheduled (gain − 1 per step) is near what the
+    geometric model gives."""
+    sched = make_spec(proposer="ngram", acceptance_rate=alpha, num_speculative_tokens=k,
+                      rng=np.random.default_rng(11))
+    reqs = requests(32, 64, 2000)
+    drive(sched, reqs)
+    assert all(r.num_output_tokens == 2000 for r in reqs)
+    assert sched.num_decode_seq_steps > 20_000
+    measured = sched.num_accepted_tokens / sched.num_decode_seq_steps
+    expected = expected_tokens_per_step(alpha, k)
+    assert expected == pytest.approx((1 - alpha ** (k + 1)) / (1 - alpha))
+    assert measured == pytest.approx(expected, rel=0.02)
+    # every output token but each request's first (sampled by its prefill)
+    assert sched.num_accepted_tokens == 32 * (2000 - 1)
+    accepted_drafts = sched.num_accepted_tokens - sched.num_decode_seq_steps
+    assert accepted_drafts / sched.num_draft_tokens == pytest.approx(
+        (expected - 1) / k, rel=0.03)
+
+
+# -- speed-up and slowdown against plain continuous batching ---------------------------------
+def test_low_load_speedup_over_continuous():
+    """One request (512 prompt, 512 output) alone on an H100: with a 1B draft
+    model, k = 4 and α = 0.8 it finishes more than 1.3x sooner than with plain
+    continuous batching (the draft steps cost less than the target steps the
+    ~3.4 tokens per step save); its first token is no sooner."""
+    plain_req, spec_req = requests(1, 512, 512)[0], requests(1, 512, 512)[0]
+    plain = make_continuous_scheduler(num_blocks=BIG_KV, cost=TARGET)
+    drive(plain, [plain_req])
+    spec = make_spec(acceptance_rate=0.8, num_speculative_tokens=4,
+                     rng=np.random.default_rng(0))
+    drive(spec, [spec_req])
+    assert plain_req.num_output_tokens == spec_req.num_output_tokens == 512
+    speedup = plain_req.finish_s / spec_req.finish_s
+    assert 1.3 < speedup < 2.5, speedup
+    assert spec_req.first_token_s >= plain_req.first_token_s
+
+
+def test_high_load_slowdown_against_continuous():
+    """256 sequences (512 prompt, 1,024 output) all running at once: the verify
+    pass (5 tokens per sequence, each reading the sequence's KV) and the four
+    draft steps make a step about six times dearer, so the time per generated
+    token is worse than plain continuous batching despite the ~3.4 tokens
+    gained per step."""
+    plain_reqs, spec_reqs = requests(256, 512, 1024), requests(256, 512, 1024)
+    plain = make_continuous_scheduler(num_blocks=BIG_KV, cost=TARGET)
+    t_plain = drive(plain, plain_reqs)
+    spec = make_spec(acceptance_rate=0.8, num_speculative_tokens=4,
+                     rng=np.random.default_rng(0))
+    t_spec = drive(spec, spec_reqs)
+    tokens = 256 * 1024
+    assert sum(r.num_output_tokens for r in plain_reqs) == tokens
+    assert sum(r.num_output_tokens for r in spec_reqs) == tokens
+    assert max(r.preemptions for r in spec_reqs) == 0
+    slowdown = (t_spec / tokens) / (t_plain / tokens)
+    assert slowdown > 1.2, slowdown
+
+
+# -- KV accounting and the token budget ---------------------------------------------------------
+def test_kv_accounting_with_preemption_and_a_tight_budget():
+    """On a cache too small for the load (preemptions happen) and a 12-token
+    budget (drafts get cut): during every step each scheduled sequence holds
+    exactly the blocks for its computed plus scheduled tokens (the drafts'
+    slots reserved) and the step's tokens fit the budget; after every step free
+    + used == total, the running sequences hold all used blocks and exactly
+    the blocks their computed tokens need (rejected slots released, which does
+    happen), waiting ones hold none; every request ends with exactly its
+    max_output_tokens."""
+    rng = np.random.default_rng(5)
+    reqs = []
+    t = 0.0
+    for i in range(40):
+        t += float(rng.exponential(0.02))
+        reqs.append(make_request(request_id=i, prompt_tokens=int(rng.integers(50, 400)),
+                                 max_output_tokens=int(rng.integers(20, 400)), arrival_s=t))
+    finished = []
+    sched = make_spec(num_blocks=60, acceptance_rate=0.6, num_speculative_tokens=4,
+                      max_num_batched_tokens=12, max_num_seqs=8,
+                      rng=np.random.default_rng(1), on_finish=finished.append)
+    kv = sched.kv
+    held_before: dict[int, int] = {}
+    released = [0]
+    cut_drafts = [0]
+
+    def before(s, seg):
+        assert seg.tokens[0] <= 12 and seg.num_seqs == len(seg.payload)
+        for item in seg.payload:
+            req = item.req
+            assert req.num_blocks == blocks_for(req.num_computed_tokens + item.num_new, 16)
+            if item.decoding:
+                assert item.num_new == 1 + item.drafts
+                remaining = req.max_output_tokens - req.num_output_tokens
+                cut_drafts[0] += item.drafts < min(4, remaining - 1)
+        assert sum(r.num_blocks for r in s.running) == kv.num_used_blocks
+        held_before.clear()
+        held_before.update({id(r): r.num_blocks for r in s.running})
+
+    def after(s, seg):
+        assert kv.num_free_blocks + kv.num_used_blocks == kv.num_blocks
+        assert 0 <= kv.num_free_blocks <= kv.num_blocks
+        assert sum(r.num_blocks for r in s.running) == kv.num_used_blocks
+        for r in s.running:
+            assert r.num_blocks == blocks_for(r.num_computed_tokens, 16)
+            assert r.num_computed_tokens <= r.num_tokens
+            released[0] += r.num_blocks < held_before.get(id(r), 0)
+        assert all(r.num_blocks == 0 for r in s.waiting)
+
+    drive(sched, reqs, before=before, after=after)
+    assert len(finished) == 40
+    assert all(r.num_output_tokens == r.max_output_tokens for r in reqs)
+    assert all(r.finish_s >= r.first_token_s >= r.admitted_s >= r.arrival_s for r in reqs)
+    assert kv.num_free_blocks == kv.num_blocks and not sched.running and not sched.waiting
+    assert sum(r.preemptions for r in reqs) > 0
+    assert released[0] > 0 and cut_drafts[0] > 0
+
+
+def test_drafts_cut_by_budget_and_by_remaining_output():
+    """A decoding sequence schedules 1 + k tokens, fewer drafts when the
+    remaining budget is smaller (the next one may get none) and never more than
+    the output tokens it still needs; a step's tokens count the drafts."""
+    sched = make_spec(max_num_batched_tokens=6, max_num_seqs=2, num_speculative_tokens=4,
+                      rng=np.random.default_rng(0))
+    a = make_request(request_id=0, prompt_tokens=2, max_output_tokens=100)
+    b = make_request(request_id=1, prompt_tokens=2, max_output_tokens=100)
+    sched.add(a)
+    sched.add(b)
+    seg = sched.next_segment(0.0)                    # both prompts in one step
+    assert seg.tokens[0] == 4 and seg.num_seqs == 2
+    sched.finish_segment(seg, 1, 0.0)
+    seg = sched.next_segment(1.0)
+    assert [(i.num_new, i.drafts) for i in seg.payload] == [(5, 4), (1, 0)]
+    assert seg.tokens[0] == 6
+
+    short = make_spec(num_speculative_tokens=4, rng=np.random.default_rng(0))
+    req = make_request(prompt_tokens=10, max_output_tokens=3)
+    short.add(req)
+    seg = short.next_segment(0.0)
+    short.finish_segment(seg, 1, 0.0)                 # prefill samples token 1 of 3
+    seg = short.next_segment(1.0)
+    assert seg.tokens[0] == 2                         # the last token + 1 draft
+    assert req.num_blocks == blocks_for(10 + 1 + 2, 16)
+
+
+def test_ngram_proposer_adds_a_fixed_cpu_cost():
+    """With the n-gram proposer a decode step costs the target's verify pass
+    (k + 1 tokens, k + 1 logit rows, each query reading the context) plus
+    ngram_cost_s, and nothing for a draft model."""
+    sched = make_spec(proposer="ngram", acceptance_rate=0.5, num_speculative_tokens=3,
+                      ngram_cost_s="1ms")
+    req = make_request(prompt_tokens=100, max_output_tokens=50)
+    sched.add(req)
+    sched.finish_segment(sched.next_segment(0.0), 1, 0.0)
+    seg = sched.next_segment(1.0)
+    target = TARGET.step_scalar(4.0, 4.0, 0.0, 4.0 * 101)[0]
+    assert float(seg.step_end_s[0]) == pytest.approx(target + 1e-3)
+
+
+def test_draft_model_cost_is_sequential_draft_steps():
+    """With a draft model a decode step costs the target's verify pass plus k
+    sequential draft decode steps, the i-th reading context + 1 + i tokens."""
+    sched = make_spec(acceptance_rate=0.5, num_speculative_tokens=3)
+    req = make_request(prompt_tokens=100, max_output_tokens=50)
+    sched.add(req)
+    sched.finish_segment(sched.next_segment(0.0), 1, 0.0)
+    seg = sched.next_segment(1.0)
+    expected = TARGET.step_scalar(4.0, 4.0, 0.0, 4.0 * 101)[0] + sum(
+        DRAFT.step_scalar(1.0, 1.0, 0.0, 101.0 + i)[0] for i in range(3))
+    assert float(seg.step_end_s[0]) == pytest.approx(expected)
+
+
+# -- determinism ----------------------------------------------------------------------------------
+def test_deterministic_for_a_fixed_seed():
+    """The same rng seed gives the same per-request times and counters; another
+    seed gives other draws (different step counts)."""
+    def run(seed):
+        reqs = [make_request(request_id=i, prompt_tokens=100 + 37 * i,
+                             max_output_tokens=60 + 11 * i, arrival_s=0.01 * i)
+                for i in range(20)]
+        sched = make_spec(num_blocks=100, acceptance_rate=0.7,
+                          rng=np.random.default_rng(seed))
+        end = drive(sched, reqs)
+        return (end, [(r.first_token_s, r.finish_s, r.preemptions) for r in reqs],
+                sched.num_steps, sched.num_accepted_tokens, sched.num_decode_seq_steps)
+
+    first = run(42)
+    assert run(42) == first
+    assert run(43) != first
+    # no rng given: a fixed default seed
+    a, b = make_spec(), make_spec()
+    assert a.rng.random() == b.rng.random()
