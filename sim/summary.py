@@ -44,6 +44,8 @@ def summarise(sim, requests: pd.DataFrame, ts: pd.DataFrame) -> dict:
         busy_s = usage.busy_total_s
         pool_cost[name] = cost
         total_cost += cost
+        served = requests[(requests["pool"] == name) & (requests["status"] == Status.COMPLETED)]
+        prompt_total = int(served["prompt_tokens"].sum())
         pools[name] = {
             "model": spec.model.name,
             "hardware": spec.hardware.name,
@@ -60,6 +62,9 @@ def summarise(sim, requests: pd.DataFrame, ts: pd.DataFrame) -> dict:
             if gpu_s > 0 else 0.0,
             "kv_util_mean": float(pts["kv_util"].mean()) if len(pts) else 0.0,
             "max_running_seqs": usage.max_seqs,
+            "tokens_computed": usage.tokens_total,
+            "prefix_hit_rate": float(served["cached_prompt_tokens"].sum()) / prompt_total
+            if prompt_total else 0.0,
             "queue_mean": float(pts["queued"].mean()) if len(pts) else 0.0,
         }
 

@@ -239,6 +239,41 @@ def test_kv_accounting_with_preemption_and_a_tight_budget():
     assert released[0] > 0 and cut_drafts[0] > 0
 
 
+def test_prefix_cache_hits_with_speculation():
+    """With prefix caching on, requests of a group start from its cached
+    prefix blocks (their prompt tokens skip prefill); after every step each
+    running sequence holds, own plus shared, exactly the blocks its computed
+    tokens need, the shared blocks in use are no more than those referenced,
+    and at the end every block is free again (cached ones count as free) and
+    every request has exactly its max_output_tokens."""
+    rng = np.random.default_rng(2)
+    reqs = []
+    for i in range(30):
+        r = make_request(request_id=i, prompt_tokens=int(rng.integers(520, 900)),
+                         max_output_tokens=int(rng.integers(10, 200)), arrival_s=0.05 * i)
+        r.prefix_group, r.prefix_tokens = f"g{i % 2}", 512
+        reqs.append(r)
+    sched = make_spec(acceptance_rate=0.7, rng=np.random.default_rng(3))
+    sched.kv = KvCacheManager(200, 16, prefix_caching=True)
+    kv = sched.kv
+
+    def after(s, seg):
+        own = 0
+        for r in s.running:
+            assert r.num_blocks + r.prefix_blocks == blocks_for(r.num_computed_tokens, 16)
+            own += r.num_blocks
+        shared = kv.num_used_blocks - own
+        assert 0 <= shared <= sum(r.prefix_blocks for r in s.running)
+        assert all(r.num_blocks == 0 and r.prefix_blocks == 0 for r in s.waiting)
+
+    drive(sched, reqs, after=after)
+    assert all(r.num_output_tokens == r.max_output_tokens for r in reqs)
+    hits = [r.cached_prompt_tokens for r in reqs]
+    assert hits[0] == hits[1] == 0 and sum(h > 0 for h in hits) >= 20
+    assert all(h % 16 == 0 and h <= 512 for h in hits)
+    assert kv.num_free_blocks == kv.num_blocks
+
+
 def test_drafts_cut_by_budget_and_by_remaining_output():
     """A decoding sequence schedules 1 + k tokens, fewer drafts when the
     remaining budget is smaller (the next one may get none) and never more than

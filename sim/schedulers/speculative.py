@@ -4,7 +4,10 @@ The step is the continuous one (running requests first within a token
 budget, the last running request preempted by recompute when a KV block
 cannot be had, waiting requests admitted only if nothing was preempted),
 transcribed per request: one ``running`` list, each request allocated on
-its own. Prefill chunks are scheduled exactly as without speculation.
+its own. Prefill chunks are scheduled exactly as without speculation,
+prefix-cache hits included (a waiting request starts from its group's cached
+blocks and registers the shared blocks it computes, as the continuous
+scheduler does).
 
 A decoding sequence instead schedules a verify pass of ``1 + k'`` tokens:
 its last sampled token plus ``k'`` draft tokens, where ``k'`` is
@@ -18,7 +21,8 @@ probability α (``acceptance_rate``), independently, until the first
 rejection, so P(j) = α^j·(1 − α) for j < k' and P(k') = α^k'. The mean gain
 per step with full drafts is (1 − α^(k+1)) / (1 − α). Computed and output
 tokens both advance by the gain, and the slots of the rejected drafts are
-released: the sequence keeps the blocks its real length needs.
+released: the sequence keeps the blocks its real length needs (less the
+prefix-cache blocks it shares).
 
 Draws come from a numpy Generator (``rng``), one per decoding sequence per
 step, in running order, so a run is reproducible for a fixed seed. Because
@@ -217,11 +221,13 @@ class SpeculativeScheduler(Scheduler):
             return scheduled
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             req = self.waiting[0]
-            num_new = req.num_tokens - req.num_computed_tokens
+            hit = self.kv.hit_blocks(req) if req.num_computed_tokens == 0 else 0
+            start = max(req.num_computed_tokens, hit * self.kv.block_size_tokens)
+            num_new = req.num_tokens - start
             if num_new > budget and not self.cfg.chunked_prefill:
                 break
             num_new = min(num_new, budget)
-            if not self.kv.allocate(req, num_new):
+            if not self._admit_blocks(req, hit, num_new):
                 break
             self.waiting.popleft()
             self.running.append(req)
@@ -230,6 +236,25 @@ class SpeculativeScheduler(Scheduler):
             scheduled.append(_Item(req, num_new, -1))
             budget -= num_new
         return scheduled
+
+    def _admit_blocks(self, req: Request, hit: int, num_new: int) -> bool:
+        """Blocks for a waiting request's first chunk, starting from ``hit``
+        cached prefix blocks of its group (their tokens skip prefill)."""
+        kv = self.kv
+        if req.num_computed_tokens == 0:
+            req.cached_prompt_tokens = 0
+        if not hit:
+            return kv.allocate(req, num_new)
+        cached = hit * kv.block_size_tokens
+        own = -(-(cached + num_new) // kv.block_size_tokens) - hit
+        if own + kv.pinned_by(req, hit) > kv.num_free_blocks:
+            return False
+        kv.acquire_prefix(req, hit)
+        req.num_computed_tokens = cached
+        req.cached_prompt_tokens = cached
+        ok = kv.allocate(req, num_new)
+        assert ok, "prefix hit admitted without room for its own blocks"
+        return True
 
     def next_segment(self, now_s: float) -> Segment | None:
         if not self.running and not self.waiting:
@@ -285,7 +310,8 @@ class SpeculativeScheduler(Scheduler):
             # leading accepted drafts before the first rejection, one draw per
             # decoding sequence in running order
             accepted = self.rng.geometric(1.0 - self._alpha, size=len(decoding)) - 1
-        block_size = self.kv.block_size_tokens
+        kv = self.kv
+        block_size = kv.block_size_tokens
         finished: list[Request] = []
         d = 0
         for item in scheduled:
@@ -296,15 +322,18 @@ class SpeculativeScheduler(Scheduler):
                 gain = min(1 + j, req.max_output_tokens - req.num_output_tokens)
                 req.num_computed_tokens += gain
                 req.num_output_tokens += gain
-                surplus = req.num_blocks - blocks_for(req.num_computed_tokens, block_size)
+                own = blocks_for(req.num_computed_tokens, block_size) - req.prefix_blocks
+                surplus = req.num_blocks - max(own, 0)
                 if surplus > 0:                   # release the rejected drafts' slots
                     req.num_blocks -= surplus
-                    self.kv.num_free_blocks += surplus
+                    kv.give(surplus)
                 self.num_decode_seq_steps += 1
                 self.num_draft_tokens += item.drafts
                 self.num_accepted_tokens += gain
             else:
                 req.num_computed_tokens += item.num_new
+                if req.prefix_group is not None:
+                    kv.register_prefix(req)   # shared blocks are cached as computed
                 if req.num_computed_tokens == req.num_tokens:
                     req.num_output_tokens += 1
                     if req.num_output_tokens == 1:
