@@ -35,12 +35,14 @@ from sim.routers.base import Router
 from sim.schedulers.base import ReplicaLimits, Scheduler
 from sim.schedulers.continuous import ContinuousConfig, ContinuousScheduler
 from sim.schedulers.single import SingleConfig, SingleScheduler
+from sim.schedulers.speculative import (SpeculativeConfig, SpeculativeScheduler,
+                                        build_draft_cost)
 from sim.schedulers.static import StaticConfig, StaticScheduler
 from sim.usage import PoolUsage
 
 SCHEDULERS: dict[type, type[Scheduler]] = {
     SingleConfig: SingleScheduler, StaticConfig: StaticScheduler,
-    ContinuousConfig: ContinuousScheduler,
+    ContinuousConfig: ContinuousScheduler, SpeculativeConfig: SpeculativeScheduler,
 }
 
 STARTING, READY, DRAINING, RELEASED = "starting", "ready", "draining", "released"
@@ -60,7 +62,8 @@ class Pool:
                  on_reject: Callable[[Request, str], None],
                  on_lost: Callable[[Request], None],
                  interval_s: float, rng: np.random.Generator,
-                 team_weights: dict[str, float] | None = None) -> None:
+                 team_weights: dict[str, float] | None = None,
+                 models: dict | None = None) -> None:
         self.env = env
         self.spec = spec
         self.cfg = spec.cfg
@@ -81,6 +84,10 @@ class Pool:
         self.max_outstanding = qcfg.max_outstanding_per_replica
         self._limits = ReplicaLimits(max_model_len=spec.max_model_len)
         self._sched_cls = SCHEDULERS[type(self.cfg.scheduler)]
+        self._sched_kwargs = {}
+        if isinstance(self.cfg.scheduler, SpeculativeConfig):
+            self._sched_kwargs = {"rng": rng,
+                                  "draft_cost": build_draft_cost(spec, self.cfg.scheduler, models)}
         self.replicas: list[Replica] = []        # every replica not yet released
         self.ready: list[Replica] = []           # the router's choices, by index
         self._by_index: dict[int, Replica] = {}
@@ -102,7 +109,8 @@ class Pool:
         kv = KvCacheManager(self.spec.kv.num_blocks, self.spec.kv.block_size_tokens,
                             prefix_caching=self.cfg.prefix_caching)
         scheduler = self._sched_cls(self.cfg.scheduler, kv=kv, cost=self.cost_model,
-                                    limits=self._limits, on_finish=self._finished)
+                                    limits=self._limits, on_finish=self._finished,
+                                    **self._sched_kwargs)
         replica = Replica(self.env, self.code, self._next_index, scheduler, self.recorder,
                           self.usage)
         self._next_index += 1
@@ -205,7 +213,8 @@ class Pool:
     def _new_probe(self) -> Scheduler:
         kv = KvCacheManager(self.spec.kv.num_blocks, self.spec.kv.block_size_tokens)
         return self._sched_cls(self.cfg.scheduler, kv=kv, cost=self.cost_model,
-                               limits=self._limits, on_finish=self._finished)
+                               limits=self._limits, on_finish=self._finished,
+                               **self._sched_kwargs)
 
     def _has_room(self, replica: Replica) -> bool:
         return self.max_outstanding is None or replica.num_outstanding < self.max_outstanding

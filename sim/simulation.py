@@ -38,7 +38,8 @@ class Simulation:
         self.pools: dict[str, Pool] = {
             name: Pool(self.env, spec, self.recorder, self._on_finish, self._on_reject,
                        self._on_lost, scenario.sample_interval, rng,
-                       {t: cfg.weight for t, cfg in scenario.gateway.teams.items()})
+                       {t: cfg.weight for t, cfg in scenario.gateway.teams.items()},
+                       scenario.models)
             for (name, spec), rng in zip(resolved.pools.items(), pool_rngs)}
         streams = scenario.workload.streams
         stream_cfgs = [streams[s] for s in self.arrivals.stream_names]

@@ -178,7 +178,7 @@ def test_high_load_slowdown_against_continuous():
     assert sum(r.num_output_tokens for r in spec_reqs) == tokens
     assert max(r.preemptions for r in spec_reqs) == 0
     slowdown = (t_spec / tokens) / (t_plain / tokens)
-    assert slowdown > 1.2, slowdown
+    assert slowdown > 1.05, slowdown
 
 
 # -- KV accounting and the token budget ---------------------------------------------------------
@@ -303,15 +303,16 @@ def test_drafts_cut_by_budget_and_by_remaining_output():
 
 def test_ngram_proposer_adds_a_fixed_cpu_cost():
     """With the n-gram proposer a decode step costs the target's verify pass
-    (k + 1 tokens, k + 1 logit rows, each query reading the context) plus
-    ngram_cost_s, and nothing for a draft model."""
+    (k + 1 tokens, k + 1 logit rows, the context's KV read once, the draft
+    positions' attention like a k-token chunk) plus ngram_cost_s, and
+    nothing for a draft model."""
     sched = make_spec(proposer="ngram", acceptance_rate=0.5, num_speculative_tokens=3,
                       ngram_cost_s="1ms")
     req = make_request(prompt_tokens=100, max_output_tokens=50)
     sched.add(req)
     sched.finish_segment(sched.next_segment(0.0), 1, 0.0)
     seg = sched.next_segment(1.0)
-    target = TARGET.step_scalar(4.0, 4.0, 0.0, 4.0 * 101)[0]
+    target = TARGET.step_scalar(4.0, 4.0, 3.0 * (101 + 1.5), 101.0)[0]
     assert float(seg.step_end_s[0]) == pytest.approx(target + 1e-3)
 
 
@@ -323,7 +324,7 @@ def test_draft_model_cost_is_sequential_draft_steps():
     sched.add(req)
     sched.finish_segment(sched.next_segment(0.0), 1, 0.0)
     seg = sched.next_segment(1.0)
-    expected = TARGET.step_scalar(4.0, 4.0, 0.0, 4.0 * 101)[0] + sum(
+    expected = TARGET.step_scalar(4.0, 4.0, 3.0 * (101 + 1.5), 101.0)[0] + sum(
         DRAFT.step_scalar(1.0, 1.0, 0.0, 101.0 + i)[0] for i in range(3))
     assert float(seg.step_end_s[0]) == pytest.approx(expected)
 

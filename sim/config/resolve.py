@@ -74,6 +74,13 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
                          f"{model.num_heads} attention heads / {model.num_kv_heads} KV heads; "
                          f"valid: {', '.join(map(str, valid))}"))
         return None
+    sched = pool.scheduler
+    if getattr(sched, "type", None) == "speculative" and sched.proposer == "draft_model" \
+            and profiles.find_model(sched.draft_model, scenario.models) is None:
+        problems.append((here + ("scheduler", "draft_model"),
+                         f"unknown draft model '{sched.draft_model}'; known models: "
+                         f"{_choices(set(profiles.model_names()) | set(scenario.models))}"))
+        return None
     price = _price(pool, hw)
     if price is None:
         problems.append((here + ("pricing",), f"{hw.name} has no {pool.pricing} price; "

@@ -21,10 +21,11 @@ from sim.routers import RouterConfig
 from sim.routers.round_robin import RoundRobinConfig
 from sim.schedulers.continuous import ContinuousConfig
 from sim.schedulers.single import SingleConfig
+from sim.schedulers.speculative import SpeculativeConfig
 from sim.schedulers.static import StaticConfig
 
-SchedulerConfig = Annotated[Union[SingleConfig, StaticConfig, ContinuousConfig],
-                            Field(discriminator="type")]
+SchedulerConfig = Annotated[Union[SingleConfig, StaticConfig, ContinuousConfig,
+                                  SpeculativeConfig], Field(discriminator="type")]
 CostModelConfig = Annotated[Union[RooflineConfig], Field(discriminator="type")]
 
 

@@ -75,9 +75,11 @@ class DecodeCohort:
         heapq.heappush(self._finish_heap,
                        (step + req.max_output_tokens - req.num_output_tokens, req.seq))
 
-    def remove(self, req: Request, step: int) -> int:
+    def remove(self, req: Request, step: int, alloc_step: int | None = None) -> int:
         """Take ``req`` out with its counters brought up to ``step``; its own blocks
-        move to ``req.num_blocks`` (to be freed by the caller) and are returned."""
+        move to ``req.num_blocks`` (to be freed by the caller) and are returned.
+        ``alloc_step`` is the step its blocks were last allocated for (the
+        coming one, when it is preempted after the cohort took this step's)."""
         del self.members[req.seq]
         base = req.decode_base
         self.sum_base -= base
@@ -86,7 +88,8 @@ class DecodeCohort:
         self.sum_prefix_blocks -= req.prefix_blocks
         req.num_computed_tokens = base + step
         req.num_output_tokens = req.output_base + step
-        blocks = -(-(base + step) // self.bs) - req.prefix_blocks
+        held_step = step if alloc_step is None else alloc_step
+        blocks = -(-(base + held_step) // self.bs) - req.prefix_blocks
         req.num_blocks = blocks
         self.blocks_held -= blocks
         return blocks

@@ -22,15 +22,17 @@ step at a time; per-request results are the same.
 """
 from __future__ import annotations
 
+import heapq
 import math
 from typing import Literal
 
 from pydantic import Field, model_validator
 
-from sim.config.common import PositiveInt, StrictModel
+from sim.config.common import PositiveInt, PositiveSeconds, StrictModel
 from sim.request import Request
 from sim.schedulers.base import Scheduler, Segment
 from sim.schedulers.cohort import DecodeCohort
+from sim.schedulers.waiting import PriorityQueue
 
 
 class ContinuousConfig(StrictModel):
@@ -41,6 +43,13 @@ class ContinuousConfig(StrictModel):
     chunked_prefill: bool = Field(True, description="Split long prompts across steps")
     exact_steps: bool = Field(
         False, description="Simulate every decode step instead of fast-forwarding identical ones")
+    policy: Literal["fcfs", "priority"] = Field(
+        "fcfs", description="Waiting order and preemption victim: arrival order, or request "
+                            "priority (lower first; the victim is the largest priority, "
+                            "latest arrival)")
+    priority_aging: PositiveSeconds | None = Field(
+        None, description="Starvation guard for the priority policy: a waiting request "
+                          "gains one priority level per this much waiting")
 
     @model_validator(mode="after")
     def _check(self) -> "ContinuousConfig":
@@ -68,6 +77,10 @@ class ContinuousScheduler(Scheduler):
         self.prefilling: list[Request] = []    # running, not yet decoding; admission order
         self.step = 0                          # engine steps completed
         self._next_seq = 0
+        self._by_priority = cfg.policy == "priority"
+        if self._by_priority:
+            self.waiting = PriorityQueue(cfg.priority_aging)
+            self._victims: list[tuple[int, float, int, int, Request]] = []  # lazy max-heap
 
     def reject_reason(self, req: Request) -> str | None:
         reason = super().reject_reason(req)
@@ -90,8 +103,33 @@ class ContinuousScheduler(Scheduler):
         self.prefilling = []
 
     # -- planning -------------------------------------------------------------------
+    def _running(self, req: Request) -> bool:
+        return req.seq in self.cohort.members or req in self.prefilling
+
+    def _priority_victim(self) -> Request:
+        """The running request with the largest (priority, arrival)."""
+        heap = self._victims
+        while True:
+            _, _, _, seq, req = heap[0]
+            if req.seq == seq and self._running(req):
+                return req
+            heapq.heappop(heap)
+
+    def _preempt(self, victim: Request, alloc_step: int | None = None) -> None:
+        if victim.seq in self.cohort.members:
+            self.cohort.remove(victim, self.step, alloc_step)
+        else:
+            self.prefilling.remove(victim)
+        self.kv.free(victim)
+        victim.num_computed_tokens = 0
+        victim.preemptions += 1
+        self.waiting.appendleft(victim)
+
     def _preempt_last(self) -> None:
         """Preempt (recompute) the last running request: a prefilling one if any."""
+        if self._by_priority:
+            self._preempt(self._priority_victim())
+            return
         if self.prefilling:
             victim = self.prefilling.pop()
             self.kv.free(victim)
@@ -113,6 +151,17 @@ class ContinuousScheduler(Scheduler):
         """
         cohort, kv = self.cohort, self.kv
         preempted = False
+        if self._by_priority:
+            # the priority policy preempts the lowest-priority running requests
+            # until every decoder's block for this step fits, then allocates
+            while cohort and cohort.blocks_at(self.step + 1) - cohort.blocks_held \
+                    > kv.num_free_blocks:
+                self._preempt(self._priority_victim())
+                preempted = True
+            need = cohort.blocks_at(self.step + 1) - cohort.blocks_held if cohort else 0
+            kv.take(need)
+            cohort.blocks_held += need
+            return preempted
         taken = 0
         while cohort:
             need = cohort.blocks_at(self.step + 1) - cohort.blocks_held
@@ -137,9 +186,24 @@ class ContinuousScheduler(Scheduler):
             req = self.prefilling[i]
             num_new = min(req.num_tokens - req.num_computed_tokens, budget)
             while not self.kv.allocate(req, num_new):
+                preempted = True
+                if self._by_priority:
+                    victim = self._priority_victim()
+                    if victim.seq in self.cohort.members:     # had its block for this step
+                        self._preempt(victim, alloc_step=self.step + 1)
+                        num_decode -= 1
+                        budget += 1
+                        continue
+                    done = next((k for k, (r, _) in enumerate(prefill) if r is victim), None)
+                    if done is not None:                      # already scheduled this step
+                        budget += prefill.pop(done)[1]
+                        i -= 1
+                    self._preempt(victim)
+                    if victim is req:
+                        break
+                    continue
                 is_self = self.prefilling[-1] is req
                 self._preempt_last()
-                preempted = True
                 if is_self:
                     break
             else:
@@ -164,6 +228,9 @@ class ContinuousScheduler(Scheduler):
                 req.seq = self._next_seq
                 self._next_seq += 1
                 self.prefilling.append(req)
+                if self._by_priority:
+                    heapq.heappush(self._victims, (-req.priority, -req.arrival_s,
+                                                   -req.request_id, req.seq, req))
                 if math.isnan(req.admitted_s):
                     req.admitted_s = now_s
                 prefill.append((req, num_new))

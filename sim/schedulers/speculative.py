@@ -36,9 +36,10 @@ Step time = draft cost + target cost.
   (one per sequence plus one per draft: the verify pass samples every
   position, so the LM head and per-sequence sampling work scale with it);
   and, for each decoding sequence of context ``c`` (computed tokens),
-  ``decode_kv += (1 + k')·(c + 1)``: each of the 1 + k' query tokens reads the
-  context. This is an upper bound on the KV traffic (attention kernels that
-  share one load of the KV between a sequence's queries read it once).
+  ``decode_kv += c + 1``: the verify pass reads the sequence's KV once for all
+  its 1 + k' query tokens (attention kernels share one load between a
+  sequence's queries), and the k' draft positions add attention arithmetic
+  like a prefill chunk of k' tokens over that context.
 - Draft, ``proposer: draft_model``: ``max k'`` sequential decode steps of the
   draft model (its own roofline cost model on the same GPUs, tp and dtypes,
   see ``build_draft_cost``); draft step i runs the sequences still drafting
@@ -270,7 +271,9 @@ class SpeculativeScheduler(Scheduler):
             num_tokens += n
             if item.decoding:
                 context = req.num_computed_tokens
-                decode_kv += n * (context + 1.0)
+                decode_kv += context + 1.0
+                if n > 1:
+                    prefill_work += BatchShape.prefill_work(n - 1, context + 1.0)
                 if item.drafts > 0:
                     drafting.append((context, item.drafts))
                     num_drafts += item.drafts
