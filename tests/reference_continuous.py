@@ -13,12 +13,15 @@ import numpy as np
 from sim.cost.shape import BatchShape
 from sim.request import Request
 from sim.schedulers.base import Scheduler, Segment
+from sim.schedulers.waiting import PriorityQueue
 
 
 class ReferenceContinuousScheduler(Scheduler):
     def __init__(self, cfg, **kwargs) -> None:
         super().__init__(**kwargs)
         self.cfg = cfg
+        if cfg.policy == "priority":
+            self.waiting = PriorityQueue(cfg.priority_aging)
 
     def reject_reason(self, req: Request) -> str | None:
         reason = super().reject_reason(req)
@@ -35,7 +38,87 @@ class ReferenceContinuousScheduler(Scheduler):
         victim.preemptions += 1
         self.waiting.appendleft(victim)
 
+    def _victim(self) -> Request:
+        return max(self.running, key=lambda r: (r.priority, r.arrival_s, r.request_id))
+
+    def _schedule_priority(self, now_s: float) -> tuple[list[tuple[Request, int]], bool]:
+        """Priority policy: decoders get their blocks together (preempting the
+        largest (priority, arrival) until they fit), then prefill chunks in
+        running order, each failure preempting the largest (priority, arrival),
+        which may be a request already scheduled in this step."""
+        kv = self.kv
+        preempted = False
+        while True:
+            decoders = [r for r in self.running if r.is_decoding]
+            need = sum(kv.blocks_needed(r, 1) for r in decoders)
+            if not decoders or need <= kv.num_free_blocks:
+                break
+            victim = self._victim()
+            self.running.remove(victim)
+            self._preempt(victim)
+            preempted = True
+        scheduled: dict[int, tuple[Request, int]] = {}
+        for r in decoders:
+            assert kv.allocate(r, 1)
+            scheduled[id(r)] = (r, 1)
+        budget = self.cfg.max_num_batched_tokens - len(decoders)
+        for req in [r for r in self.running if not r.is_decoding]:
+            if budget <= 0:
+                break
+            if req not in self.running:
+                continue
+            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+            stop = False
+            while not kv.allocate(req, num_new):
+                victim = self._victim()
+                self.running.remove(victim)
+                if id(victim) in scheduled:
+                    budget += scheduled.pop(id(victim))[1]
+                self._preempt(victim)
+                preempted = True
+                if victim is req:
+                    stop = True
+                    break
+            if stop:
+                break
+            scheduled[id(req)] = (req, num_new)
+            budget -= num_new
+        if not preempted:
+            self._admit(now_s, budget, scheduled)
+        order = {id(r): k for k, r in enumerate(self.running)}
+        return sorted(scheduled.values(), key=lambda e: order[id(e[0])]), preempted
+
+    def _admit(self, now_s: float, budget: int, scheduled: dict) -> None:
+        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+            req = self.waiting[0]
+            kv = self.kv
+            hit = kv.hit_blocks(req) if req.num_computed_tokens == 0 else 0
+            cached = hit * kv.block_size_tokens
+            num_new = req.num_tokens - max(req.num_computed_tokens, cached)
+            if num_new > budget and not self.cfg.chunked_prefill:
+                break
+            num_new = min(num_new, budget)
+            if req.num_computed_tokens == 0:
+                req.cached_prompt_tokens = 0
+            if hit:
+                total_blocks = -(-(cached + num_new) // kv.block_size_tokens)
+                if total_blocks - hit + kv.pinned_by(req, hit) > kv.num_free_blocks:
+                    break
+                kv.acquire_prefix(req, hit)
+                req.num_computed_tokens = cached
+                req.cached_prompt_tokens = cached
+            if not kv.allocate(req, num_new):
+                break
+            self.waiting.popleft()
+            self.running.append(req)
+            if math.isnan(req.admitted_s):
+                req.admitted_s = now_s
+            scheduled[id(req)] = (req, num_new)
+            budget -= num_new
+
     def _schedule(self, now_s: float) -> tuple[list[tuple[Request, int]], bool]:
+        if self.cfg.policy == "priority":
+            return self._schedule_priority(now_s)
         budget = self.cfg.max_num_batched_tokens
         scheduled: list[tuple[Request, int]] = []
         preempted = False

@@ -16,17 +16,20 @@ TIMES = ["admitted_s", "first_token_s", "finish_s"]
 
 
 def scenario(**sched) -> Scenario:
+    sched = dict(sched)
     """Heavy, bursty traffic on a small KV cache so preemption happens."""
     return Scenario.model_validate({
         "name": "equivalence", "seed": 11, "duration": 40,
         "workload": {"streams": {
             "chat": {"model": "llama-3.1-8b", "arrival": {"type": "gamma", "rate": 12, "cv": 2},
+                     "priority": 1,
                      "prompt_tokens": {"type": "lognormal", "mean": 900, "cv": 1.2, "max": 6000},
                      "output_tokens": {"type": "lognormal", "mean": 180, "cv": 1.0, "max": 900}},
             "short": {"model": "llama-3.1-8b", "arrival": {"type": "poisson", "rate": 6},
                       "prompt_tokens": {"type": "uniform", "low": 1, "high": 40},
                       "output_tokens": {"type": "uniform", "low": 1, "high": 30}},
             "agents": {"model": "llama-3.1-8b", "arrival": {"type": "poisson", "rate": 5},
+                       "priority": 2,
                        "prefix": {"tokens": 1000, "groups": 3},
                        "prompt_tokens": {"type": "uniform", "low": 1, "high": 300},
                        "output_tokens": {"type": "uniform", "low": 1, "high": 200}},
@@ -48,7 +51,11 @@ def run_reference(scn: Scenario, monkeypatch) -> pd.DataFrame:
     {"chunked_prefill": True, "max_num_batched_tokens": 2048, "max_num_seqs": 64},
     {"chunked_prefill": False, "max_num_batched_tokens": 8192, "max_num_seqs": 128},
     {"chunked_prefill": True, "max_num_batched_tokens": 512, "max_num_seqs": 32},
-], ids=["chunked-2048", "whole-prompt", "tight-budget"])
+    {"chunked_prefill": True, "max_num_batched_tokens": 2048, "max_num_seqs": 64,
+     "policy": "priority"},
+    {"chunked_prefill": False, "max_num_batched_tokens": 8192, "max_num_seqs": 128,
+     "policy": "priority", "priority_aging": 5},
+], ids=["chunked-2048", "whole-prompt", "tight-budget", "priority", "priority-aging"])
 @pytest.mark.parametrize("exact", [False, True], ids=["fast-forward", "exact"])
 def test_scheduler_matches_reference_per_request(monkeypatch, sched, exact):
     """Same admissions, first tokens, finishes (to 1e-9) and preemptions."""
