@@ -1,0 +1,58 @@
+"""Quantised tiers: fp8 weights and KV against bf16 on the same GPUs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import sim
+from sim import profiles
+from sim.config.scenario import Scenario
+from sim.cost.roofline import RooflineConfig, RooflineCostModel
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load(**stream_rates) -> Scenario:
+    base = sim.load_scenario(ROOT / "scenarios" / "quantised-tiers.yaml")
+    data = base.model_dump()
+    for name, rate in stream_rates.items():
+        data["workload"]["streams"][name]["arrival"]["rate"] = {"type": "constant",
+                                                                "value": rate}
+    return Scenario.model_validate(data)
+
+
+def test_fp8_has_more_kv_blocks_in_the_proportion_memory_predicts():
+    """Blocks = (141 GB·0.9 − weights/tp − 2 GB) / (16 · KV bytes/token / tp):
+    fp8 halves both the weights and the KV bytes per token."""
+    r = sim.run(load())
+    model = profiles.find_model("llama-3.1-70b")
+    params = model.total_params
+    free = lambda wbytes: 141e9 * 0.9 - params * wbytes / 2 - 2e9  # noqa: E731
+    per_block = lambda kvbytes: 16 * 2 * 80 * 8 * 128 * kvbytes / 2  # noqa: E731
+    pools = r.summary["pools"]
+    assert pools["bf16"]["kv_blocks_per_replica"] == int(free(2) // per_block(2))
+    assert pools["fp8"]["kv_blocks_per_replica"] == int(free(1) // per_block(1))
+    assert pools["fp8"]["kv_blocks_per_replica"] > 2 * pools["bf16"]["kv_blocks_per_replica"]
+
+
+def test_fp8_decodes_faster_by_the_cost_models_ratio():
+    """At light load TPOT is one decode step: fp8's is shorter than bf16's by
+    the ratio of their roofline step times (memory bound: about the bytes)."""
+    r = sim.run(load(**{"product-chat": 0.05, "analytics": 0.05}))
+    req = r.requests[r.requests.status == "completed"]
+    tpot = req.groupby("pool", observed=True).tpot_s.median()
+    model, hw = profiles.find_model("llama-3.1-70b"), profiles.find_hardware("H200")
+    step = {d: RooflineCostModel(model, hw, 2, d, d, RooflineConfig()).step_scalar(
+        1, 1, 0, 1200)[0] for d in ("bf16", "fp8")}
+    assert tpot["fp8"] / tpot["bf16"] == pytest.approx(step["fp8"] / step["bf16"], rel=0.03)
+    assert tpot["fp8"] < 0.7 * tpot["bf16"]
+
+
+def test_the_cheap_tier_is_offered_to_some_teams_only():
+    """A team outside the fp8 variant's list is refused it (403-like)."""
+    data = load().model_dump()
+    data["workload"]["streams"]["analytics"]["team"] = "product"
+    r = sim.run(Scenario.model_validate(data))
+    refused = r.requests[r.requests.stream == "analytics"]
+    assert (refused.reject_reason == "model_not_allowed").all()
