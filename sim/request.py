@@ -26,7 +26,7 @@ class Request:
                  "admitted_s", "first_token_s", "finish_s", "preemptions",
                  "status", "reject_reason", "cached_prompt_tokens",
                  "seq", "decode_base", "output_base", "attempts", "holds_slot", "prefix_group",
-                 "prefix_tokens", "prefix_blocks")
+                 "prefix_tokens", "prefix_blocks", "max_itl_s", "join_seg", "last_token_s")
 
     def __init__(self, request_id: int, stream_index: int, team: str, model: str, pool: str,
                  priority: int, arrival_s: float, prompt_tokens: int, max_output_tokens: int) -> None:
@@ -60,9 +60,14 @@ class Request:
         self.prefix_group: str | None = None   # shared-prefix key for prefix-affinity routing
         self.prefix_tokens = 0                 # length of that shared prefix
         self.prefix_blocks = 0                 # KV blocks held through the prefix cache
+        self.max_itl_s = math.nan              # longest gap between two output tokens
+        self.join_seg = 0                      # segments done when it last began decoding
+        self.last_token_s = math.nan           # when it last stopped decoding
 
     def restart(self) -> None:
         """Forget all progress: the request starts again (a retry elsewhere)."""
+        self.max_itl_s = math.nan
+        self.last_token_s = math.nan
         self.num_output_tokens = 0
         self.num_computed_tokens = 0
         self.num_blocks = 0

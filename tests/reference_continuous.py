@@ -20,6 +20,9 @@ class ReferenceContinuousScheduler(Scheduler):
     def __init__(self, cfg, **kwargs) -> None:
         super().__init__(**kwargs)
         self.cfg = cfg
+        self.cap = (cfg.long_prefill_token_threshold
+                    if cfg.chunked_prefill and cfg.long_prefill_token_threshold
+                    else cfg.max_num_batched_tokens)
         if cfg.policy == "priority":
             self.waiting = PriorityQueue(cfg.priority_aging)
 
@@ -68,6 +71,8 @@ class ReferenceContinuousScheduler(Scheduler):
             if req not in self.running:
                 continue
             num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+            if not req.is_decoding:
+                num_new = min(num_new, self.cap)
             stop = False
             while not kv.allocate(req, num_new):
                 victim = self._victim()
@@ -97,7 +102,7 @@ class ReferenceContinuousScheduler(Scheduler):
             num_new = req.num_tokens - max(req.num_computed_tokens, cached)
             if num_new > budget and not self.cfg.chunked_prefill:
                 break
-            num_new = min(num_new, budget)
+            num_new = min(num_new, budget, self.cap)
             if req.num_computed_tokens == 0:
                 req.cached_prompt_tokens = 0
             if hit:
@@ -119,54 +124,40 @@ class ReferenceContinuousScheduler(Scheduler):
     def _schedule(self, now_s: float) -> tuple[list[tuple[Request, int]], bool]:
         if self.cfg.policy == "priority":
             return self._schedule_priority(now_s)
+        # FCFS: decoding requests first, then prefill chunks, each in running
+        # (admission) order; a failed allocation preempts the last running request,
+        # which may be one already scheduled in this step (its budget comes back)
         budget = self.cfg.max_num_batched_tokens
-        scheduled: list[tuple[Request, int]] = []
+        scheduled: dict[int, tuple[Request, int]] = {}
         preempted = False
-        i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
+        order = ([r for r in self.running if r.is_decoding]
+                 + [r for r in self.running if not r.is_decoding])
+        for req in order:
+            if budget <= 0:
+                break
+            if req not in self.running:
+                continue
             num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+            if not req.is_decoding:
+                num_new = min(num_new, self.cap)
+            stop = False
             while not self.kv.allocate(req, num_new):
                 victim = self.running.pop()
+                if id(victim) in scheduled:
+                    budget += scheduled.pop(id(victim))[1]
                 self._preempt(victim)
                 preempted = True
                 if victim is req:
+                    stop = True
                     break
-            else:
-                scheduled.append((req, num_new))
-                budget -= num_new
-                i += 1
-                continue
-            break  # the request itself was preempted: it was the last running one
-        if preempted:
-            return scheduled, True
-        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
-            req = self.waiting[0]
-            kv = self.kv
-            hit = kv.hit_blocks(req) if req.num_computed_tokens == 0 else 0
-            cached = hit * kv.block_size_tokens
-            num_new = req.num_tokens - max(req.num_computed_tokens, cached)
-            if num_new > budget and not self.cfg.chunked_prefill:
+            if stop:
                 break
-            num_new = min(num_new, budget)
-            if req.num_computed_tokens == 0:
-                req.cached_prompt_tokens = 0
-            if hit:
-                total_blocks = -(-(cached + num_new) // kv.block_size_tokens)
-                if total_blocks - hit + kv.pinned_by(req, hit) > kv.num_free_blocks:
-                    break
-                kv.acquire_prefix(req, hit)
-                req.num_computed_tokens = cached
-                req.cached_prompt_tokens = cached
-            if not kv.allocate(req, num_new):
-                break
-            self.waiting.popleft()
-            self.running.append(req)
-            if math.isnan(req.admitted_s):
-                req.admitted_s = now_s
-            scheduled.append((req, num_new))
+            scheduled[id(req)] = (req, num_new)
             budget -= num_new
-        return scheduled, False
+        if not preempted:
+            self._admit(now_s, budget, scheduled)
+        rank = {id(r): k for k, r in enumerate(self.running)}
+        return sorted(scheduled.values(), key=lambda e: rank[id(e[0])]), preempted
 
     def next_segment(self, now_s: float) -> Segment | None:
         if not self.running and not self.waiting:
@@ -204,6 +195,11 @@ class ReferenceContinuousScheduler(Scheduler):
                 req.num_output_tokens += 1
                 if req.num_output_tokens == 1:
                     req.first_token_s = end_s
+                if req.last_token_s == req.last_token_s:
+                    gap = end_s - req.last_token_s
+                    if not (req.max_itl_s >= gap):
+                        req.max_itl_s = gap
+                req.last_token_s = end_s
             if req.done:
                 finished.append(req)
         if finished:

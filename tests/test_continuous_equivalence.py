@@ -12,7 +12,7 @@ from sim.config.scenario import Scenario
 from sim.schedulers.continuous import ContinuousConfig
 from reference_continuous import ReferenceContinuousScheduler
 
-TIMES = ["admitted_s", "first_token_s", "finish_s"]
+TIMES = ["admitted_s", "first_token_s", "finish_s", "max_itl_s"]
 
 
 def scenario(**sched) -> Scenario:
@@ -53,9 +53,12 @@ def run_reference(scn: Scenario, monkeypatch) -> pd.DataFrame:
     {"chunked_prefill": True, "max_num_batched_tokens": 512, "max_num_seqs": 32},
     {"chunked_prefill": True, "max_num_batched_tokens": 2048, "max_num_seqs": 64,
      "policy": "priority"},
+    {"chunked_prefill": True, "max_num_batched_tokens": 4096, "max_num_seqs": 64,
+     "long_prefill_token_threshold": 256},
     {"chunked_prefill": False, "max_num_batched_tokens": 8192, "max_num_seqs": 128,
      "policy": "priority", "priority_aging": 5},
-], ids=["chunked-2048", "whole-prompt", "tight-budget", "priority", "priority-aging"])
+], ids=["chunked-2048", "whole-prompt", "tight-budget", "priority", "long-prefill-cap",
+                                    "priority-aging"])
 @pytest.mark.parametrize("exact", [False, True], ids=["fast-forward", "exact"])
 def test_scheduler_matches_reference_per_request(monkeypatch, sched, exact):
     """Same admissions, first tokens, finishes (to 1e-9) and preemptions."""

@@ -80,6 +80,17 @@ class Segment:
                 num_steps * self.flops[0] + self.flops[1] * tri,
                 num_steps * self.bytes[0] + self.bytes[1] * tri)
 
+    def max_step_s(self, num_steps: int) -> float:
+        """Longest of the first ``num_steps`` steps."""
+        ends = self.step_end_s
+        if isinstance(ends, LinearStepEnds):
+            return max(ends.first, ends.first + ends.slope * (num_steps - 1))
+        longest, prev = 0.0, 0.0
+        for k in range(num_steps):
+            longest = max(longest, ends[k] - prev)
+            prev = ends[k]
+        return longest
+
     def tokens_of_step(self, k: int) -> float:
         if self.step_tokens is not None:
             return float(self.step_tokens[k])

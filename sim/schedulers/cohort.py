@@ -20,13 +20,14 @@ from sim.request import Request
 class DecodeCohort:
     def __init__(self, block_size_tokens: int) -> None:
         self.bs = block_size_tokens
-        self.members: dict[int, Request] = {}      # seq -> request, admission order
+        self.members: dict[int, Request] = {}      # seq -> request
         self.sum_base = 0                           # Σ decode_base
         self.sum_quot = 0                           # Σ decode_base // bs
         self.residues = [0] * block_size_tokens     # count of decode_base % bs
         self.sum_prefix_blocks = 0                  # blocks members hold via the prefix cache
         self.blocks_held = 0                        # KV blocks owned by the cohort (private)
         self._finish_heap: list[tuple[int, int]] = []  # (finish step, seq)
+        self._last_heap: list[int] = []                # -seq, for the latest admitted
 
     def __len__(self) -> int:
         return len(self.members)
@@ -74,6 +75,7 @@ class DecodeCohort:
         self.blocks_held += blocks
         heapq.heappush(self._finish_heap,
                        (step + req.max_output_tokens - req.num_output_tokens, req.seq))
+        heapq.heappush(self._last_heap, -req.seq)
 
     def remove(self, req: Request, step: int, alloc_step: int | None = None) -> int:
         """Take ``req`` out with its counters brought up to ``step``; its own blocks
@@ -95,7 +97,11 @@ class DecodeCohort:
         return blocks
 
     def last(self) -> Request:
-        return self.members[next(reversed(self.members))]
+        """The member admitted last (members may start decoding out of order)."""
+        heap = self._last_heap
+        while -heap[0] not in self.members:
+            heapq.heappop(heap)
+        return self.members[-heap[0]]
 
     def pop_finished(self, step: int) -> list[Request]:
         """Members whose last output token came with ``step``, in admission order."""

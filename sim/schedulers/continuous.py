@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -43,6 +44,9 @@ class ContinuousConfig(StrictModel):
     chunked_prefill: bool = Field(True, description="Split long prompts across steps")
     exact_steps: bool = Field(
         False, description="Simulate every decode step instead of fast-forwarding identical ones")
+    long_prefill_token_threshold: PositiveInt | None = Field(
+        None, description="Largest prefill chunk one request may take in a step (keeps a "
+                          "long prompt from filling the budget and stalling decodes)")
     policy: Literal["fcfs", "priority"] = Field(
         "fcfs", description="Waiting order and preemption victim: arrival order, or request "
                             "priority (lower first; the victim is the largest priority, "
@@ -77,6 +81,15 @@ class ContinuousScheduler(Scheduler):
         self.prefilling: list[Request] = []    # running, not yet decoding; admission order
         self.step = 0                          # engine steps completed
         self._next_seq = 0
+        self._now_s = 0.0
+        self._chunk_cap = (cfg.long_prefill_token_threshold
+                           if cfg.chunked_prefill and cfg.long_prefill_token_threshold
+                           else cfg.max_num_batched_tokens)
+        # Longest step per applied segment, as a stack of suffix maxima: a
+        # decoder's longest gap between tokens is the longest step since it joined.
+        self._segments_done = 0
+        self._gap_seg: list[int] = []
+        self._gap_max: list[float] = []
         self._by_priority = cfg.policy == "priority"
         if self._by_priority:
             self.waiting = PriorityQueue(cfg.priority_aging)
@@ -115,8 +128,20 @@ class ContinuousScheduler(Scheduler):
                 return req
             heapq.heappop(heap)
 
+    def _longest_gap_since(self, segment: int) -> float:
+        """Longest step among the applied segments numbered above ``segment``."""
+        k = bisect_right(self._gap_seg, segment)
+        return self._gap_max[k] if k < len(self._gap_max) else 0.0
+
+    def _stop_decoding(self, req: Request, now_s: float) -> None:
+        gap = self._longest_gap_since(req.join_seg)
+        if gap > 0 and not (req.max_itl_s >= gap):
+            req.max_itl_s = gap
+        req.last_token_s = now_s
+
     def _preempt(self, victim: Request, alloc_step: int | None = None) -> None:
         if victim.seq in self.cohort.members:
+            self._stop_decoding(victim, self._now_s)
             self.cohort.remove(victim, self.step, alloc_step)
         else:
             self.prefilling.remove(victim)
@@ -125,35 +150,34 @@ class ContinuousScheduler(Scheduler):
         victim.preemptions += 1
         self.waiting.appendleft(victim)
 
-    def _preempt_last(self) -> None:
-        """Preempt (recompute) the last running request: a prefilling one if any."""
+    def _victim(self) -> Request:
+        """Whom to preempt: the last admitted running request (FCFS), or the
+        largest (priority, arrival) under the priority policy."""
         if self._by_priority:
-            self._preempt(self._priority_victim())
-            return
-        if self.prefilling:
-            victim = self.prefilling.pop()
-            self.kv.free(victim)
-        else:
-            victim = self.cohort.last()
-            self.cohort.remove(victim, self.step)
-            self.kv.free(victim)
-        victim.num_computed_tokens = 0
-        victim.preemptions += 1
-        self.waiting.appendleft(victim)
+            return self._priority_victim()
+        if not self.prefilling:
+            return self.cohort.last()
+        if not self.cohort:
+            return self.prefilling[-1]
+        last_decoder = self.cohort.last()
+        tail = self.prefilling[-1]
+        return tail if tail.seq > last_decoder.seq else last_decoder
 
-    def _allocate_decode_step(self) -> bool:
-        """Blocks for one more token of every decoder, preempting from the tail.
+    def _allocate_decode_step(self) -> tuple[bool, bool]:
+        """Blocks for one more token of every decoder; returns (preempted,
+        stopped) where ``stopped`` means a decoder preempted itself, which ends
+        the step's scheduling as vLLM's running loop does.
 
-        Reproduces the per-request loop exactly: decoders take their blocks in
-        order (evicting cached prefix blocks once never-used ones run out);
-        when none is left, the last running request is preempted, its blocks
-        come back, and taking goes on. Returns whether anything was preempted.
+        FCFS reproduces the per-request loop exactly: decoders take their
+        blocks in order (evicting cached prefix blocks once never-used ones
+        run out); when none is left the victim is preempted, its blocks come
+        back, and taking goes on. The victim (the largest admission order) is
+        never a decoder that already took its block. The priority policy
+        preempts the largest (priority, arrival) until every decoder fits.
         """
         cohort, kv = self.cohort, self.kv
         preempted = False
         if self._by_priority:
-            # the priority policy preempts the lowest-priority running requests
-            # until every decoder's block for this step fits, then allocates
             while cohort and cohort.blocks_at(self.step + 1) - cohort.blocks_held \
                     > kv.num_free_blocks:
                 self._preempt(self._priority_victim())
@@ -161,8 +185,9 @@ class ContinuousScheduler(Scheduler):
             need = cohort.blocks_at(self.step + 1) - cohort.blocks_held if cohort else 0
             kv.take(need)
             cohort.blocks_held += need
-            return preempted
+            return preempted, False
         taken = 0
+        stopped = False
         while cohort:
             need = cohort.blocks_at(self.step + 1) - cohort.blocks_held
             more = min(need - taken, kv.num_free_blocks)
@@ -171,40 +196,45 @@ class ContinuousScheduler(Scheduler):
                 taken += more
             if taken >= need:
                 break
-            self._preempt_last()
+            victim = self._victim()
+            # the failing decoder is the needing one right after those that took;
+            # the victim (largest admission order) is it when it is the last
+            # needing decoder, i.e. it needs a block and only it is left to serve
+            stopped = (victim.seq in cohort.members
+                       and (victim.decode_base + self.step) % cohort.bs == 0
+                       and need == taken + 1)
+            self._preempt(victim)
             preempted = True
+            if stopped:
+                break
         cohort.blocks_held += taken
-        return preempted
+        return preempted, stopped
 
     def _schedule(self, now_s: float) -> tuple[_Plan, bool]:
-        preempted = self._allocate_decode_step()
+        self._now_s = now_s
+        preempted, stopped = self._allocate_decode_step()
         num_decode = len(self.cohort)
         budget = self.cfg.max_num_batched_tokens - num_decode
         prefill: list[tuple[Request, int]] = []
         i = 0
-        while i < len(self.prefilling) and budget > 0:
+        while not stopped and i < len(self.prefilling) and budget > 0:
             req = self.prefilling[i]
-            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+            num_new = min(req.num_tokens - req.num_computed_tokens, budget, self._chunk_cap)
             while not self.kv.allocate(req, num_new):
                 preempted = True
-                if self._by_priority:
-                    victim = self._priority_victim()
-                    if victim.seq in self.cohort.members:     # had its block for this step
-                        self._preempt(victim, alloc_step=self.step + 1)
-                        num_decode -= 1
-                        budget += 1
-                        continue
-                    done = next((k for k, (r, _) in enumerate(prefill) if r is victim), None)
-                    if done is not None:                      # already scheduled this step
-                        budget += prefill.pop(done)[1]
-                        i -= 1
-                    self._preempt(victim)
-                    if victim is req:
-                        break
+                victim = self._victim()
+                if victim.seq in self.cohort.members:     # a decoder: it had its block
+                    self._preempt(victim, alloc_step=self.step + 1)
+                    num_decode -= 1
+                    budget += 1
                     continue
-                is_self = self.prefilling[-1] is req
-                self._preempt_last()
-                if is_self:
+                done = next((k for k, (r, _) in enumerate(prefill) if r is victim), None)
+                if done is not None:                      # already scheduled this step
+                    budget += prefill.pop(done)[1]
+                    i -= 1
+                self._preempt(victim)
+                if victim is req:
+                    stopped = True
                     break
             else:
                 prefill.append((req, num_new))
@@ -221,7 +251,7 @@ class ContinuousScheduler(Scheduler):
                 num_new = req.num_tokens - start
                 if num_new > budget and not self.cfg.chunked_prefill:
                     break
-                num_new = min(num_new, budget)
+                num_new = min(num_new, budget, self._chunk_cap)
                 if not self._admit_blocks(req, hit, num_new):
                     break
                 self.waiting.popleft()
@@ -269,13 +299,17 @@ class ContinuousScheduler(Scheduler):
             return self._fast_forward(plan)
         num_tokens = float(plan.num_decode)
         prefill_work = 0.0
+        decode_kv = float(self.cohort.kv_tokens_at(self.step + 1))
         for req, n in plan.prefill:
             num_tokens += n
-            prefill_work += n * (req.num_computed_tokens + n / 2.0)
+            if req.is_decoding:
+                # a recomputed request down to its last token reads like a decode
+                decode_kv += req.num_computed_tokens + 1
+            else:
+                prefill_work += n * (req.num_computed_tokens + n / 2.0)
         num_seqs = plan.num_decode + len(plan.prefill)
         time_s, flops, moved = self.cost.step_scalar(
-            num_tokens, float(num_seqs), prefill_work,
-            float(self.cohort.kv_tokens_at(self.step + 1)))
+            num_tokens, float(num_seqs), prefill_work, decode_kv)
         return Segment.single_step(time_s, num_seqs, num_tokens, flops, moved, plan)
 
     def _fast_forward(self, plan: _Plan) -> Segment:
@@ -333,8 +367,16 @@ class ContinuousScheduler(Scheduler):
             self.kv.take(extra)
             cohort.blocks_held += extra
         self.step += num_steps
+        self._segments_done += 1
+        longest = seg.max_step_s(num_steps)
+        while self._gap_max and self._gap_max[-1] <= longest:
+            self._gap_seg.pop()
+            self._gap_max.pop()
+        self._gap_seg.append(self._segments_done)
+        self._gap_max.append(longest)
         finished = cohort.pop_finished(self.step)
         for req in finished:
+            self._stop_decoding(req, end_s)
             cohort.remove(req, self.step)
         joined: list[Request] = []
         kv = self.kv
@@ -351,11 +393,17 @@ class ContinuousScheduler(Scheduler):
             keep = set(map(id, joined))
             self.prefilling = [r for r in self.prefilling if id(r) not in keep]
             for req in joined:
+                if req.last_token_s == req.last_token_s:           # resumed after preemption
+                    gap = end_s - req.last_token_s
+                    if not (req.max_itl_s >= gap):
+                        req.max_itl_s = gap
                 if req.done:
                     finished.append(req)
                 else:
+                    req.join_seg = self._segments_done
                     blocks = req.num_blocks
                     req.num_blocks = 0
                     cohort.add(req, self.step, blocks)
+        finished.sort(key=lambda r: r.seq)           # admission order, as vLLM frees them
         for req in finished:
             self._complete(req, end_s)

@@ -101,4 +101,8 @@ class StaticScheduler(Scheduler):
             req.num_output_tokens = req.max_output_tokens
         self.running = []
         for req in batch:
+            if req.max_output_tokens > 1:
+                # the gaps between its tokens are the decode steps up to its last one
+                req.max_itl_s = max(seg.step_end_s[k] - seg.step_end_s[k - 1]
+                                    for k in range(1, req.max_output_tokens))
             self._complete(req, start_s + seg.step_end_s[req.max_output_tokens - 1])
