@@ -45,7 +45,7 @@ REQUEST_COLUMNS = {
     "first_token_s": "float64", "finish_s": "float64", "prompt_tokens": "int64",
     "cached_prompt_tokens": "int64", "output_tokens": "int64", "max_output_tokens": "int64",
     "status": "int8", "reject_reason": "int16", "preemptions": "int32", "attempts": "int32",
-    "max_itl_s": "float64",
+    "max_itl_s": "float64", "kv_transfer_s": "float64",
 }
 
 # One row per pool per sampling instant.
@@ -100,4 +100,4 @@ class Recorder:
             req.first_token_s, req.finish_s, req.prompt_tokens, req.cached_prompt_tokens,
             req.num_output_tokens, req.max_output_tokens, self.statuses.code(req.status),
             self.reasons.code(req.reject_reason), req.preemptions, req.attempts,
-            req.max_itl_s)
+            req.max_itl_s, req.kv_transfer_s)

@@ -26,7 +26,8 @@ class Request:
                  "admitted_s", "first_token_s", "finish_s", "preemptions",
                  "status", "reject_reason", "cached_prompt_tokens",
                  "seq", "decode_base", "output_base", "attempts", "holds_slot", "prefix_group",
-                 "prefix_tokens", "prefix_blocks", "max_itl_s", "join_seg", "last_token_s")
+                 "prefix_tokens", "prefix_blocks", "max_itl_s", "join_seg", "last_token_s",
+                 "handoff", "kv_transfer_s")
 
     def __init__(self, request_id: int, stream_index: int, team: str, model: str, pool: str,
                  priority: int, arrival_s: float, prompt_tokens: int, max_output_tokens: int) -> None:
@@ -63,6 +64,8 @@ class Request:
         self.max_itl_s = math.nan              # longest gap between two output tokens
         self.join_seg = 0                      # segments done when it last began decoding
         self.last_token_s = math.nan           # when it last stopped decoding
+        self.handoff = None                    # (decode pool, output tokens, link) when disaggregated
+        self.kv_transfer_s = 0.0               # time its KV spent between pools
 
     def restart(self) -> None:
         """Forget all progress: the request starts again (a retry elsewhere)."""

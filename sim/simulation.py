@@ -64,7 +64,28 @@ class Simulation:
         if self._open == 0 and self._arrivals_done and not self._stop.triggered:
             self._stop.succeed()
 
+    def _hand_off(self, req: Request) -> None:
+        """Disaggregated serving: the prompt's KV goes to the decode pool, which
+        admits the request once it has arrived and blocks are free."""
+        decode_pool, max_output, link = req.handoff
+        req.handoff = None
+        source = self.pools[req.pool]
+        kv_bytes = req.num_computed_tokens * source.spec.model.kv_bytes_per_token(
+            source.cfg.kv_dtype)
+        req.kv_transfer_s = link.link_latency + kv_bytes / link.link_bandwidth
+        req.max_output_tokens = max_output
+        req.num_blocks = 0
+        req.prefix_blocks = 0
+        req.last_token_s = req.first_token_s
+        req.replica = -1
+        req.pool = decode_pool
+        self.env.timeout(req.kv_transfer_s).callbacks.append(
+            lambda _e: self.pools[decode_pool].submit(req))
+
     def _on_finish(self, req: Request) -> None:
+        if req.handoff is not None and req.num_output_tokens < req.handoff[1]:
+            self._hand_off(req)
+            return
         gateway = self.gateway
         if gateway is not None:
             escalate_to = gateway.escalates(req)

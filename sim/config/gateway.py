@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from sim.config.common import Bytes, PositiveSeconds, Seconds, StrictModel
+from sim.config.common import Bytes, BytesPerS, PositiveSeconds, Seconds, StrictModel
 from sim.config.profiles import DType
 
 
@@ -50,6 +50,15 @@ class LengthRouteConfig(StrictModel):
     long: str = Field(description="Pool for prompts at or above the threshold")
 
 
+class DisaggregatedConfig(StrictModel):
+    """Prefill on one pool, decode on another, with the KV cache sent between."""
+
+    prefill: str = Field(description="Pool that computes prompts and the first token")
+    decode: str = Field(description="Pool that generates the remaining tokens")
+    link_bandwidth: BytesPerS = Field("50GB/s", description="KV transfer bandwidth")
+    link_latency: Seconds = Field("1ms", description="Fixed cost of one KV transfer")
+
+
 class ServedModelConfig(StrictModel):
     """One name the gateway serves (a model, ``model@version``, a variant)."""
 
@@ -58,6 +67,8 @@ class ServedModelConfig(StrictModel):
     cascade: CascadeConfig | None = Field(None, description="Small model first, then escalate")
     by_prompt_length: LengthRouteConfig | None = Field(
         None, description="Route short and long prompts to different pools")
+    disaggregated: DisaggregatedConfig | None = Field(
+        None, description="Separate prefill and decode pools")
     quality: float | None = Field(None, ge=0, le=1, description="Quality score of this variant")
     weight_dtype: DType | None = Field(
         None, description="Quantisation of this variant; its pools must use it")
@@ -70,10 +81,11 @@ class ServedModelConfig(StrictModel):
 
     @model_validator(mode="after")
     def _one_route(self) -> "ServedModelConfig":
-        routes = [bool(self.pools), self.cascade is not None, self.by_prompt_length is not None]
+        routes = [bool(self.pools), self.cascade is not None, self.by_prompt_length is not None,
+                  self.disaggregated is not None]
         if sum(routes) != 1:
-            raise ValueError("give exactly one of `pools` (with weights), `cascade` and "
-                             "`by_prompt_length`")
+            raise ValueError("give exactly one of `pools` (with weights), `cascade`, "
+                             "`by_prompt_length` and `disaggregated`")
         if any(w <= 0 for w in self.pools.values()):
             raise ValueError("pool weights must be greater than 0")
         return self

@@ -121,6 +121,8 @@ def _check_gateway(scenario: Scenario, problems: list[tuple[Loc, str]]) -> None:
             pools = {served.cascade.first: 1.0, served.cascade.then: 1.0}
         if served.by_prompt_length is not None:
             pools = {served.by_prompt_length.short: 1.0, served.by_prompt_length.long: 1.0}
+        if served.disaggregated is not None:
+            pools = {served.disaggregated.prefill: 1.0, served.disaggregated.decode: 1.0}
         base = name.split("@", 1)[0].lower()
         for pool in pools:
             if pool not in scenario.pools:
@@ -166,6 +168,8 @@ def _route_streams(scenario: Scenario, problems: list[tuple[Loc, str]]) -> dict[
                 routes[sname] = served.cascade.first
             elif served.by_prompt_length:
                 routes[sname] = served.by_prompt_length.short
+            elif served.disaggregated:
+                routes[sname] = served.disaggregated.prefill
             else:
                 routes[sname] = next(iter(served.pools))
             continue

@@ -139,6 +139,12 @@ class Gateway:
             pool = self.default_route[req.stream_index]
         elif served.cascade is not None:
             pool = served.cascade.first
+        elif served.disaggregated is not None:
+            link = served.disaggregated
+            pool = link.prefill
+            # the prefill pool stops after the first token; the rest is the decode pool's
+            req.handoff = (link.decode, req.max_output_tokens, link)
+            req.max_output_tokens = 1
         elif served.by_prompt_length is not None:
             rule = served.by_prompt_length
             pool = rule.long if req.prompt_tokens >= rule.threshold_tokens else rule.short
@@ -177,8 +183,12 @@ class Gateway:
             delay = retry_delay_s(policy, req.attempts, retry_after_s, self.rng)
             if delay is not None and not math.isfinite(delay):
                 delay = None
+        if req.handoff is not None:                    # undo a disaggregated split
+            req.max_output_tokens = req.handoff[1]
+            req.handoff = None
         if delay is None:
             self._reject(req, reason)
             return
+        req.restart()
         req.attempts += 1
         self.env.timeout(delay).callbacks.append(lambda _e: self.arrive(req))
