@@ -136,11 +136,70 @@ def kv_util_figure(results) -> Figure:
     return fig
 
 
+def replicas_figure(results) -> Figure:
+    """Replicas (billed and ready) per pool over time, against the arrival rate."""
+    fig = _timeseries_figure(results, [("replicas", "replicas (billed)", 1.0),
+                                       ("ready", "replicas ready", 1.0)])
+    ax = fig.axes[0].twinx()
+    req = results.requests
+    interval = float(getattr(results.scenario, "sample_interval", 1.0))
+    if len(req):
+        t = req["arrival_s"].to_numpy()
+        edges = np.arange(0.0, t.max() + 2 * interval, interval)
+        counts, _ = np.histogram(t, bins=edges)
+        ax.step(edges[1:], counts / interval, where="pre", color="0.6", lw=0.8,
+                label="arrivals")
+        ax.legend(loc="upper left", fontsize="small")
+    ax.set_ylabel("arrivals per s")
+    ax.set_ylim(bottom=0.0)
+    return fig
+
+
+def teams_figure(results) -> Figure:
+    """Per team: TTFT p50 and p99 of completed requests, and rejections by reason."""
+    fig = Figure(figsize=(FIGSIZE[0], FIGSIZE[1] * 1.3))
+    top, bottom = fig.subplots(2, 1)
+    req = results.requests
+    teams = sorted(str(t) for t in pd.unique(req["team"].astype(str))) if len(req) else []
+    if not teams:
+        _note(top, "no requests")
+        _note(bottom, "no requests")
+        return fig
+    done = _completed(results)
+    x = np.arange(len(teams))
+    for offset, q, name in ((-0.2, 50, "p50"), (0.2, 99, "p99")):
+        vals = [np.percentile(done[done["team"].astype(str) == t]["ttft_s"], q)
+                if (done["team"].astype(str) == t).any() else 0.0 for t in teams]
+        top.bar(x + offset, vals, width=0.4, label=f"TTFT {name}")
+    top.set_xticks(x, teams)
+    top.set_ylabel("time to first token (s)")
+    top.legend(fontsize="small")
+    rejected = req[req["status"].astype(str) == Status.REJECTED]
+    reasons = sorted(str(r) for r in pd.unique(rejected["reject_reason"].astype(str)))
+    base = np.zeros(len(teams))
+    for reason in reasons:
+        counts = np.array([((rejected["team"].astype(str) == t)
+                            & (rejected["reject_reason"].astype(str) == reason)).sum()
+                           for t in teams], dtype=float)
+        bottom.bar(x, counts, bottom=base, label=reason)
+        base += counts
+    if not reasons:
+        _note(bottom, "no rejections")
+    else:
+        bottom.legend(fontsize="small")
+    bottom.set_xticks(x, teams)
+    bottom.set_ylabel("rejected requests")
+    fig.tight_layout()
+    return fig
+
+
 FIGURES = {
     "ttft_cdf.png": ttft_cdf_figure,
     "tpot_cdf.png": tpot_cdf_figure,
     "queue.png": queue_figure,
     "kv_util.png": kv_util_figure,
+    "replicas.png": replicas_figure,
+    "teams.png": teams_figure,
 }
 
 

@@ -260,17 +260,22 @@ class Pool:
                 surplus -= 1
 
     # -- state for sampling ---------------------------------------------------------------
-    def snapshot(self) -> tuple[int, int, int, int, int, int]:
+    def snapshot(self) -> tuple[int, ...]:
         queued, running, used, total = len(self.queue), 0, 0, 0
+        starting = draining = 0
         for r in self.replicas:
             if r.state == STARTING:
+                starting += 1
                 continue
+            if r.state == DRAINING:
+                draining += 1
             s = r.scheduler
             queued += s.num_waiting
             running += s.num_running
             used += r.kv_used_blocks()
             total += s.kv.num_blocks
-        return len(self.replicas), len(self.ready), queued, running, used, total
+        return (len(self.replicas), len(self.ready), starting, draining, queued, running, used,
+                total)
 
     def open_requests(self):
         for r in self.replicas:

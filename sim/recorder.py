@@ -45,12 +45,14 @@ REQUEST_COLUMNS = {
     "first_token_s": "float64", "finish_s": "float64", "prompt_tokens": "int64",
     "cached_prompt_tokens": "int64", "output_tokens": "int64", "max_output_tokens": "int64",
     "status": "int8", "reject_reason": "int16", "preemptions": "int32", "attempts": "int32",
-    "max_itl_s": "float64", "kv_transfer_s": "float64",
+    "max_itl_s": "float64", "kv_transfer_s": "float64", "api_key": "int32",
+    "served_model": "int32",
 }
 
 # One row per pool per sampling instant.
 SAMPLE_COLUMNS = {
-    "time_s": "float64", "pool": "int32", "replicas": "int32", "ready": "int32", "queued": "int64",
+    "time_s": "float64", "pool": "int32", "replicas": "int32", "ready": "int32",
+    "starting": "int32", "draining": "int32", "queued": "int64",
     "running": "int64", "kv_used_blocks": "int64", "kv_total_blocks": "int64",
 }
 
@@ -92,6 +94,8 @@ class Recorder:
         self.pools = Codes()
         self.statuses = Codes(("completed", "rejected", "unfinished"))
         self.reasons = Codes(("",))
+        self.keys = Codes(("",))          # API key ids (never secrets)
+        self.served = Codes(("",))        # model names as the client asked (alias resolved)
 
     def record_request(self, req, stream_index: int) -> None:
         self.requests.append(
@@ -100,4 +104,5 @@ class Recorder:
             req.first_token_s, req.finish_s, req.prompt_tokens, req.cached_prompt_tokens,
             req.num_output_tokens, req.max_output_tokens, self.statuses.code(req.status),
             self.reasons.code(req.reject_reason), req.preemptions, req.attempts,
-            req.max_itl_s, req.kv_transfer_s)
+            req.max_itl_s, req.kv_transfer_s, self.keys.code(req.api_key),
+            self.served.code(req.served_model))

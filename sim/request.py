@@ -27,7 +27,7 @@ class Request:
                  "status", "reject_reason", "cached_prompt_tokens",
                  "seq", "decode_base", "output_base", "attempts", "holds_slot", "prefix_group",
                  "prefix_tokens", "prefix_blocks", "max_itl_s", "join_seg", "last_token_s",
-                 "handoff", "kv_transfer_s")
+                 "handoff", "kv_transfer_s", "api_key", "served_model")
 
     def __init__(self, request_id: int, stream_index: int, team: str, model: str, pool: str,
                  priority: int, arrival_s: float, prompt_tokens: int, max_output_tokens: int) -> None:
@@ -66,6 +66,8 @@ class Request:
         self.last_token_s = math.nan           # when it last stopped decoding
         self.handoff = None                    # (decode pool, output tokens, link) when disaggregated
         self.kv_transfer_s = 0.0               # time its KV spent between pools
+        self.api_key = ""                      # key id it came with
+        self.served_model = ""                 # served name (model@version) it asked for
 
     def restart(self) -> None:
         """Forget all progress: the request starts again (a retry elsewhere)."""

@@ -22,6 +22,7 @@ REQUEST_TABLE_COLUMNS = [
     "admitted_s", "first_token_s", "finish_s", "prompt_tokens", "cached_prompt_tokens",
     "output_tokens", "max_output_tokens", "status", "reject_reason", "ttft_s", "tpot_s",
     "e2e_s", "queue_s", "max_itl_s", "kv_transfer_s", "preemptions", "attempts",
+    "api_key", "served_model", "cost_usd",
 ]
 
 
@@ -43,7 +44,8 @@ def _request_table(sim: Simulation) -> pd.DataFrame:
     out["stream"] = pd.Categorical.from_codes(raw["stream"].to_numpy(),
                                               categories=list(sim.arrivals.stream_names))
     for col, codes in (("team", rec.teams), ("model", rec.models), ("pool", rec.pools),
-                       ("status", rec.statuses), ("reject_reason", rec.reasons)):
+                       ("status", rec.statuses), ("reject_reason", rec.reasons),
+                       ("api_key", rec.keys), ("served_model", rec.served)):
         out[col] = codes.decode(raw[col].to_numpy())
     out["ttft_s"] = out["first_token_s"] - out["arrival_s"]
     gaps = (out["output_tokens"] - 1).to_numpy(dtype=np.float64)
@@ -51,6 +53,7 @@ def _request_table(sim: Simulation) -> pd.DataFrame:
     out["tpot_s"] = np.divide(span, gaps, out=np.full(len(out), np.nan), where=gaps > 0)
     out["e2e_s"] = out["finish_s"] - out["arrival_s"]
     out["queue_s"] = out["admitted_s"] - out["arrival_s"]
+    out["cost_usd"] = 0.0                 # filled in by summarise (a share of its pool's cost)
     return out[REQUEST_TABLE_COLUMNS]
 
 

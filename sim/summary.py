@@ -23,6 +23,21 @@ def _num(x: float) -> float | None:
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else float(x)
 
 
+def attribute_cost(requests: pd.DataFrame, pool_cost: dict[str, float]) -> np.ndarray:
+    """Each request's share of its pool's cost, by tokens it had computed."""
+    work = (requests["prompt_tokens"] - requests["cached_prompt_tokens"]
+            + requests["output_tokens"]).where(requests["status"] != Status.REJECTED, 0)
+    work = work.to_numpy(dtype=np.float64)
+    pools = requests["pool"].astype(str).to_numpy()
+    out = np.zeros(len(requests))
+    for name, cost in pool_cost.items():
+        mask = pools == name
+        total = work[mask].sum()
+        if total > 0:
+            out[mask] = cost * work[mask] / total
+    return out
+
+
 def summarise(sim, requests: pd.DataFrame, ts: pd.DataFrame) -> dict:
     end_s = sim.end_s
     status = requests["status"].astype(str)
@@ -68,24 +83,24 @@ def summarise(sim, requests: pd.DataFrame, ts: pd.DataFrame) -> dict:
             "queue_mean": float(pts["queued"].mean()) if len(pts) else 0.0,
         }
 
-    # Pool cost is shared among teams in proportion to the tokens each had processed there.
+    # Each pool's billed cost is shared among its requests in proportion to the
+    # tokens each had computed there (prompt less cache hits, plus output): its
+    # share of the pool's GPU work. Teams' costs are the sums of their requests'.
+    requests["cost_usd"] = attribute_cost(requests, pool_cost)
     teams: dict[str, dict] = {}
-    served = requests.assign(tokens=requests["prompt_tokens"] + requests["output_tokens"])
-    pool_tokens = served.groupby("pool", observed=True)["tokens"].sum()
     for team, rows in requests.groupby("team", observed=True, sort=True):
         st = rows["status"].astype(str)
-        cost = 0.0
-        for pname, toks in rows.assign(tokens=rows["prompt_tokens"] + rows["output_tokens"]) \
-                .groupby("pool", observed=True)["tokens"].sum().items():
-            if pool_tokens.get(pname, 0) > 0:
-                cost += pool_cost[str(pname)] * toks / pool_tokens[pname]
+        ok = rows[st == Status.COMPLETED]
+        reasons = rows.loc[st == Status.REJECTED, "reject_reason"].astype(str).value_counts()
         teams[str(team)] = {
             "requests": int(len(rows)),
-            "completed": int((st == Status.COMPLETED).sum()),
+            "completed": int(len(ok)),
             "rejected": int((st == Status.REJECTED).sum()),
-            "input_tokens": int(rows.loc[st == Status.COMPLETED, "prompt_tokens"].sum()),
-            "output_tokens": int(rows.loc[st == Status.COMPLETED, "output_tokens"].sum()),
-            "cost_usd": cost,
+            "rejected_by_reason": {str(k): int(v) for k, v in reasons.sort_index().items()},
+            "input_tokens": int(ok["prompt_tokens"].sum()),
+            "output_tokens": int(ok["output_tokens"].sum()),
+            "ttft_p99_s": _num(float(np.percentile(ok["ttft_s"], 99))) if len(ok) else None,
+            "cost_usd": float(rows["cost_usd"].sum()),
         }
 
     out_tokens = int(done["output_tokens"].sum())

@@ -12,6 +12,8 @@ import pandas as pd
 
 def build_timeseries(samples: pd.DataFrame, pools: dict, interval_s: float,
                      pool_names: list[str]) -> pd.DataFrame:
+    """One row per pool per sample; ``cost_usd_per_h`` is the billing rate then
+    (every requested replica's GPUs at the pool's price)."""
     frames = []
     for code, name in enumerate(pool_names):
         smp = samples[samples["pool"] == code]
@@ -25,6 +27,8 @@ def build_timeseries(samples: pd.DataFrame, pools: dict, interval_s: float,
             "pool": name,
             "replicas": replicas,
             "ready": smp["ready"].to_numpy(),
+            "starting": smp["starting"].to_numpy(),
+            "draining": smp["draining"].to_numpy(),
             "queued": queued,
             "running": running,
             "in_system": queued + running,
@@ -33,6 +37,8 @@ def build_timeseries(samples: pd.DataFrame, pools: dict, interval_s: float,
             "busy_frac": np.divide(busy, smp["ready"].to_numpy() * interval_s,
                                    out=np.zeros(len(t)), where=smp["ready"].to_numpy() > 0),
             "tokens_per_s": tokens / interval_s,
+            "cost_usd_per_h": replicas * pools[name].spec.gpus_per_replica
+            * pools[name].spec.price_per_gpu_hour,
         }))
     if not frames:
         return pd.DataFrame()

@@ -234,3 +234,17 @@ def test_scale_to_zero_and_back_pays_a_cold_start():
     assert first_after.ttft_s >= cold_s
     pool = r.summary["pools"]["p"]
     assert pool["replicas_mean"] < 1.0
+
+
+def test_usage_records_carry_key_model_and_a_cost_share_that_adds_up():
+    """Every request row names its key id and served model; request cost
+    shares add up to each pool's cost, and team costs to the total."""
+    r = sim.run(load("v3-gateway", duration=600))
+    req, summary = r.requests, r.summary
+    assert set(req.api_key.astype(str)) == {"key-search", "key-legal"}
+    assert set(req.served_model.astype(str)) == {"llama-3.1-8b@1", "llama-3.1-70b@1"}
+    for name, pool in summary["pools"].items():
+        assert req[req.pool == name].cost_usd.sum() == pytest.approx(pool["cost_usd"], rel=1e-9)
+    teams = sum(t["cost_usd"] for t in summary["teams"].values())
+    assert teams == pytest.approx(summary["cost"]["total_usd"], rel=1e-9)
+    assert "secret" not in req.to_csv()

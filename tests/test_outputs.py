@@ -57,7 +57,8 @@ pools:
 
 EXPECTED_FILES = ["summary.json", "requests.parquet", "requests.csv", "timeseries.csv",
                   "scenario.yaml", "plots/ttft_cdf.png", "plots/tpot_cdf.png",
-                  "plots/queue.png", "plots/kv_util.png"]
+                  "plots/queue.png", "plots/kv_util.png", "plots/replicas.png",
+                  "plots/teams.png"]
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +140,7 @@ def test_scenario_yaml_reloads(written, results):
 
 def test_pngs_have_signature(written):
     out, _ = written
-    for name in ("ttft_cdf", "tpot_cdf", "queue", "kv_util"):
+    for name in ("ttft_cdf", "tpot_cdf", "queue", "kv_util", "replicas", "teams"):
         assert (out / "plots" / f"{name}.png").read_bytes()[:8] == PNG_SIGNATURE
 
 
@@ -203,7 +204,7 @@ def test_plots_survive_empty_results(results, tmp_path):
                                 timeseries=pd.DataFrame(), summary={})
     paths = save_all(empty, tmp_path)
     assert [p.name for p in paths] == ["ttft_cdf.png", "tpot_cdf.png", "queue.png",
-                                       "kv_util.png"]
+                                       "kv_util.png", "replicas.png", "teams.png"]
     assert all(p.read_bytes()[:8] == PNG_SIGNATURE for p in paths)
 
 

@@ -67,6 +67,8 @@ class Gateway:
         self.teams = {name: _team_state(t) for name, t in cfg.teams.items()}
         self._served: list[ServedModelConfig | None] = [
             self._served_for(s) for s in streams]
+        self._served_names = [self.cfg.aliases.get(s.model, s.model) if s.model else ""
+                              for s in streams]
 
     def _served_for(self, stream: StreamConfig) -> ServedModelConfig | None:
         name = stream.model
@@ -79,6 +81,8 @@ class Gateway:
     def arrive(self, req: Request) -> None:
         stream = self.streams[req.stream_index]
         now = self.env.now
+        req.api_key = stream.api_key or ""
+        req.served_model = self._served_names[req.stream_index]
         if self.cfg.keys:
             key = self.cfg.keys.get(stream.api_key) if stream.api_key else None
             if key is None or (key.revoked_at is not None and now >= key.revoked_at):
