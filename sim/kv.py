@@ -118,6 +118,25 @@ class KvCacheManager:
         req.prefix_blocks = 0
         self._chains.move_to_end(req.prefix_group)
 
+    def admit(self, req: Request, hit: int, num_new_tokens: int) -> bool:
+        """Blocks for a waiting request's first chunk of ``num_new_tokens``,
+        starting from ``hit`` cached prefix blocks of its group (their tokens
+        skip prefill). False, with nothing taken, when they do not fit."""
+        if req.num_computed_tokens == 0:
+            req.cached_prompt_tokens = 0
+        if not hit:
+            return self.allocate(req, num_new_tokens)
+        cached = hit * self.block_size_tokens
+        own = blocks_for(cached + num_new_tokens, self.block_size_tokens) - hit
+        if own + self.pinned_by(req, hit) > self.num_free_blocks:
+            return False
+        self.acquire_prefix(req, hit)
+        req.num_computed_tokens = cached
+        req.cached_prompt_tokens = cached
+        ok = self.allocate(req, num_new_tokens)
+        assert ok, "prefix hit admitted without room for its own blocks"
+        return True
+
     def register_prefix(self, req: Request) -> None:
         """After computing tokens: full blocks inside the shared prefix that the
         group's chain lacks move from ``req``'s own blocks into the chain."""

@@ -65,7 +65,21 @@ class ReferenceContinuousScheduler(Scheduler):
             assert kv.allocate(r, 1)
             scheduled[id(r)] = (r, 1)
         budget = self.cfg.max_num_batched_tokens - len(decoders)
-        for req in [r for r in self.running if not r.is_decoding]:
+        return self._schedule_in_order([r for r in self.running if not r.is_decoding],
+                                       budget, scheduled, preempted, now_s)
+
+    def _pop_priority_victim(self) -> Request:
+        victim = self._victim()
+        self.running.remove(victim)
+        return victim
+
+    def _schedule_in_order(self, order, budget, scheduled, preempted, now_s):
+        """Schedule ``order`` within the budget; a failed allocation preempts the
+        policy's victim (which may already be scheduled: its budget comes back);
+        then admit waiting requests if nothing was preempted."""
+        pop_victim = (self._pop_priority_victim if self.cfg.policy == "priority"
+                      else self.running.pop)
+        for req in order:
             if budget <= 0:
                 break
             if req not in self.running:
@@ -74,9 +88,8 @@ class ReferenceContinuousScheduler(Scheduler):
             if not req.is_decoding:
                 num_new = min(num_new, self.cap)
             stop = False
-            while not kv.allocate(req, num_new):
-                victim = self._victim()
-                self.running.remove(victim)
+            while not self.kv.allocate(req, num_new):
+                victim = pop_victim()
                 if id(victim) in scheduled:
                     budget += scheduled.pop(id(victim))[1]
                 self._preempt(victim)
@@ -90,8 +103,8 @@ class ReferenceContinuousScheduler(Scheduler):
             budget -= num_new
         if not preempted:
             self._admit(now_s, budget, scheduled)
-        order = {id(r): k for k, r in enumerate(self.running)}
-        return sorted(scheduled.values(), key=lambda e: order[id(e[0])]), preempted
+        rank = {id(r): k for k, r in enumerate(self.running)}
+        return sorted(scheduled.values(), key=lambda e: rank[id(e[0])]), preempted
 
     def _admit(self, now_s: float, budget: int, scheduled: dict) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
@@ -127,37 +140,9 @@ class ReferenceContinuousScheduler(Scheduler):
         # FCFS: decoding requests first, then prefill chunks, each in running
         # (admission) order; a failed allocation preempts the last running request,
         # which may be one already scheduled in this step (its budget comes back)
-        budget = self.cfg.max_num_batched_tokens
-        scheduled: dict[int, tuple[Request, int]] = {}
-        preempted = False
         order = ([r for r in self.running if r.is_decoding]
                  + [r for r in self.running if not r.is_decoding])
-        for req in order:
-            if budget <= 0:
-                break
-            if req not in self.running:
-                continue
-            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
-            if not req.is_decoding:
-                num_new = min(num_new, self.cap)
-            stop = False
-            while not self.kv.allocate(req, num_new):
-                victim = self.running.pop()
-                if id(victim) in scheduled:
-                    budget += scheduled.pop(id(victim))[1]
-                self._preempt(victim)
-                preempted = True
-                if victim is req:
-                    stop = True
-                    break
-            if stop:
-                break
-            scheduled[id(req)] = (req, num_new)
-            budget -= num_new
-        if not preempted:
-            self._admit(now_s, budget, scheduled)
-        rank = {id(r): k for k, r in enumerate(self.running)}
-        return sorted(scheduled.values(), key=lambda e: rank[id(e[0])]), preempted
+        return self._schedule_in_order(order, self.cfg.max_num_batched_tokens, {}, False, now_s)
 
     def next_segment(self, now_s: float) -> Segment | None:
         if not self.running and not self.waiting:

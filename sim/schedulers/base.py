@@ -123,6 +123,11 @@ class Scheduler(ABC):
             return "exceeds_max_model_len"
         if not self.kv.fits_ever(req.total_tokens):
             return "exceeds_kv_capacity"
+        cfg = getattr(self, "cfg", None)
+        if cfg is not None and getattr(cfg, "chunked_prefill", True) is False \
+                and req.total_tokens > cfg.max_num_batched_tokens:
+            # without chunking, a preempted request recomputes prompt + output in one step
+            return "exceeds_token_budget"
         return None
 
     def add(self, req: Request) -> None:

@@ -95,14 +95,6 @@ class ContinuousScheduler(Scheduler):
             self.waiting = PriorityQueue(cfg.priority_aging)
             self._victims: list[tuple[int, float, int, int, Request]] = []  # lazy max-heap
 
-    def reject_reason(self, req: Request) -> str | None:
-        reason = super().reject_reason(req)
-        if reason is None and not self.cfg.chunked_prefill \
-                and req.total_tokens > self.cfg.max_num_batched_tokens:
-            # a preempted request recomputes prompt + output in one step
-            reason = "exceeds_token_budget"
-        return reason
-
     @property
     def num_running(self) -> int:
         return len(self.cohort) + len(self.prefilling)
@@ -252,7 +244,7 @@ class ContinuousScheduler(Scheduler):
                 if num_new > budget and not self.cfg.chunked_prefill:
                     break
                 num_new = min(num_new, budget, self._chunk_cap)
-                if not self._admit_blocks(req, hit, num_new):
+                if not self.kv.admit(req, hit, num_new):
                     break
                 self.waiting.popleft()
                 req.seq = self._next_seq
@@ -269,25 +261,6 @@ class ContinuousScheduler(Scheduler):
         fast = (not prefill and not preempted and not admitted and num_decode > 0
                 and not self.cfg.exact_steps)
         return _Plan(prefill, num_decode, self.step, fast), preempted
-
-    def _admit_blocks(self, req: Request, hit: int, num_new: int) -> bool:
-        """Blocks for a waiting request's first chunk, starting from ``hit``
-        cached prefix blocks of its group (their tokens skip prefill)."""
-        kv = self.kv
-        if req.num_computed_tokens == 0:
-            req.cached_prompt_tokens = 0
-        if not hit:
-            return kv.allocate(req, num_new)
-        cached = hit * kv.block_size_tokens
-        own = -(-(cached + num_new) // kv.block_size_tokens) - hit
-        if own + kv.pinned_by(req, hit) > kv.num_free_blocks:
-            return False
-        kv.acquire_prefix(req, hit)
-        req.num_computed_tokens = cached
-        req.cached_prompt_tokens = cached
-        ok = kv.allocate(req, num_new)
-        assert ok, "prefix hit admitted without room for its own blocks"
-        return True
 
     def next_segment(self, now_s: float) -> Segment | None:
         if not self.num_running and not self.waiting:

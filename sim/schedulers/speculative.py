@@ -176,14 +176,6 @@ class SpeculativeScheduler(Scheduler):
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
 
-    def reject_reason(self, req: Request) -> str | None:
-        reason = super().reject_reason(req)
-        if reason is None and not self.cfg.chunked_prefill \
-                and req.total_tokens > self.cfg.max_num_batched_tokens:
-            # a preempted request recomputes prompt + output in one step
-            reason = "exceeds_token_budget"
-        return reason
-
     # -- planning -------------------------------------------------------------------
     def _preempt(self, victim: Request) -> None:
         self.kv.free(victim)
@@ -228,7 +220,7 @@ class SpeculativeScheduler(Scheduler):
             if num_new > budget and not self.cfg.chunked_prefill:
                 break
             num_new = min(num_new, budget)
-            if not self._admit_blocks(req, hit, num_new):
+            if not self.kv.admit(req, hit, num_new):
                 break
             self.waiting.popleft()
             self.running.append(req)
@@ -237,25 +229,6 @@ class SpeculativeScheduler(Scheduler):
             scheduled.append(_Item(req, num_new, -1))
             budget -= num_new
         return scheduled
-
-    def _admit_blocks(self, req: Request, hit: int, num_new: int) -> bool:
-        """Blocks for a waiting request's first chunk, starting from ``hit``
-        cached prefix blocks of its group (their tokens skip prefill)."""
-        kv = self.kv
-        if req.num_computed_tokens == 0:
-            req.cached_prompt_tokens = 0
-        if not hit:
-            return kv.allocate(req, num_new)
-        cached = hit * kv.block_size_tokens
-        own = -(-(cached + num_new) // kv.block_size_tokens) - hit
-        if own + kv.pinned_by(req, hit) > kv.num_free_blocks:
-            return False
-        kv.acquire_prefix(req, hit)
-        req.num_computed_tokens = cached
-        req.cached_prompt_tokens = cached
-        ok = kv.allocate(req, num_new)
-        assert ok, "prefix hit admitted without room for its own blocks"
-        return True
 
     def next_segment(self, now_s: float) -> Segment | None:
         if not self.running and not self.waiting:
