@@ -54,13 +54,95 @@ class _Progress:
             self._bar.stop()
 
 
+def _load(args: argparse.Namespace):
+    import sim
+    from sim.planning.overrides import parse_value, with_values
+
+    scenario = sim.load_scenario(args.scenario)
+    scenario = sim.with_overrides(scenario, seed=getattr(args, "seed", None),
+                                  duration_s=getattr(args, "duration", None))
+    sets = {}
+    for item in getattr(args, "set", None) or []:
+        if "=" not in item:
+            raise ScenarioError(f"--set {item!r}: write PATH=VALUE", field="--set")
+        path, value = item.split("=", 1)
+        sets[path] = parse_value(value)
+    if getattr(args, "warmup", None) is not None:
+        sets["warmup"] = args.warmup
+    return with_values(scenario, sets) if sets else scenario
+
+
+class _CountBar:
+    """A progress bar of points done on stderr, started at the first update
+    (so that an input error is printed alone)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.bar = None
+        self.task = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+            self.bar = Progress(TextColumn(self.label), BarColumn(), MofNCompleteColumn(),
+                                console=Console(stderr=True), transient=True)
+            self.task = self.bar.add_task(self.label, total=total)
+            self.bar.start()
+        self.bar.update(self.task, completed=done, total=total)
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _bar(label: str):
+    bar = _CountBar(label)
+    return bar, bar
+
+
+def _cmd_replications(args: argparse.Namespace, scenario) -> int:
+    from sim.planning.overrides import with_values
+    from sim.planning.runner import run_many
+    from sim.planning.stats import aggregate
+
+    seeds = [scenario.seed + i for i in range(args.replications)]
+    scenarios = [with_values(scenario, {"seed": s}) for s in seeds]
+    bar, update = _bar("replications") if not args.quiet else (None, None)
+    try:
+        summaries = run_many(scenarios, workers=args.workers, progress=update)
+    finally:
+        if bar is not None:
+            bar.stop()
+    out_dir = Path(args.out) if args.out else Path("results") / f"{scenario.name}-replications"
+    if out_dir.exists() and any(out_dir.iterdir()) and not args.force:
+        raise ScenarioError(f"output folder {out_dir} exists; pass --force to replace it",
+                            file=str(out_dir))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = {"scenario": scenario.name, "seeds": seeds, "figures": aggregate(summaries),
+              "replications": summaries}
+    (out_dir / "replications.json").write_text(json.dumps(result, indent=2) + "\n")
+    if not args.quiet:
+        figs = result["figures"]
+        for key in ("latency_s.ttft.p50", "latency_s.ttft.p99", "latency_s.tpot.p50",
+                    "latency_s.tpot.p99", "throughput.requests_per_s",
+                    "throughput.output_tokens_per_s", "cost.usd_per_million_output_tokens"):
+            f = figs.get(key)
+            if f and f["mean"] is not None:
+                hw = f["half_width"]
+                print(f"{key:40s} {f['mean']:12.6g}" + (f" ± {hw:.3g}" if hw is not None else ""))
+        print(f"{len(seeds)} replications (95% confidence intervals) -> {out_dir}/replications.json")
+    return 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     import sim
     from sim.outputs import write_outputs
     from sim.table import print_summary
 
-    scenario = sim.load_scenario(args.scenario)
-    scenario = sim.with_overrides(scenario, seed=args.seed, duration_s=args.duration)
+    scenario = _load(args)
+    if args.replications > 1:
+        return _cmd_replications(args, scenario)
     out_dir = Path(args.out) if args.out else Path("results") / scenario.name
     if out_dir.exists() and any(out_dir.iterdir()) and not args.force:
         raise ScenarioError(f"output folder {out_dir} exists; pass --force to replace it",
@@ -81,13 +163,97 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _slos(args: argparse.Namespace) -> list:
+    from sim.planning.slo import parse_slo
+    return [parse_slo(text) for text in args.slo or []]
+
+
+def _cmd_size(args: argparse.Namespace) -> int:
+    from sim.planning.size import max_rate, size
+
+    scenario = _load(args)
+    slos = _slos(args)
+    if not slos:
+        raise ScenarioError("give at least one --slo, e.g. --slo ttft_p99=2s", field="--slo")
+    pools = args.pool or None
+    for p in pools or []:
+        if p not in scenario.pools:
+            raise ScenarioError(f"--pool: unknown pool '{p}'; pools: {', '.join(scenario.pools)}",
+                                field="--pool")
+    if args.max_rate:
+        for pool in pools or list(scenario.pools):
+            print(json.dumps({"pool": pool, **max_rate(scenario, slos, pool)}))
+        return 0
+    table = size(scenario, slos, pools)
+    with_pd_options(lambda: print(table.to_string(index=False)))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out / "size.csv", index=False)
+        table.to_json(out / "size.json", orient="records", indent=2)
+    return 0
+
+
+def with_pd_options(fn) -> None:
+    import pandas as pd
+    with pd.option_context("display.width", 200, "display.max_columns", 50):
+        fn()
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from sim.planning.overrides import parse_vary
+    from sim.planning.sweep import sweep
+
+    scenario = _load(args)
+    varies = [parse_vary(v) for v in args.vary]
+    bar, update = _bar("sweep") if not args.quiet else (None, None)
+    try:
+        table = sweep(scenario, varies, executor=args.executor, workers=args.workers,
+                      scheduler=args.scheduler, progress=update)
+    finally:
+        if bar is not None:
+            bar.stop()
+    out = Path(args.out) if args.out else Path("results") / f"{scenario.name}-sweep.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out, index=False)
+    if not args.quiet:
+        with_pd_options(lambda: print(table.to_string(index=False)))
+        print(f"{len(table)} points -> {out}")
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from sim.planning.compare import compare, load_summary
+
+    table = compare(load_summary(args.a), load_summary(args.b))
+    with_pd_options(lambda: print(table.to_string(index=False)))
+    return 0
+
+
+def _cmd_drift_check(args: argparse.Namespace) -> int:
+    from sim.planning.check import check
+
+    code, lines = check(args.scenarios, Path(args.baseline), _slos(args), args.tolerance,
+                        args.update)
+    for line in lines:
+        print(line)
+    return code
+
+
+def _tolerance(text: str) -> float:
+    try:
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"cannot read {text!r} as a tolerance (5% or 0.05)")
+
+
 def _cmd_schema(args: argparse.Namespace) -> int:
     from sim.config.scenario import Scenario
     print(json.dumps(Scenario.model_json_schema(), indent=2))
     return 0
 
 
-def _cmd_check(args: argparse.Namespace) -> int:
+def _cmd_lint(args: argparse.Namespace) -> int:
     import sim
     for path in args.scenarios:
         sim.load_scenario(path)
@@ -116,14 +282,56 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--force", action="store_true", help="replace an existing output folder")
     run.add_argument("--quiet", action="store_true", help="print nothing but errors")
     run.add_argument("--json", action="store_true", help="print summary.json instead of tables")
+    run.add_argument("--set", action="append", metavar="PATH=VALUE",
+                     help="override a scenario field, e.g. pools.main.replicas=4")
+    run.add_argument("--warmup", type=_duration, help="leave out requests arriving before this")
+    run.add_argument("--replications", type=int, default=1,
+                     help="run N seeds and report means with 95%% confidence intervals")
+    run.add_argument("--workers", type=int, default=1, help="processes for replications")
     run.set_defaults(func=_cmd_run)
+
+    size_p = sub.add_parser("size", help="cheapest fleet meeting SLOs, per pool")
+    size_p.add_argument("scenario")
+    size_p.add_argument("--slo", action="append", metavar="METRIC=VALUE",
+                        help="e.g. ttft_p99=2s, tpot_p99=50ms, attainment=0.99")
+    size_p.add_argument("--pool", action="append", help="only these pools")
+    size_p.add_argument("--max-rate", action="store_true",
+                        help="instead: the highest load the fleet as configured sustains")
+    size_p.add_argument("--set", action="append", metavar="PATH=VALUE")
+    size_p.add_argument("--out", help="folder for size.csv and size.json")
+    size_p.set_defaults(func=_cmd_size)
+
+    sweep_p = sub.add_parser("sweep", help="run a grid over scenario fields")
+    sweep_p.add_argument("scenario")
+    sweep_p.add_argument("--vary", action="append", required=True, metavar="PATH=VALUES",
+                         help="e.g. pools.main.replicas=2..8:2 or workload.rate_scale=1,2,4")
+    sweep_p.add_argument("--set", action="append", metavar="PATH=VALUE")
+    sweep_p.add_argument("--executor", choices=["local", "dask"], default="local")
+    sweep_p.add_argument("--workers", type=int, default=1)
+    sweep_p.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786")
+    sweep_p.add_argument("--out", help="CSV file for the table")
+    sweep_p.add_argument("--quiet", action="store_true")
+    sweep_p.set_defaults(func=_cmd_sweep)
+
+    cmp_p = sub.add_parser("compare", help="two scenarios or result folders side by side")
+    cmp_p.add_argument("a")
+    cmp_p.add_argument("b")
+    cmp_p.set_defaults(func=_cmd_compare)
+
+    check_p = sub.add_parser("check", help="fail when sizing or latency drift from a baseline")
+    check_p.add_argument("scenarios", nargs="+")
+    check_p.add_argument("--baseline", required=True)
+    check_p.add_argument("--slo", action="append", metavar="METRIC=VALUE")
+    check_p.add_argument("--tolerance", type=_tolerance, default=0.05)
+    check_p.add_argument("--update", action="store_true", help="rewrite the baseline")
+    check_p.set_defaults(func=_cmd_drift_check)
 
     schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editors)")
     schema.set_defaults(func=_cmd_schema)
 
     check = sub.add_parser("lint", help="validate scenario files without running them")
     check.add_argument("scenarios", nargs="+")
-    check.set_defaults(func=_cmd_check)
+    check.set_defaults(func=_cmd_lint)
 
     prof = sub.add_parser("profiles", help="list the shipped hardware and model profiles")
     prof.set_defaults(func=_cmd_profiles)

@@ -103,6 +103,7 @@ def summarise(sim, requests: pd.DataFrame, ts: pd.DataFrame) -> dict:
             "cost_usd": float(rows["cost_usd"].sum()),
         }
 
+    steady = done[done["arrival_s"] >= sim.scenario.warmup]
     out_tokens = int(done["output_tokens"].sum())
     in_tokens = int(done["prompt_tokens"].sum())
     return {
@@ -118,10 +119,10 @@ def summarise(sim, requests: pd.DataFrame, ts: pd.DataFrame) -> dict:
             "in_flight_at_end": int((status == Status.UNFINISHED).sum()),
         },
         "latency_s": {
-            "ttft": _stats(done["ttft_s"]),
-            "tpot": _stats(done["tpot_s"]),
-            "e2e": _stats(done["e2e_s"]),
-            "queue": _stats(done["queue_s"]),
+            "ttft": _stats(steady["ttft_s"]),
+            "tpot": _stats(steady["tpot_s"]),
+            "e2e": _stats(steady["e2e_s"]),
+            "queue": _stats(steady["queue_s"]),
         },
         "throughput": {
             "requests_per_s": len(done) / end_s if end_s > 0 else 0.0,

@@ -56,6 +56,16 @@ class SpotConfig(StrictModel):
         ge=0, description="Rate at which each replica is taken back (Poisson)")
 
 
+class SizingOptions(StrictModel):
+    """What `fleetsim size` may choose for a pool, besides the replica count."""
+
+    hardware: list[str] | None = Field(None, description="GPU kinds to try")
+    tp: list[PositiveInt] | None = Field(None, description="Tensor-parallel degrees to try")
+    weight_dtype: list[DType] | None = Field(None, description="Weight precisions to try "
+                                             "(the KV cache follows: fp8 weights, fp8 KV)")
+    max_replicas: PositiveInt = Field(64, description="Largest replica count to consider")
+
+
 class PoolConfig(StrictModel):
     """A group of identical replicas serving one model on one GPU kind."""
 
@@ -92,6 +102,7 @@ class PoolConfig(StrictModel):
                                         description="Start-up time of a new replica")
     queue: QueueConfig = Field(default_factory=QueueConfig, description="Pool queue")
     spot: SpotConfig | None = Field(None, description="Spot replicas: preemption rate")
+    sizing: SizingOptions | None = Field(None, description="Options for `fleetsim size`")
 
 
 class Scenario(StrictModel):
@@ -105,6 +116,8 @@ class Scenario(StrictModel):
         3600.0, description="After `duration`, time allowed for in-flight requests to finish; "
                             "requests still open then end as `unfinished`")
     sample_interval: PositiveSeconds = Field(1.0, description="Time-series sampling period")
+    warmup: Seconds = Field(0.0, description="Requests arriving before this are left out "
+                                             "of the latency figures (the queue filling up)")
     record_steps: bool = Field(False, description="Record one row per engine step")
     hardware: dict[str, HardwareSpec] = Field(
         default_factory=dict, description="Extra hardware profiles defined inline")

@@ -1,0 +1,3 @@
+"""Capacity-planning workflows on top of single runs: overrides, replications
+with confidence intervals, sweeps (local processes or Dask), sizing against
+SLOs, comparison and the CI check."""

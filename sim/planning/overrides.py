@@ -1,0 +1,81 @@
+"""``path=value`` overrides of scenario fields (``--vary``, ``--set``).
+
+A path walks the scenario's YAML keys (``pools.large.replicas``,
+``workload.rate_scale``, ``workload.streams.chat.arrival.rate``). Values are
+parsed as YAML scalars, so ``4``, ``1.5``, ``true`` and ``"2s"`` mean what
+they would in the file. A ``--vary`` spec is a list (``10,20,40``) or an
+integer range ``start..stop:step`` (inclusive).
+"""
+from __future__ import annotations
+
+import copy
+import difflib
+from typing import Any
+
+import yaml
+
+from sim.config.scenario import Scenario
+from sim.errors import ScenarioError
+
+
+def parse_value(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def parse_vary(spec: str) -> tuple[str, list[Any]]:
+    """``pools.p.replicas=4..32:4`` -> (``pools.p.replicas``, [4, 8, ..., 32])."""
+    if "=" not in spec:
+        raise ScenarioError(f"--vary {spec!r}: write PATH=VALUES, e.g. pools.main.replicas=2..8:2",
+                            field="--vary")
+    path, values = spec.split("=", 1)
+    if ".." in values:
+        head, _, step = values.partition(":")
+        start, _, stop = head.partition("..")
+        try:
+            lo, hi, inc = int(start), int(stop), int(step or 1)
+        except ValueError:
+            raise ScenarioError(f"--vary {spec!r}: a range is START..STOP[:STEP] in integers",
+                                field="--vary") from None
+        if inc <= 0 or hi < lo:
+            raise ScenarioError(f"--vary {spec!r}: the range is empty", field="--vary")
+        return path, list(range(lo, hi + 1, inc))
+    return path, [parse_value(v) for v in values.split(",") if v != ""]
+
+
+def apply(data: dict, path: str, value: Any) -> dict:
+    """A copy of scenario ``data`` with ``path`` set; the path must exist
+    (a typo is an error naming the valid keys), except the last key of a
+    block that the schema allows (it is then added)."""
+    out = copy.deepcopy(data)
+    node = out
+    keys = path.split(".")
+    for depth, key in enumerate(keys[:-1]):
+        if not isinstance(node, dict) or key not in node:
+            valid = sorted(node) if isinstance(node, dict) else []
+            close = difflib.get_close_matches(key, valid, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ScenarioError(f"no field '{key}' at {'.'.join(keys[:depth]) or 'top level'};"
+                                f" valid: {', '.join(map(str, valid))}{hint}", field=path)
+        node = node[key]
+    if not isinstance(node, dict):
+        raise ScenarioError(f"'{'.'.join(keys[:-1])}' is not a mapping", field=path)
+    node[keys[-1]] = value
+    return out
+
+
+def with_values(scenario: Scenario, assignments: dict[str, Any]) -> Scenario:
+    """The scenario with every ``path: value`` applied, validated again."""
+    data = scenario.model_dump(mode="json")
+    for path, value in assignments.items():
+        data = apply(data, path, value)
+    try:
+        out = Scenario.model_validate(data)
+    except Exception as exc:  # pydantic.ValidationError: report the field, not a traceback
+        raise ScenarioError(f"invalid value: {exc}".splitlines()[0] + "; "
+                            + " ".join(str(exc).splitlines()[1:3]),
+                            field=", ".join(assignments)) from None
+    out._source = scenario._source
+    return out

@@ -1,0 +1,132 @@
+"""`fleetsim size`: the cheapest configuration of each pool meeting the SLOs.
+
+For every option the scenario lists under a pool's ``sizing:`` (GPU kind,
+TP degree, weight precision), the fewest replicas meeting every SLO at the
+scenario's load is found by bisection (latency falls as replicas grow), the
+pool's other settings and the rest of the fleet unchanged and autoscaling
+replaced by that fixed count. Candidates are ranked by cost per hour.
+``max_rate`` answers the converse: the highest load a fixed fleet sustains.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import pandas as pd
+
+import sim
+from sim.config.scenario import Scenario
+from sim.planning.overrides import with_values
+from sim.planning.slo import Slo, margins, measure, met
+
+
+@dataclass
+class Trial:
+    replicas: int
+    measured: dict[str, float]
+    ok: bool
+    summary: dict
+
+
+def evaluate(scenario: Scenario, pool: str, slos: list[Slo]) -> tuple[dict, bool, dict]:
+    res = sim.run(scenario)
+    req = res.requests
+    req = req[(req["pool"].astype(str) == pool) & (req["arrival_s"] >= scenario.warmup)]
+    measured = measure(req, slos)
+    return measured, met(measured, slos), res.summary
+
+
+def _option_grid(scenario: Scenario, pool: str) -> list[dict]:
+    cfg = scenario.pools[pool]
+    opts = cfg.sizing
+    hardware = (opts.hardware if opts and opts.hardware else [cfg.hardware])
+    tps = (opts.tp if opts and opts.tp else [cfg.tp])
+    dtypes = (opts.weight_dtype if opts and opts.weight_dtype else [cfg.weight_dtype])
+    return [{"hardware": h, "tp": t, "weight_dtype": d}
+            for h, t, d in itertools.product(hardware, tps, dtypes)]
+
+
+def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
+                 max_replicas: int) -> tuple[int | None, dict[int, Trial]]:
+    """Fewest replicas meeting the SLOs with ``option``, or None within the cap."""
+    base = {f"pools.{pool}.{k}": v for k, v in option.items()}
+    if option["weight_dtype"] in ("fp8", "int8"):
+        base[f"pools.{pool}.kv_dtype"] = "fp8"
+    base[f"pools.{pool}.autoscaler"] = None
+    trials: dict[int, Trial] = {}
+
+    def trial(n: int) -> Trial:
+        if n not in trials:
+            scn = with_values(scenario, {**base, f"pools.{pool}.replicas": n})
+            measured, ok, summary = evaluate(scn, pool, slos)
+            trials[n] = Trial(n, measured, ok, summary)
+        return trials[n]
+
+    lo, hi = 1, 1
+    while not trial(hi).ok:                 # grow until it meets the SLOs
+        if hi >= max_replicas:
+            return None, trials
+        lo, hi = hi + 1, min(2 * hi, max_replicas)
+    while lo < hi:                          # fewest in [lo, hi] that meets them
+        mid = (lo + hi) // 2
+        if trial(mid).ok:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi, trials
+
+
+def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None) -> pd.DataFrame:
+    rows = []
+    for pool in pools or list(scenario.pools):
+        cfg = scenario.pools[pool]
+        cap = cfg.sizing.max_replicas if cfg.sizing else 64
+        for option in _option_grid(scenario, pool):
+            try:
+                n, trials = min_replicas(scenario, pool, slos, option, cap)
+            except sim.ScenarioError as exc:     # the option does not fit (memory, TP)
+                rows.append({"pool": pool, **option, "replicas": None, "feasible": False,
+                             "note": exc.message})
+                continue
+            if n is None:
+                rows.append({"pool": pool, **option, "replicas": None, "feasible": False,
+                             "note": f"SLOs not met with {cap} replicas"})
+                continue
+            best = trials[n]
+            pool_sum = best.summary["pools"][pool]
+            gpus = n * option["tp"]
+            out_tok = sum(t["output_tokens"] for t in best.summary["teams"].values())
+            cost_h = pool_sum["cost_usd"] / (best.summary["end_s"] / 3600.0)
+            rows.append({
+                "pool": pool, **option, "replicas": n, "gpus": gpus, "feasible": True,
+                "cost_usd_per_h": cost_h,
+                "usd_per_million_output_tokens": pool_sum["cost_usd"] / out_tok * 1e6
+                if out_tok else None,
+                **{f"{k}": v for k, v in best.measured.items()},
+                **{f"margin_{k}": v for k, v in margins(best.measured, slos).items()},
+                "note": "",
+            })
+    table = pd.DataFrame(rows)
+    if len(table) and "cost_usd_per_h" in table:
+        table = table.sort_values(["pool", "feasible", "cost_usd_per_h"],
+                                  ascending=[True, False, True], kind="stable")
+    return table.reset_index(drop=True)
+
+
+def max_rate(scenario: Scenario, slos: list[Slo], pool: str, *, precision: float = 0.02,
+             hi_scale: float = 64.0) -> dict:
+    """The largest ``workload.rate_scale`` at which ``pool`` still meets the SLOs."""
+    def ok(scale: float) -> bool:
+        return evaluate(with_values(scenario, {"workload.rate_scale": scale}), pool, slos)[1]
+
+    lo, hi = 0.0, 1.0
+    while ok(hi):
+        lo, hi = hi, hi * 2
+        if hi > hi_scale:
+            return {"rate_scale": lo, "note": f"still within the SLOs at {lo}x"}
+    while hi - lo > precision * max(hi, 1e-9):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    base = sim.run(scenario).summary["requests"]["arrived"] / scenario.duration
+    return {"rate_scale": lo, "requests_per_s": lo * base,
+            "requests_per_s_per_replica": lo * base / scenario.pools[pool].replicas}

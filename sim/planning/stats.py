@@ -1,0 +1,46 @@
+"""Means with 95% confidence intervals over replications (Student's t)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# two-sided 97.5% quantiles of Student's t for 1..30 degrees of freedom
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+         2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def t975(dof: int) -> float:
+    return _T975[dof - 1] if dof <= len(_T975) else 1.96
+
+
+def mean_ci(values) -> dict[str, float | None]:
+    """{mean, ci95_low, ci95_high, half_width, n} of the finite values."""
+    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
+    n = len(v)
+    if n == 0:
+        return {"mean": None, "ci95_low": None, "ci95_high": None, "half_width": None, "n": 0}
+    mean = float(v.mean())
+    half = float(t975(n - 1) * v.std(ddof=1) / math.sqrt(n)) if n > 1 else math.inf
+    return {"mean": mean, "ci95_low": mean - half, "ci95_high": mean + half,
+            "half_width": half if math.isfinite(half) else None, "n": n}
+
+
+def flatten(summary: dict, prefix: str = "") -> dict[str, float]:
+    """Numeric leaves of a summary as ``a.b.c`` -> value."""
+    out: dict[str, float] = {}
+    for key, value in summary.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, path + "."))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[path] = float(value)
+    return out
+
+
+def aggregate(summaries: list[dict]) -> dict[str, dict]:
+    """Every numeric figure of the summaries as a mean with its 95% CI."""
+    flat = [flatten(s) for s in summaries]
+    keys = list(dict.fromkeys(k for f in flat for k in f))
+    return {k: mean_ci([f.get(k) for f in flat]) for k in keys}

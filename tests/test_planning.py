@@ -1,0 +1,154 @@
+"""Capacity-planning workflows: size, sweep, replications, check, compare."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import sim
+from sim import profiles
+from sim.cli import main
+from sim.config.scenario import Scenario
+from sim.cost.roofline import RooflineConfig, RooflineCostModel
+from sim.planning.overrides import parse_vary, with_values
+from sim.planning.runner import run_many
+from sim.planning.size import evaluate, size
+from sim.planning.slo import parse_slo
+from sim.planning.stats import aggregate
+from sim.planning.sweep import sweep
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def chat(duration: float = 60, rate: float = 12, replicas: int = 1, seed: int = 2) -> Scenario:
+    return Scenario.model_validate({
+        "name": "plan", "seed": seed, "duration": duration, "drain": 600,
+        "workload": {"streams": {"chat": {
+            "model": "llama-3.1-8b", "arrival": {"type": "poisson", "rate": rate},
+            "prompt_tokens": {"type": "lognormal", "mean": 1500, "cv": 0.8, "max": 8000},
+            "output_tokens": {"type": "lognormal", "mean": 250, "cv": 0.8, "max": 1500}}}},
+        "pools": {"p": {"model": "llama-3.1-8b", "hardware": "H100-SXM", "replicas": replicas,
+                        "router": {"type": "least_outstanding"},
+                        "sizing": {"hardware": ["H100-SXM", "H200"], "max_replicas": 16}}},
+    })
+
+
+def test_size_finds_the_true_minimum():
+    """The replica count size returns meets the SLOs and one fewer does not
+    (both checked by running them), for every hardware option."""
+    scenario = chat(rate=30)
+    slos = [parse_slo("ttft_p99=0.5s"), parse_slo("tpot_p99=40ms")]
+    table = size(scenario, slos)
+    assert set(table.hardware) == {"H100-SXM", "H200"} and table.feasible.all()
+    for row in table.itertuples():
+        at = with_values(scenario, {"pools.p.hardware": row.hardware})
+        assert evaluate(with_values(at, {"pools.p.replicas": row.replicas}), "p", slos)[1]
+        if row.replicas > 1:
+            fewer = with_values(at, {"pools.p.replicas": row.replicas - 1})
+            assert not evaluate(fewer, "p", slos)[1]
+    assert table.iloc[0].cost_usd_per_h <= table.iloc[-1].cost_usd_per_h
+
+
+def test_sweep_is_identical_on_one_process_two_processes_and_dask():
+    """The same grid gives the same table whatever runs it."""
+    scenario = chat(duration=20)
+    varies = [parse_vary("pools.p.replicas=1..2:1"), parse_vary("workload.rate_scale=0.5,1")]
+    one = sweep(scenario, varies)
+    two = sweep(scenario, varies, workers=2)
+    dask = sweep(scenario, varies, executor="dask", workers=2)
+    assert len(one) == 4
+    pd.testing.assert_frame_equal(one, two)
+    pd.testing.assert_frame_equal(one, dask)
+    assert one["ttft_p99_s"].iloc[0] != one["ttft_p99_s"].iloc[1]
+
+
+def service_time_s() -> float:
+    """Service of one fixed request (prompt 256, 64 output tokens) on the
+    single scheduler, from the cost model: a prefill step then 63 decodes."""
+    cost = RooflineCostModel(profiles.find_model("llama-3.1-8b"),
+                             profiles.find_hardware("H100-SXM"), 1, "bf16", "bf16",
+                             RooflineConfig())
+    t = cost.step_scalar(256, 1, 256 * 128.0, 0)[0]
+    return t + sum(cost.step_scalar(1, 1, 0, 256 + i)[0] for i in range(1, 64))
+
+
+def single_server(rho: float, seed: int) -> Scenario:
+    s = service_time_s()
+    return Scenario.model_validate({
+        "name": "md1", "seed": seed, "duration": 3000 * s / rho, "warmup": 300 * s / rho,
+        "workload": {"streams": {"q": {"model": "llama-3.1-8b",
+                                       "arrival": {"type": "poisson", "rate": rho / s},
+                                       "prompt_tokens": 256, "output_tokens": 64}}},
+        "pools": {"p": {"model": "llama-3.1-8b", "hardware": "H100-SXM",
+                        "scheduler": {"type": "single"}}},
+    })
+
+
+def test_theory_replication_intervals_shrink_and_cover_the_md1_wait():
+    """Mean queueing delay over replications of an M/D/1 queue: the 95%
+    interval covers W = rho·S / (2(1 − rho)) and narrows with more seeds."""
+    rho, s = 0.6, service_time_s()
+    theory = rho * s / (2 * (1 - rho))
+    summaries = run_many([single_server(rho, seed) for seed in range(12)], workers=2)
+    few = aggregate(summaries[:4])["latency_s.queue.mean"]
+    many = aggregate(summaries)["latency_s.queue.mean"]
+    assert many["ci95_low"] <= theory <= many["ci95_high"]
+    assert many["half_width"] < few["half_width"]
+
+
+def test_check_passes_unchanged_and_fails_when_load_rises(tmp_path, capsys):
+    """check exits 0 against its own baseline, 1 once the load is raised."""
+    base = chat(duration=30, rate=10).model_dump(mode="json")
+    path = tmp_path / "s.yaml"
+    import yaml
+    path.write_text(yaml.safe_dump(base))
+    baseline = tmp_path / "baseline.json"
+    args = ["check", str(path), "--baseline", str(baseline), "--slo", "ttft_p99=1s"]
+    assert main(args + ["--update"]) == 0
+    assert main(args) == 0
+    base["workload"]["streams"]["chat"]["arrival"]["rate"] = 40
+    path.write_text(yaml.safe_dump(base))
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "required replicas" in out
+
+
+def test_replications_cli_writes_intervals(tmp_path, capsys):
+    """run --replications N reports every figure as a mean with a 95% CI."""
+    out = tmp_path / "reps"
+    assert main(["run", str(ROOT / "scenarios" / "v2-continuous.yaml"), "--duration", "10s",
+                 "--replications", "3", "--out", str(out), "--quiet"]) == 0
+    data = json.loads((out / "replications.json").read_text())
+    assert data["seeds"] == [7, 8, 9]
+    fig = data["figures"]["latency_s.ttft.p50"]
+    assert fig["n"] == 3 and fig["ci95_low"] <= fig["mean"] <= fig["ci95_high"]
+
+
+def test_compare_two_result_folders(tmp_path, capsys):
+    """compare shows both runs' figures and their difference."""
+    for name, rate in (("a", "1"), ("b", "2")):
+        assert main(["run", str(ROOT / "scenarios" / "v2-continuous.yaml"), "--duration", "10s",
+                     "--set", f"workload.rate_scale={rate}", "--out", str(tmp_path / name),
+                     "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "requests_per_s" in out and "B - A" in out
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["sweep", "scenarios/quickstart.yaml", "--vary", "pools.mian.replicas=1,2"],
+     "did you mean 'main'"),
+    (["size", "scenarios/quickstart.yaml", "--slo", "ttft_p999=1s"], "unknown metric"),
+    (["size", "scenarios/quickstart.yaml", "--slo", "ttft_p99=soon"], "ttft_p99"),
+    (["sweep", "scenarios/quickstart.yaml", "--vary", "pools.main.replicas=8..2"], "empty"),
+])
+def test_bad_planning_arguments_exit_2(argv, fragment, capsys, monkeypatch):
+    """A wrong --vary path, an unknown SLO metric or a bad value is a clear error."""
+    monkeypatch.chdir(ROOT)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and fragment in err and "Traceback" not in err
