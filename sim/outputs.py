@@ -96,6 +96,11 @@ def _write_all(results, folder: Path) -> list[Path]:
     written.append(path)
 
     written += plots.save_all(results, folder / "plots")
+
+    from sim.report import build_report
+    path = folder / "report.html"
+    _write_text(path, build_report(results))
+    written.append(path)
     return written
 
 

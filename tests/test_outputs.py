@@ -58,7 +58,7 @@ pools:
 EXPECTED_FILES = ["summary.json", "requests.parquet", "requests.csv", "timeseries.csv",
                   "scenario.yaml", "plots/ttft_cdf.png", "plots/tpot_cdf.png",
                   "plots/queue.png", "plots/kv_util.png", "plots/replicas.png",
-                  "plots/teams.png"]
+                  "plots/teams.png", "report.html"]
 
 
 @pytest.fixture(scope="module")

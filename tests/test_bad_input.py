@@ -1,0 +1,643 @@
+"""A catalogue of bad inputs: each must give ``error: file:line: field: message``
+on stderr (valid choices or a did-you-mean where there are some), exit code 2,
+no traceback, and no output folder.
+
+Every case is a small edit of one good scenario (``BASE``), written to a
+temporary folder and run through ``sim.cli.main``. Cases that show a bug in
+the current behaviour are kept as strict xfails whose reason says what is
+wrong.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import sim
+from sim.cli import main
+
+# Line numbers are referred to by the cases below; keep them in step.
+BASE = """\
+name: robust
+seed: 1
+duration: 20s
+sample_interval: 1s
+workload:
+  streams:
+    chat:
+      team: search
+      model: llama-3.1-8b
+      arrival: {type: poisson, rate: 2/s}
+      prompt_tokens: {type: uniform, low: 100, high: 400}
+      output_tokens: {type: fixed, value: 50}
+gateway:
+  teams:
+    search:
+      requests_per_min: 600
+pools:
+  main:
+    model: llama-3.1-8b
+    hardware: H100-SXM
+    tp: 1
+    replicas: 1
+    scheduler:
+      type: continuous
+      max_num_batched_tokens: 8192
+    router: {type: least_outstanding}
+"""
+#  1 name            10 arrival          19 model (pool)
+#  2 seed            11 prompt_tokens    20 hardware
+#  3 duration        12 output_tokens    21 tp
+#  4 sample_interval 13 gateway          22 replicas
+#  5 workload        14 teams            23 scheduler
+#  6 streams         15 search           24 type
+#  7 chat            16 requests_per_min 25 max_num_batched_tokens
+#  8 team            17 pools            26 router
+#  9 model (stream)  18 main
+
+# The stream's arrival and lengths (lines 10-12), for trace cases.
+POISSON_LINES = ("      arrival: {type: poisson, rate: 2/s}\n"
+                 "      prompt_tokens: {type: uniform, low: 100, high: 400}\n"
+                 "      output_tokens: {type: fixed, value: 50}\n")
+TRACE_HEADER = "timestamp,prompt_tokens,output_tokens\n"
+
+KNOWN_HARDWARE = ["A100-80GB", "B200", "H100-SXM", "H200", "L40S", "MI300X"]
+KNOWN_MODELS = ["llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b", "mixtral-8x7b",
+                "qwen2.5-72b", "tiny-llama"]
+
+
+def edit(*pairs: tuple[str, str], base: str = BASE) -> str:
+    """``base`` with each ``old`` (which must occur exactly once) replaced by ``new``."""
+    text = base
+    for old, new in pairs:
+        assert text.count(old) == 1, f"{old!r} must occur exactly once"
+        text = text.replace(old, new)
+    return text
+
+
+def trace_stream(path: str = "t.csv") -> str:
+    return edit((POISSON_LINES, f"      arrival: {{type: trace, path: {path}}}\n"))
+
+
+def append_to_pool(block: str) -> str:
+    """``block`` (lines indented for the pool ``main``) added at the end of the pool."""
+    return BASE + block
+
+
+@dataclass
+class Case:
+    id: str
+    text: str | bytes
+    line: int | None                 # expected line in ``where`` (None: no line given)
+    field: str | None                # expected dotted field path (None: not named)
+    fragments: list[str]             # must all appear in stderr
+    where: str = "s.yaml"            # the file the error must name
+    files: dict[str, str | bytes] = field(default_factory=dict)   # written beside s.yaml
+    xfail: str | None = None         # reason, when the current behaviour is a bug
+    absent: list[str] = field(default_factory=list)              # must not appear
+
+
+CASES = [
+    # -- YAML syntax ----------------------------------------------------------------------
+    Case("yaml-bad-indentation", edit(("    tp: 1\n", "   tp: 1\n")), 21, None,
+         ["invalid YAML", "expected <block end>", "started on line 18"]),
+    Case("yaml-indented-too-deep", edit(("      arrival: {type: poisson",
+                                         "        arrival: {type: poisson")), 10, None,
+         ["invalid YAML", "mapping values are not allowed here"]),
+    Case("yaml-unclosed-flow-mapping", edit(("rate: 2/s}", "rate: 2/s")), 11, None,
+         ["invalid YAML", "expected ',' or '}'", "started on line 10"]),
+    Case("yaml-unclosed-flow-sequence", edit(("hardware: H100-SXM", "hardware: [H100-SXM")),
+         21, None, ["invalid YAML", "expected ',' or ']'", "started on line 20"]),
+    Case("yaml-tab-indentation", edit(("    tp: 1\n", "\ttp: 1\n")), 21, None,
+         ["invalid YAML", "found character '\\t' that cannot start any token"]),
+    Case("yaml-unsafe-python-tag",
+         edit(("name: robust", "name: !!python/object/apply:os.system ['echo hi']")), 1, None,
+         ["invalid YAML", "could not determine a constructor", "only plain data"]),
+    # -- duplicate keys ---------------------------------------------------------------------
+    Case("duplicate-key-top-level", BASE + "seed: 2\n", 27, "seed",
+         ["duplicate key 'seed'", "first on line 2, again on line 27"]),
+    Case("duplicate-key-in-pool", edit(("    replicas: 1\n", "    replicas: 1\n    replicas: 2\n")),
+         23, "pools.main.replicas",
+         ["duplicate key 'replicas'", "first on line 22, again on line 23"]),
+    # -- unknown keys, with the valid keys and a did-you-mean ------------------------------
+    Case("unknown-key-top-level", edit(("seed: 1", "sede: 1")), 2, "sede",
+         ["unknown key 'sede'", "valid keys: name, description, seed", "duration",
+          "did you mean 'seed'?"]),
+    Case("unknown-key-workload", edit(("  streams:", "  stream:")), 6, "workload.stream",
+         ["unknown key 'stream'", "streams", "did you mean 'streams'?"]),
+    Case("unknown-key-stream", edit(("      model: llama-3.1-8b\n", "      modle: llama-3.1-8b\n")),
+         9, "workload.streams.chat.modle",
+         ["unknown key 'modle'", "team, model, pool", "did you mean 'model'?"]),
+    Case("unknown-key-arrival", edit(("{type: poisson, rate: 2/s}", "{type: poisson, rat: 2/s}")),
+         10, "workload.streams.chat.arrival.rat",
+         ["unknown key 'rat'", "valid keys: type, rate", "did you mean 'rate'?"]),
+    Case("unknown-key-pool", edit(("    replicas: 1", "    replicsa: 1")), 22, "pools.main.replicsa",
+         ["unknown key 'replicsa'", "model, hardware, tp, replicas", "scheduler",
+          "did you mean 'replicas'?"]),
+    Case("unknown-key-scheduler",
+         edit(("      max_num_batched_tokens: 8192", "      max_num_batched_token: 8192")),
+         25, "pools.main.scheduler.max_num_batched_token",
+         ["unknown key 'max_num_batched_token'", "max_num_seqs, chunked_prefill",
+          "did you mean 'max_num_batched_tokens'?"]),
+    Case("unknown-key-router",
+         edit(("{type: least_outstanding}", "{type: prefix_affinity, virtual_node: 8}")),
+         26, "pools.main.router.virtual_node",
+         ["unknown key 'virtual_node'", "load_factor", "did you mean 'virtual_nodes'?"]),
+    Case("unknown-key-gateway-team",
+         edit(("      requests_per_min: 600", "      requests_per_minute: 600")),
+         16, "gateway.teams.search.requests_per_minute",
+         ["unknown key 'requests_per_minute'", "tokens_per_min, max_concurrency",
+          "did you mean 'requests_per_min'?"]),
+    # -- wrong types ------------------------------------------------------------------------
+    Case("string-for-int", edit(("replicas: 1", "replicas: two")), 22, "pools.main.replicas",
+         ["valid integer", "'two'"]),
+    Case("float-for-int", edit(("replicas: 1", "replicas: 1.5")), 22, "pools.main.replicas",
+         ["valid integer", "fractional part", "1.5"]),
+    Case("list-for-mapping", edit(("    scheduler:\n      type: continuous\n"
+                                   "      max_num_batched_tokens: 8192\n",
+                                   "    scheduler: [continuous]\n")),
+         23, "pools.main.scheduler", ["valid dictionary", "['continuous']"]),
+    Case("list-for-streams-mapping", edit(("    chat:\n      team: search\n",
+                                           "    - chat:\n      team: search\n")),
+         6, "workload.streams", ["valid dictionary"]),
+    Case("mapping-for-string", edit(("    hardware: H100-SXM", "    hardware: {name: H100-SXM}")),
+         20, "pools.main.hardware", ["valid string"]),
+    Case("boolean-for-duration", edit(("duration: 20s", "duration: true")), 3, "duration",
+         ["expected a duration, got a boolean"]),
+    Case("boolean-for-int", edit(("replicas: 1", "replicas: true")), 22, "pools.main.replicas",
+         ["integer"],
+         xfail="`replicas: true` is accepted as 1 (pydantic's lax bool->int coercion), while "
+               "`duration: true` is refused with 'expected a duration, got a boolean'; a "
+               "boolean where a count is expected should be a located error too"),
+    # -- units ------------------------------------------------------------------------------
+    Case("unit-parsecs", edit(("duration: 20s", "duration: 2 parsecs")), 3, "duration",
+         ["cannot read '2 parsecs' as a duration", "'s'", "'ms'", "'min'", "'h'"]),
+    Case("unit-word-fast", edit(("duration: 20s", "duration: fast")), 3, "duration",
+         ["cannot read 'fast' as a duration", "'ms'"]),
+    Case("unit-rate-per-fortnight", edit(("rate: 2/s", "rate: 2/fortnight")), 10,
+         "workload.streams.chat.arrival.rate",
+         ["cannot read '2/fortnight' as a rate", "'/s'", "'/min'", "'/h'"]),
+    Case("unit-bytes-nonsense", append_to_pool("    kv_cache_bytes: 8 gigs\n"), 27,
+         "pools.main.kv_cache_bytes", ["cannot read '8 gigs' as a size in bytes", "'GB'", "'GiB'"]),
+    Case("unit-infinite-duration", edit(("duration: 20s", "duration: .inf")), 3, "duration",
+         ["must be finite"]),
+    # -- ranges -----------------------------------------------------------------------------
+    Case("negative-rate", edit(("rate: 2/s", "rate: -2/s")), 10,
+         "workload.streams.chat.arrival.rate", ["must be greater than 0", "'-2/s'"]),
+    Case("zero-rate", edit(("rate: 2/s", "rate: 0/s")), 10,
+         "workload.streams.chat.arrival.rate", ["must be greater than 0"]),
+    Case("zero-duration", edit(("duration: 20s", "duration: 0s")), 3, "duration",
+         ["must be greater than 0"]),
+    Case("negative-seed", edit(("seed: 1", "seed: -1")), 2, "seed",
+         ["greater than or equal to 0", "-1"]),
+    Case("zero-output-tokens", edit(("{type: fixed, value: 50}", "{type: fixed, value: 0}")), 12,
+         "workload.streams.chat.output_tokens.value", ["greater than or equal to 1"]),
+    Case("uniform-high-below-low", edit(("low: 100, high: 400", "low: 400, high: 100")), 11,
+         "workload.streams.chat.prompt_tokens", ["high (100) must be at least low (400)"]),
+    Case("memory-utilization-above-one", append_to_pool("    gpu_memory_utilization: 1.5\n"), 27,
+         "pools.main.gpu_memory_utilization", ["less than or equal to 1", "1.5"]),
+    # -- workload shape ---------------------------------------------------------------------
+    Case("empty-workload", edit((
+        "  streams:\n    chat:\n      team: search\n      model: llama-3.1-8b\n" + POISSON_LINES,
+        "  streams: {}\n")), 6, "workload.streams", ["workload has no streams"]),
+    Case("stream-without-prompt-tokens",
+         edit(("      prompt_tokens: {type: uniform, low: 100, high: 400}\n", "")), 7,
+         "workload.streams.chat", ["prompt_tokens required for a poisson arrival"]),
+    Case("trace-stream-with-lengths",
+         edit(("{type: poisson, rate: 2/s}", "{type: trace, path: t.csv}")), 7,
+         "workload.streams.chat", ["takes its lengths from the trace",
+                                   "remove prompt_tokens and output_tokens"],
+         files={"t.csv": TRACE_HEADER + "0,10,5\n"}),
+    # -- trace files: the error names the CSV and its line ---------------------------------
+    Case("trace-missing-column", trace_stream(), 1, None,
+         ["missing column(s) 'output_tokens'", "columns found: 'timestamp', 'prompt_tokens'"],
+         where="t.csv", files={"t.csv": "timestamp,prompt_tokens\n0,10\n1,20\n"}),
+    Case("trace-unsorted-timestamps", trace_stream(), 4, None,
+         ["timestamps must not decrease: 1 comes after 2"], where="t.csv",
+         files={"t.csv": TRACE_HEADER + "0,10,5\n2,10,5\n1,10,5\n"}),
+    Case("trace-non-numeric-value", trace_stream(), 3, None,
+         ["column 'prompt_tokens'", "'abc' is not a finite number"], where="t.csv",
+         files={"t.csv": TRACE_HEADER + "0,10,5\n1,abc,5\n"}),
+    Case("trace-zero-output-tokens", trace_stream(), 2, None,
+         ["column 'output_tokens'", "0 is not a whole number >= 1"], where="t.csv",
+         files={"t.csv": TRACE_HEADER + "0,10,0\n"}),
+    Case("trace-negative-timestamp", trace_stream(), 2, None,
+         ["negative timestamp -1"], where="t.csv", files={"t.csv": TRACE_HEADER + "-1,10,5\n"}),
+    Case("trace-header-only", trace_stream(), None, None, ["trace has no rows"], where="t.csv",
+         files={"t.csv": TRACE_HEADER}),
+    Case("trace-path-does-not-exist", trace_stream("no-such-trace.csv"), None, None,
+         ["file not found"], where="no-such-trace.csv"),
+    Case("trace-row-with-extra-fields", trace_stream(), 2, None, ["t.csv"], where="t.csv",
+         files={"t.csv": TRACE_HEADER + "0,10,5,7,8\n1,20,6\n"},
+         xfail="a data row with more fields than the header is silently misread: pandas makes "
+               "the extra leading fields an index, so row '0,10,5,7,8' replays as timestamp 5, "
+               "prompt 7, output 8 (and the run exits 0); it should be an error naming "
+               "t.csv:2 (read_csv needs index_col=False)"),
+    Case("empirical-csv-missing-column",
+         edit(("{type: fixed, value: 50}", "{type: empirical, path: e.csv, column: out}")),
+         1, None, ["missing column(s) 'out'", "columns found: 'x'"], where="e.csv",
+         files={"e.csv": "x\n1\n2\n"}),
+    # -- profiles: models and GPUs ----------------------------------------------------------
+    Case("model-does-not-fit", edit(("    model: llama-3.1-8b\n    hardware",
+                                     "    model: llama-3.1-405b\n    hardware"),
+                                    ("      model: llama-3.1-8b\n", "      model: llama-3.1-405b\n"),
+                                    ("    tp: 1\n", "")),
+         19, "pools.main.model", ["llama-3.1-405b", "leaves no room for a KV cache",
+                                  "1 x H100-SXM", "does not fit"]),
+    Case("model-does-not-fit-at-given-tp",
+         edit(("    model: llama-3.1-8b\n    hardware", "    model: llama-3.1-70b\n    hardware"),
+              ("      model: llama-3.1-8b\n", "      model: llama-3.1-70b\n")),
+         21, "pools.main.tp", ["llama-3.1-70b", "leaves no room for a KV cache", "it fits at tp=4"]),
+    Case("tp-does-not-divide-heads", edit(("    tp: 1", "    tp: 3")), 21, "pools.main.tp",
+         ["tp=3 does not divide", "32 attention heads / 8 KV heads", "valid: 1, 2, 4, 8"]),
+    Case("tp-larger-than-node", edit(("    tp: 1", "    tp: 16")), 21, "pools.main.tp",
+         ["tp=16 exceeds the 8 GPUs of one H100-SXM node"]),
+    Case("unknown-hardware", edit(("hardware: H100-SXM", "hardware: H101")), 20,
+         "pools.main.hardware", ["unknown hardware 'H101'", *KNOWN_HARDWARE]),
+    Case("unknown-model", edit(("    model: llama-3.1-8b\n    hardware",
+                                "    model: llama-9b\n    hardware")),
+         19, "pools.main.model", ["unknown model 'llama-9b'", *KNOWN_MODELS]),
+    Case("unknown-kv-dtype", append_to_pool("    kv_dtype: fp9\n"), 27, "pools.main.kv_dtype",
+         ["'bf16'", "'fp8'", "'int4'", "did you mean 'fp8'?"]),
+    # -- `type:` typos ----------------------------------------------------------------------
+    Case("scheduler-type-typo", edit(("      type: continuous", "      type: continous")), 24,
+         "pools.main.scheduler.type",
+         ["Input tag 'continous'", "'single', 'static', 'continuous'", "did you mean 'continuous'?"]),
+    Case("router-type-typo", edit(("{type: least_outstanding}", "{type: round_robbin}")), 26,
+         "pools.main.router.type",
+         ["Input tag 'round_robbin'", "'round_robin', 'least_outstanding', 'least_kv', "
+          "'power_of_two', 'prefix_affinity'", "did you mean 'round_robin'?"]),
+    Case("arrival-type-typo", edit(("type: poisson", "type: poison")), 10,
+         "workload.streams.chat.arrival.type",
+         ["Input tag 'poison'", "'poisson', 'gamma', 'trace'", "did you mean 'poisson'?"]),
+    Case("length-type-typo", edit(("type: uniform", "type: uniformm")), 11,
+         "workload.streams.chat.prompt_tokens.type",
+         ["Input tag 'uniformm'", "'fixed', 'uniform', 'lognormal', 'exponential', 'empirical', "
+          "'mixture'", "did you mean 'uniform'?"]),
+    Case("rate-type-typo", edit(("rate: 2/s", "rate: {type: piecewize, points: [[0, 1]]}")), 10,
+         "workload.streams.chat.arrival.rate.type",
+         ["Input tag 'piecewize'", "'constant', 'piecewise', 'sinusoidal'",
+          "did you mean 'piecewise'?"]),
+    Case("autoscaler-type-typo", append_to_pool("    autoscaler: {type: targett, max_replicas: 3}\n"),
+         27, "pools.main.autoscaler.type",
+         ["Input tag 'targett'", "'fixed', 'target', 'scheduled'", "did you mean 'target'?"]),
+    # -- autoscaler -------------------------------------------------------------------------
+    Case("autoscaler-max-below-min", append_to_pool(
+        "    autoscaler:\n      type: target\n      metric: queue_per_replica\n"
+        "      target: 4\n      min_replicas: 3\n      max_replicas: 2\n"),
+         27, "pools.main.autoscaler", ["max_replicas (2) must be at least min_replicas (3)"],
+         absent=["pools.main.autoscaler.target"],
+         xfail="errors inside a `type: target` autoscaler are located at the field "
+               "`pools.main.autoscaler.target` (line of the `target:` key, 30) instead of "
+               "`pools.main.autoscaler` (line 27): sim.errors._real_path keeps pydantic's union "
+               "tag 'target' in the loc because the data happens to have a `target` key"),
+    Case("autoscaler-metric-typo", append_to_pool(
+        "    autoscaler:\n      type: target\n      metric: queue\n"
+        "      target: 4\n      max_replicas: 2\n"),
+         29, "pools.main.autoscaler.metric",
+         ["'queue_per_replica', 'inflight_per_replica', 'ttft_p95' or 'kv_util'", "'queue'"],
+         xfail="a bad `metric:` in a target autoscaler is reported as "
+               "`pools.main.autoscaler.target` on line 30 (the `target:` key) instead of "
+               "`pools.main.autoscaler.metric` on line 29 (union tag 'target' mistaken for the "
+               "`target` key in sim.errors._real_path)"),
+    Case("autoscaler-unknown-key", append_to_pool(
+        "    autoscaler:\n      type: target\n      metric: queue_per_replica\n"
+        "      target: 4\n      max_replica: 3\n"),
+         31, "pools.main.autoscaler.max_replica",
+         ["unknown key 'max_replica'", "did you mean 'max_replicas'?"],
+         absent=["unknown key 'target'"],
+         xfail="a misspelt key in a target autoscaler (`max_replica: 3`) is reported as "
+               "\"pools.main.autoscaler.target: unknown key 'target'\" plus a missing "
+               "`autoscaler.target.max_replicas`; the misspelt key itself is never named "
+               "(union tag 'target' mistaken for the `target` key in sim.errors._real_path)"),
+    Case("autoscaler-empty-schedule", append_to_pool(
+        "    autoscaler:\n      type: scheduled\n      table: []\n"),
+         29, "pools.main.autoscaler.table", ["at least 1 item"]),
+    # -- gateway and routing ----------------------------------------------------------------
+    Case("gateway-alias-to-nothing", edit(("gateway:\n", "gateway:\n  aliases:\n    chat: llama-big\n")),
+         15, "gateway.aliases.chat",
+         ["alias target 'llama-big' is not a served model", "served: none"]),
+    Case("served-model-unknown-pool", edit((
+        "gateway:\n", "gateway:\n  models:\n    llama-3.1-8b@1: {pools: {mian: 1.0}}\n")),
+         15, "gateway.models.llama-3.1-8b@1", ["unknown pool 'mian'", "pools: main"]),
+    Case("served-model-needs-other-weights", edit((
+        "gateway:\n",
+        "gateway:\n  models:\n    llama-3.1-8b@1: {pools: {main: 1.0}, weight_dtype: fp8}\n")),
+         15, "gateway.models.llama-3.1-8b@1",
+         ["is a fp8 variant but pool 'main' runs bf16 weights"]),
+    Case("served-model-two-routes", edit((
+        "gateway:\n",
+        "gateway:\n  models:\n    m: {pools: {main: 1.0}, cascade: {first: main, then: main, "
+        "escalation: 0.5}}\n")),
+         15, "gateway.models.m", ["give exactly one of `pools`"]),
+    Case("stream-model-not-served", edit(("      model: llama-3.1-8b\n", "      model: llama-3.1-70b\n")),
+         9, "workload.streams.chat.model",
+         ["no pool serves model 'llama-3.1-70b'", "served models: llama-3.1-8b"]),
+    Case("stream-unknown-pool", edit(("      model: llama-3.1-8b\n", "      pool: mian\n")),
+         9, "workload.streams.chat.pool", ["unknown pool 'mian'", "pools: main"]),
+    Case("gateway-budget-two-limits", edit((
+        "      requests_per_min: 600", "      budget: {tokens: 1000, usd: 5}")),
+         16, "gateway.teams.search.budget", ["give exactly one of `tokens` and `usd`"]),
+    Case("gateway-team-negative-limit", edit(("requests_per_min: 600", "requests_per_min: -5")),
+         16, "gateway.teams.search.requests_per_min", ["greater than 0", "-5"]),
+    Case("gateway-key-without-team", edit(("gateway:\n", "gateway:\n  keys:\n    k1: {}\n")),
+         15, "gateway.keys.k1.team", ["missing required key 'team'"]),
+    # -- the file itself --------------------------------------------------------------------
+    Case("missing-required-key", edit(("duration: 20s\n", "")), 1, "duration",
+         ["missing required key 'duration'"]),
+    Case("not-utf8", BASE.replace("name: robust", "name: rob\xffst").encode("latin-1"), 1, None,
+         ["file is not valid UTF-8 text"]),
+    Case("not-utf8-later-line", BASE.replace("H100-SXM", "H100\xa0SXM").encode("latin-1"), 20, None,
+         ["file is not valid UTF-8 text"]),
+    Case("empty-file", "", 1, None, ["file is empty", "expected a mapping"]),
+    Case("comments-only", "# nothing here\n# at all\n", 1, None, ["file is empty"]),
+    Case("top-level-list", "- name: robust\n- seed: 1\n", 1, None,
+         ["the top level must be a mapping", "got a list"]),
+    Case("top-level-scalar", "just some words\n", 1, None,
+         ["the top level must be a mapping", "got a str"]),
+    Case("non-string-key", edit(("seed: 1", "~: 1")), 1, None, ["Keys should be strings"]),
+]
+
+assert len(CASES) >= 30
+assert len({c.id for c in CASES}) == len(CASES)
+
+
+def location(path: Path, line: int | None) -> re.Pattern:
+    """``path:line:`` (an optional ``:column`` after the line), or ``path:`` alone."""
+    where = re.escape(str(path)) + (rf":{line}(:\d+)?" if line is not None else "")
+    return re.compile(rf"(^|\n)error: {where}: ")
+
+
+def run_main(args: list[str]) -> int:
+    """``sim.cli.main``, with argparse's SystemExit turned into its exit code.
+
+    Any other exception escapes (the real CLI would print a traceback, exit 1).
+    """
+    try:
+        return main(args)
+    except SystemExit as exc:
+        return exc.code
+
+
+def write_case(tmp_path: Path, case: Case) -> Path:
+    path = tmp_path / "s.yaml"
+    if isinstance(case.text, bytes):
+        path.write_bytes(case.text)
+    else:
+        path.write_text(case.text, encoding="utf-8")
+    for name, content in case.files.items():
+        target = tmp_path / name
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content, encoding="utf-8")
+    return path
+
+
+def _params():
+    for case in CASES:
+        marks = [pytest.mark.xfail(strict=True, reason=case.xfail)] if case.xfail else []
+        yield pytest.param(case, id=case.id, marks=marks)
+
+
+@pytest.mark.parametrize("case", list(_params()))
+def test_bad_input_is_a_located_error_with_exit_2(tmp_path, capsys, case):
+    path = write_case(tmp_path, case)
+    out = tmp_path / "out"
+    code = run_main(["run", str(path), "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("error: "), err
+    assert all(line.startswith("error: ") for line in err.splitlines()), err
+    assert "Traceback" not in err
+    assert location(tmp_path / case.where, case.line).search(err), err
+    if case.field is not None:
+        assert f": {case.field}: " in err, err
+    for fragment in case.fragments:
+        assert fragment in err, (fragment, err)
+    for fragment in case.absent:
+        assert fragment not in err, (fragment, err)
+    assert not out.exists()
+
+
+def test_the_base_scenario_is_good(tmp_path, capsys):
+    """The catalogue's edits start from a scenario that runs."""
+    path = tmp_path / "s.yaml"
+    path.write_text(BASE)
+    assert run_main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    assert (tmp_path / "out" / "summary.json").is_file()
+    assert capsys.readouterr().err == ""
+
+
+def test_trace_beside_the_scenario_is_found_from_any_working_directory(tmp_path, monkeypatch,
+                                                                       capsys):
+    """The trace cases above fail for their content, not their path: a good trace runs."""
+    path = write_case(tmp_path, Case("good-trace", trace_stream(), None, None, [],
+                                     files={"t.csv": TRACE_HEADER + "0,10,5\n1,20,6\n"}))
+    monkeypatch.chdir(tmp_path.parent)
+    assert run_main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+
+
+# -- units that are accepted -----------------------------------------------------------------
+
+ACCEPTED_UNITS = [
+    # (edit of BASE, attribute path in the loaded scenario, expected SI value)
+    (("duration: 20s", "duration: 2s"), "duration", 2.0),
+    (("duration: 20s", "duration: 1.5min"), "duration", 90.0),
+    (("sample_interval: 1s", "sample_interval: 50ms"), "sample_interval", 0.05),
+    (("rate: 2/s", "rate: 3/s"), "workload.streams.chat.arrival.rate.value", 3.0),
+    (("rate: 2/s", "rate: 180/min"), "workload.streams.chat.arrival.rate.value", 3.0),
+    (("rate: 2/s", "rate: 2.5"), "workload.streams.chat.arrival.rate.value", 2.5),
+    (("gateway:\n", "gateway:\n  models:\n    small: {pools: {main: 1.0}, min_gpu_memory: 80GB}\n"),
+     "gateway.models.small.min_gpu_memory", 80e9),
+    (("    tp: 1\n", "    tp: 1\n    activation_reserve: 2GiB\n"), "pools.main.activation_reserve",
+     2 * 2**30),
+    (("    tp: 1\n", "    tp: 1\n    kv_cache_bytes: 8GiB\n"), "pools.main.kv_cache_bytes",
+     8 * 2**30),
+    (("    tp: 1\n", "    tp: 1\n    kv_cache_bytes: 2.5e9\n"), "pools.main.kv_cache_bytes", 2.5e9),
+    (("    tp: 1\n", "    tp: 1\n    cold_start: {provisioning: 2s, load_bandwidth: 3.35TB/s}\n"),
+     "pools.main.cold_start.load_bandwidth", 3.35e12),
+]
+
+
+def _attr(obj, dotted: str):
+    for part in dotted.split("."):
+        obj = obj[part] if isinstance(obj, dict) else getattr(obj, part)
+    return obj
+
+
+@pytest.mark.parametrize("change,attr,expected", ACCEPTED_UNITS,
+                         ids=[c[0][1].strip().replace(" ", "") for c in ACCEPTED_UNITS])
+def test_units_are_accepted_where_documented(tmp_path, capsys, change, attr, expected):
+    path = tmp_path / "s.yaml"
+    path.write_text(edit(change))
+    scenario = sim.load_scenario(path)
+    assert _attr(scenario, attr) == pytest.approx(expected, rel=1e-12)
+    assert run_main(["lint", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == f"{path}: ok"
+
+
+def test_units_scenario_runs(tmp_path):
+    """A scenario written with units throughout runs and reports the parsed values."""
+    path = tmp_path / "s.yaml"
+    path.write_text(edit(("duration: 20s", "duration: 2s"), ("sample_interval: 1s", "sample_interval: 50ms"),
+                         ("rate: 2/s", "rate: 3/s"), ("    tp: 1\n", "    tp: 1\n    kv_cache_bytes: 8GB\n")))
+    assert run_main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["duration_s"] == 2.0
+
+
+# -- the command line ------------------------------------------------------------------------
+
+@pytest.fixture
+def good(tmp_path) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(BASE)
+    return path
+
+
+@pytest.mark.parametrize("value,fragments", [
+    ("nonsense", ["cannot read 'nonsense' as a duration", "'min'"]),
+    ("0", ["must be greater than 0"]),
+    ("2 parsecs", ["cannot read '2 parsecs' as a duration"]),
+])
+def test_duration_flag_nonsense_exits_2(tmp_path, capsys, good, value, fragments):
+    code = run_main(["run", str(good), "--duration", value, "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "error: argument --duration: " in err
+    for fragment in fragments:
+        assert fragment in err, err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_duration_flag_with_units_is_accepted(tmp_path, good):
+    out = tmp_path / "out"
+    assert run_main(["run", str(good), "--duration", "5s", "--out", str(out), "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["duration_s"] == 5.0
+
+
+def test_seed_flag_not_an_integer_exits_2(tmp_path, capsys, good):
+    code = run_main(["run", str(good), "--seed", "abc", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "argument --seed: invalid int value: 'abc'" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.xfail(strict=True, raises=Exception,
+                   reason="`fleetsim run s.yaml --seed -1` raises pydantic.ValidationError out of "
+                          "sim.with_overrides (called by the CLI after loading): a traceback and "
+                          "exit 1 instead of a clear 'seed must be >= 0' error and exit 2")
+def test_negative_seed_flag_is_a_clear_error(tmp_path, capsys, good):
+    code = run_main(["run", str(good), "--seed", "-1", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("error: ") and "seed" in err and "-1" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_existing_output_folder_needs_force(tmp_path, capsys, good):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("precious")
+    code = run_main(["run", str(good), "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith(f"error: {out}: ")
+    assert "exists; pass --force to replace it" in err
+    assert (out / "keep.txt").read_text() == "precious"
+    assert run_main(["run", str(good), "--out", str(out), "--quiet", "--force"]) == 0
+    assert not (out / "keep.txt").exists() and (out / "summary.json").is_file()
+
+
+def test_empty_existing_output_folder_is_used(tmp_path, good):
+    out = tmp_path / "out"
+    out.mkdir()
+    assert run_main(["run", str(good), "--out", str(out), "--quiet"]) == 0
+    assert (out / "summary.json").is_file()
+
+
+@pytest.mark.xfail(strict=True, raises=NotADirectoryError,
+                   reason="`fleetsim run s.yaml --out FILE` where FILE is an existing plain file "
+                          "crashes with NotADirectoryError (sim/cli.py calls out_dir.iterdir() on "
+                          "it before write_outputs' own 'exists and is not a folder' check): a "
+                          "traceback and exit 1 instead of exit 2")
+def test_output_path_that_is_a_file_is_a_clear_error(tmp_path, capsys, good):
+    target = tmp_path / "afile"
+    target.write_text("x")
+    code = run_main(["run", str(good), "--out", str(target), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith(f"error: {target}: ") and "not a folder" in err
+    assert target.read_text() == "x"
+
+
+@pytest.mark.parametrize("command", ["run", "lint"])
+def test_scenario_file_that_does_not_exist(tmp_path, capsys, command):
+    path = tmp_path / "nope.yaml"
+    assert run_main([command, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: ") and "cannot read file" in err
+    assert "Traceback" not in err
+
+
+def test_scenario_path_that_is_a_folder(tmp_path, capsys):
+    assert run_main(["run", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path}: ") and "cannot read file" in err
+
+
+def test_lint_reports_every_bad_file_and_exits_2(tmp_path, capsys):
+    """`lint` stops at the first bad file with the same located error."""
+    good_path, bad_path = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good_path.write_text(BASE)
+    bad_path.write_text(edit(("    replicas: 1", "    replicsa: 1")))
+    assert run_main(["lint", str(good_path), str(bad_path)]) == 2
+    captured = capsys.readouterr()
+    assert f"{good_path}: ok" in captured.out
+    assert captured.err.startswith(f"error: {bad_path}:22: pools.main.replicsa: unknown key")
+
+
+@pytest.mark.xfail(strict=True,
+                   reason="`fleetsim lint` says 'ok' for a scenario whose trace CSV does not "
+                          "exist (trace files are only read when the run starts), so a scenario "
+                          "that lint passes still fails `fleetsim run` with exit 2")
+def test_lint_checks_that_a_trace_file_exists(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(trace_stream("no-such-trace.csv"))
+    assert run_main(["lint", str(path)]) == 2
+    assert "no-such-trace.csv" in capsys.readouterr().err
+
+
+@pytest.mark.xfail(strict=True,
+                   reason="a trace path that does not exist is reported as "
+                          "'error: <dir>/no-such-trace.csv: file not found' without the scenario "
+                          "file, line and field (workload.streams.chat.arrival.path) that named "
+                          "it, unlike every other bad input")
+def test_missing_trace_names_the_scenario_line_that_refers_to_it(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(trace_stream("no-such-trace.csv"))
+    assert run_main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:10: workload.streams.chat.arrival.path: " in err, err
+
+
+def test_bad_input_in_a_subprocess_has_no_traceback(tmp_path):
+    """The real entry point: one located line on stderr, exit 2."""
+    import subprocess
+    import sys
+    path = tmp_path / "s.yaml"
+    path.write_text(edit(("type: poisson", "type: poison")))
+    proc = subprocess.run([sys.executable, "-m", "sim", "run", str(path), "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"error: {path}:10: workload.streams.chat.arrival.type: ")
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
