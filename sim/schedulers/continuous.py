@@ -341,7 +341,7 @@ class ContinuousScheduler(Scheduler):
             cohort.blocks_held += extra
         self.step += num_steps
         self._segments_done += 1
-        longest = seg.max_step_s(num_steps)
+        longest = seg.step_end_s[0] if num_steps == 1 else seg.max_step_s(num_steps)
         while self._gap_max and self._gap_max[-1] <= longest:
             self._gap_seg.pop()
             self._gap_max.pop()
@@ -377,6 +377,7 @@ class ContinuousScheduler(Scheduler):
                     blocks = req.num_blocks
                     req.num_blocks = 0
                     cohort.add(req, self.step, blocks)
-        finished.sort(key=lambda r: r.seq)           # admission order, as vLLM frees them
+        if len(finished) > 1:
+            finished.sort(key=lambda r: r.seq)       # admission order, as vLLM frees them
         for req in finished:
             self._complete(req, end_s)
