@@ -135,7 +135,16 @@ def _yaml_models() -> dict[str, dict]:
 
 
 def load_model(name: str) -> ModelShape:
-    """The shipped model profile ``name`` (case-insensitive); ValueError if unknown."""
+    """The shipped model profile ``name`` (case-insensitive), or a model YAML file
+    given by its path; ValueError if unknown."""
+    if name.endswith((".yaml", ".yml")) and Path(name).is_file():
+        with open(name, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+        try:
+            from sim.config.profiles import ModelSpec
+        except ImportError:
+            return ModelShape.from_mapping(data)
+        return ModelShape.from_mapping(ModelSpec.model_validate(data).model_dump())
     try:
         from sim import profiles
     except ImportError:

@@ -39,7 +39,24 @@ def load_scenario(path: str | Path) -> Scenario:
                                     root_model=Scenario) from None
     scenario._source = str(p.resolve())
     _resolve_or_raise(scenario, str(p), line_map)
+    _check_data_files(scenario, p, line_map)
     return scenario
+
+
+def _check_data_files(scenario: Scenario, path: Path, line_map: LineMap) -> None:
+    """Trace files named by the scenario exist (relative to the scenario file)."""
+    problems = []
+    for name, stream in scenario.workload.streams.items():
+        trace = getattr(stream.arrival, "path", None)
+        if trace is not None and stream.arrival.type == "trace":
+            target = Path(trace) if Path(trace).is_absolute() else path.parent / trace
+            if not target.is_file():
+                loc = ("workload", "streams", name, "arrival", "path")
+                problems.append(Problem(f"trace file {target} not found",
+                                        file=str(path), line=line_map.line_for(loc),
+                                        field=".".join(loc)))
+    if problems:
+        raise ScenarioError.many(problems)
 
 
 def _base_dir(scenario: Scenario) -> Path:
@@ -54,7 +71,14 @@ def with_overrides(scenario: Scenario, *, seed: int | None = None,
         update["seed"] = seed
     if duration_s is not None:
         update["duration"] = duration_s
-    out = Scenario.model_validate({**scenario.model_dump(), **update}) if update else scenario
+    if not update:
+        return scenario
+    try:
+        out = Scenario.model_validate({**scenario.model_dump(), **update})
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        raise ScenarioError(f"{err['msg']} (got {err.get('input')!r})",
+                            field="--" + ".".join(str(p) for p in err["loc"])) from None
     out._source = scenario._source
     return out
 

@@ -144,6 +144,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.replications > 1:
         return _cmd_replications(args, scenario)
     out_dir = Path(args.out) if args.out else Path("results") / scenario.name
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ScenarioError(f"output path {out_dir} is a file, not a folder", file=str(out_dir))
     if out_dir.exists() and any(out_dir.iterdir()) and not args.force:
         raise ScenarioError(f"output folder {out_dir} exists; pass --force to replace it",
                             file=str(out_dir))
@@ -268,6 +270,28 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    try:
+        from calibrate.run import calibrate
+    except ImportError as exc:
+        raise ScenarioError(f"calibration needs torch ({exc}); install it with "
+                            f"pip install 'fleetsim[calibrate]'") from None
+    try:
+        result = calibrate(args.model, device=args.device, tp=args.tp, out=args.out,
+                           quick=args.quick, dtype=args.dtype, threads=args.threads,
+                           max_tokens=args.max_tokens, echo=None if args.quiet else print)
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
+    print(f"held-back relative error ({result.yaml_path}):")
+    for term, err in result.errors.items():
+        if err["points"]:
+            print(f"  {term:<18} median {100 * err['median']:5.1f}%   "
+                  f"max {100 * err['max']:5.1f}%   ({err['points']} points)")
+    print(f"calibrated in {result.elapsed_s:.0f} s; wrote {result.yaml_path}, "
+          f"{result.plot_path.name if result.plot_path else 'no plot'}, {result.log_path.name}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fleetsim", description="Discrete-event capacity planner for LLM serving fleets.")
@@ -335,6 +359,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     prof = sub.add_parser("profiles", help="list the shipped hardware and model profiles")
     prof.set_defaults(func=_cmd_profiles)
+
+    cal = sub.add_parser("calibrate", help="benchmark a model's layer shapes with torch and "
+                                           "write a calibrated step-time profile")
+    cal.add_argument("--model", required=True,
+                     help="model profile name (e.g. tiny-llama) or a model YAML file")
+    cal.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                     help="where to run the benchmarks (default: cpu)")
+    cal.add_argument("--tp", type=int, default=1,
+                     help="tensor-parallel degree whose shard shapes are timed (default: 1)")
+    cal.add_argument("--out", help="output folder (default: profiles/calibrated/<device>/)")
+    cal.add_argument("--quick", action="store_true",
+                     help="few points and small sizes (a smoke test, not a usable profile)")
+    cal.add_argument("--dtype", choices=("fp32", "bf16", "fp16"),
+                     help="compute dtype (default: fp32 on cpu, bf16 on cuda)")
+    cal.add_argument("--threads", type=int, help="CPU threads (default: 1)")
+    cal.add_argument("--max-tokens", type=int,
+                     help="largest step in tokens (default: 2048 on cpu, 16384 on cuda)")
+    cal.add_argument("--quiet", action="store_true", help="print only the held-back errors")
+    cal.set_defaults(func=_cmd_calibrate)
     return parser
 
 

@@ -24,6 +24,7 @@ import simpy
 from sim.autoscalers import build_autoscaler
 from sim.config.resolve import ResolvedPool
 from sim.cost.base import CostModel
+from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.gateway.fair_queue import FairQueue
 from sim.kv import KvCacheManager
@@ -48,11 +49,18 @@ SCHEDULERS: dict[type, type[Scheduler]] = {
 STARTING, READY, DRAINING, RELEASED = "starting", "ready", "draining", "released"
 
 
-def build_cost_model(pool: ResolvedPool) -> CostModel:
+def build_cost_model(pool: ResolvedPool, base_dir=None) -> CostModel:
+    """The pool's step-time model. ``base_dir``: the scenario's folder, against which a
+    calibrated profile's relative path is tried first (then the working directory,
+    then the shipped profiles/). Raises ValueError for a missing or mismatched profile."""
     cfg = pool.cfg.cost_model
     if isinstance(cfg, RooflineConfig):
         return RooflineCostModel(pool.model, pool.hardware, pool.cfg.tp,
                                  pool.cfg.weight_dtype, pool.cfg.kv_dtype, cfg)
+    if isinstance(cfg, CalibratedConfig):
+        return CalibratedCostModel(pool.model, pool.hardware, pool.cfg.tp,
+                                   pool.cfg.weight_dtype, pool.cfg.kv_dtype, cfg,
+                                   base_dir=base_dir)
     raise TypeError(f"no cost model for {type(cfg).__name__}")
 
 
@@ -73,6 +81,7 @@ class Pool:
         self.recorder = recorder
         self.cost_model = build_cost_model(spec)
         self.usage = PoolUsage(interval_s)
+        self._serving = 0                        # ready + draining replicas
         self.rng = rng
         self._on_finish = on_finish
         self._on_reject = on_reject
@@ -126,6 +135,7 @@ class Pool:
             return                               # cancelled while starting
         replica.state = READY
         self.ready.append(replica)
+        self._serving_changed(+1)
         self.router.on_ready(replica)
         if self.cfg.spot is not None and self.cfg.spot.preemptions_per_hour > 0:
             delay_s = self.rng.exponential(3600.0 / self.cfg.spot.preemptions_per_hour)
@@ -137,11 +147,17 @@ class Pool:
         self.env.timeout(self.cold_start_s).callbacks.append(
             lambda _e, r=replica: self._make_ready(r))
 
+    def _serving_changed(self, delta: int) -> None:
+        self._serving += delta
+        self.usage.serving_changed(self.env.now, self._serving)
+
     def _leave_ready(self, replica: Replica) -> None:
         self.ready.remove(replica)
         self.router.on_leave(replica)
 
     def _release(self, replica: Replica) -> None:
+        if replica.state in (READY, DRAINING):
+            self._serving_changed(-1)
         replica.state = RELEASED
         replica.released_s = self.env.now
         self.gpu_seconds_released += (self.env.now - replica.requested_s) * self.cfg.tp

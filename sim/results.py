@@ -62,7 +62,8 @@ def collect(sim: Simulation) -> Results:
     requests = _request_table(sim)
     samples = rec.samples.frame()
     pool_names = list(rec.pools.names)
-    ts = build_timeseries(samples, sim.pools, sim.scenario.sample_interval, pool_names)
+    ts = build_timeseries(samples, sim.pools, sim.scenario.sample_interval, pool_names,
+                          sim.end_s)
     steps = None
     if rec.steps is not None:
         steps = rec.steps.frame()

@@ -52,6 +52,7 @@ class Simulation:
                                    self.pools, np.random.default_rng(self._gateway_seq),
                                    self._reject_final)
         self._open = 0
+        self._in_transit: dict[int, Request] = {}     # KV on its way to a decode pool
         self._arrivals_done = False
         self._stop = self.env.event()
         self.end_s = 0.0
@@ -79,8 +80,13 @@ class Simulation:
         req.last_token_s = req.first_token_s
         req.replica = -1
         req.pool = decode_pool
+        self._in_transit[id(req)] = req
         self.env.timeout(req.kv_transfer_s).callbacks.append(
-            lambda _e: self.pools[decode_pool].submit(req))
+            lambda _e: self._arrive_after_transfer(req, decode_pool))
+
+    def _arrive_after_transfer(self, req: Request, pool: str) -> None:
+        del self._in_transit[id(req)]
+        self.pools[pool].submit(req)
 
     def _on_finish(self, req: Request) -> None:
         if req.handoff is not None and req.num_output_tokens < req.handoff[1]:
@@ -203,15 +209,22 @@ class Simulation:
         if progress is not None:
             env.process(self._progress(progress, limit_s))
         env.run(until=self._stop)
+        if env.now < self.scenario.duration:
+            # everything finished early: the fleet is still there (and billed), and
+            # the time series goes on, until the end of the arrival window
+            env.run(until=self.scenario.duration)
         # SimPy numbers events from one counter; its next value is the count so far.
         self.events_scheduled = next(env._eid)
         self.end_s = max(env.now, self.scenario.duration)
         for pool in self.pools.values():
             for replica in pool.replicas:
                 replica.cut_off()
-        for pool in self.pools.values():
-            for req in list(pool.open_requests()):
-                self._terminal(req, Status.UNFINISHED)
+        still_open = [req for pool in self.pools.values() for req in pool.open_requests()]
+        still_open += list(self._in_transit.values())
+        if self.gateway is not None:
+            still_open += list(self.gateway.waiting_to_retry.values())
+        for req in still_open:
+            self._terminal(req, Status.UNFINISHED)
         if progress is not None:
             progress(limit_s, limit_s)
         return self

@@ -11,14 +11,14 @@ import pandas as pd
 
 
 def build_timeseries(samples: pd.DataFrame, pools: dict, interval_s: float,
-                     pool_names: list[str]) -> pd.DataFrame:
+                     pool_names: list[str], end_s: float) -> pd.DataFrame:
     """One row per pool per sample; ``cost_usd_per_h`` is the billing rate then
     (every requested replica's GPUs at the pool's price)."""
     frames = []
     for code, name in enumerate(pool_names):
         smp = samples[samples["pool"] == code]
         t = smp["time_s"].to_numpy()
-        busy, tokens = pools[name].usage.per_interval(len(t))
+        busy, tokens, serving_s = pools[name].usage.per_interval(len(t), end_s)
         replicas = smp["replicas"].to_numpy()
         total_blocks = smp["kv_total_blocks"].to_numpy()
         queued, running = smp["queued"].to_numpy(), smp["running"].to_numpy()
@@ -34,8 +34,8 @@ def build_timeseries(samples: pd.DataFrame, pools: dict, interval_s: float,
             "in_system": queued + running,
             "kv_util": np.divide(smp["kv_used_blocks"].to_numpy(), total_blocks,
                                  out=np.zeros(len(t)), where=total_blocks > 0),
-            "busy_frac": np.divide(busy, smp["ready"].to_numpy() * interval_s,
-                                   out=np.zeros(len(t)), where=smp["ready"].to_numpy() > 0),
+            "busy_frac": np.divide(busy, serving_s, out=np.zeros(len(t)),
+                                   where=serving_s > 0),
             "tokens_per_s": tokens / interval_s,
             "cost_usd_per_h": replicas * pools[name].spec.gpus_per_replica
             * pools[name].spec.price_per_gpu_hour,

@@ -23,12 +23,35 @@ class PoolUsage:
         self.max_seqs = 0
         self.num_runs = 0
         self.num_steps = 0
+        # replica-seconds during which replicas could serve (ready or draining)
+        self.serving_s: list[float] = []
+        self._serving = 0
+        self._serving_since_s = 0.0
 
     def _grow(self, last_bin: int) -> None:
         extra = last_bin + 1 - len(self.busy_s)
         if extra > 0:
             self.busy_s.extend([0.0] * extra)
             self.tokens.extend([0.0] * extra)
+            self.serving_s.extend([0.0] * extra)
+
+    def serving_changed(self, now_s: float, serving: int) -> None:
+        """The number of replicas able to serve is ``serving`` from ``now_s`` on."""
+        self._spread_serving(now_s)
+        self._serving = serving
+
+    def _spread_serving(self, now_s: float) -> None:
+        start, count = self._serving_since_s, self._serving
+        self._serving_since_s = now_s
+        if count == 0 or now_s <= start:
+            return
+        w = self.interval_s
+        b0, b1 = int(start // w), int(now_s // w)
+        self._grow(b1)
+        for b in range(b0, b1 + 1):
+            lo, hi = max(start, b * w), min(now_s, (b + 1) * w)
+            if hi > lo:
+                self.serving_s[b] += count * (hi - lo)
 
     def add(self, start_s: float, end_s: float, num_steps: int, num_seqs: int, tokens: float,
             flops: float, bytes_: float) -> None:
@@ -56,11 +79,13 @@ class PoolUsage:
                 self.busy_s[b] += hi - lo
                 self.tokens[b] += rate * (hi - lo)
 
-    def per_interval(self, num_bins: int) -> tuple[np.ndarray, np.ndarray]:
-        """(busy seconds, tokens) of bins 0..num_bins-1."""
-        busy = np.zeros(num_bins)
-        toks = np.zeros(num_bins)
-        n = min(num_bins, len(self.busy_s))
-        busy[:n] = self.busy_s[:n]
-        toks[:n] = self.tokens[:n]
-        return busy, toks
+    def per_interval(self, num_bins: int, end_s: float) -> tuple[np.ndarray, ...]:
+        """(busy seconds, tokens, serving replica-seconds) of bins 0..num_bins-1."""
+        self._spread_serving(end_s)
+        out = []
+        for values in (self.busy_s, self.tokens, self.serving_s):
+            arr = np.zeros(num_bins)
+            n = min(num_bins, len(values))
+            arr[:n] = values[:n]
+            out.append(arr)
+        return tuple(out)

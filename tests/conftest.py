@@ -28,3 +28,14 @@ def trace_stream(tmp_path):
         return simfactories.trace_stream(path, rows, **extra)
 
     return build
+
+
+@pytest.fixture(autouse=True)
+def _restore_float_modes():
+    """Calibration sets flush-to-zero for timing; other tests (hypothesis's
+    subnormal floats) must not inherit it in the same worker."""
+    yield
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_flush_denormal(False)

@@ -169,10 +169,7 @@ CASES = [
     Case("boolean-for-duration", edit(("duration: 20s", "duration: true")), 3, "duration",
          ["expected a duration, got a boolean"]),
     Case("boolean-for-int", edit(("replicas: 1", "replicas: true")), 22, "pools.main.replicas",
-         ["integer"],
-         xfail="`replicas: true` is accepted as 1 (pydantic's lax bool->int coercion), while "
-               "`duration: true` is refused with 'expected a duration, got a boolean'; a "
-               "boolean where a count is expected should be a located error too"),
+         ["integer"]),
     # -- units ------------------------------------------------------------------------------
     Case("unit-parsecs", edit(("duration: 20s", "duration: 2 parsecs")), 3, "duration",
          ["cannot read '2 parsecs' as a duration", "'s'", "'ms'", "'min'", "'h'"]),
@@ -229,14 +226,10 @@ CASES = [
          ["negative timestamp -1"], where="t.csv", files={"t.csv": TRACE_HEADER + "-1,10,5\n"}),
     Case("trace-header-only", trace_stream(), None, None, ["trace has no rows"], where="t.csv",
          files={"t.csv": TRACE_HEADER}),
-    Case("trace-path-does-not-exist", trace_stream("no-such-trace.csv"), None, None,
-         ["file not found"], where="no-such-trace.csv"),
+    Case("trace-path-does-not-exist", trace_stream("no-such-trace.csv"), 10,
+         "workload.streams.chat.arrival.path", ["no-such-trace.csv", "not found"]),
     Case("trace-row-with-extra-fields", trace_stream(), 2, None, ["t.csv"], where="t.csv",
-         files={"t.csv": TRACE_HEADER + "0,10,5,7,8\n"},
-         xfail="a data row with more fields than the header is silently misread: pandas makes "
-               "the extra leading fields an index, so row '0,10,5,7,8' replays as timestamp 5, "
-               "prompt 7, output 8 (and the run exits 0); it should be an error naming "
-               "t.csv:2 (read_csv needs index_col=False)"),
+         files={"t.csv": TRACE_HEADER + "0,10,5,7,8\n"}),
     Case("empirical-csv-missing-column",
          edit(("{type: fixed, value: 50}", "{type: empirical, path: e.csv, column: out}")),
          1, None, ["missing column(s) 'out'", "columns found: 'x'"], where="e.csv",
@@ -318,7 +311,8 @@ CASES = [
         "    autoscaler:\n      type: scheduled\n      table: []\n"),
          29, "pools.main.autoscaler.table", ["at least 1 item"]),
     # -- gateway and routing ----------------------------------------------------------------
-    Case("gateway-alias-to-nothing", edit(("gateway:\n", "gateway:\n  aliases:\n    chat: llama-big\n")),
+    Case("gateway-alias-to-nothing",
+         edit(("gateway:\n", "gateway:\n  aliases:\n    chat: llama-big\n")),
          15, "gateway.aliases.chat",
          ["alias target 'llama-big' is not a served model", "served: none"]),
     Case("served-model-unknown-pool", edit((
@@ -334,7 +328,8 @@ CASES = [
         "gateway:\n  models:\n    m: {pools: {main: 1.0}, cascade: {first: main, then: main, "
         "escalation: 0.5}}\n")),
          15, "gateway.models.m", ["give exactly one of `pools`"]),
-    Case("stream-model-not-served", edit(("      model: llama-3.1-8b\n", "      model: llama-3.1-70b\n")),
+    Case("stream-model-not-served",
+         edit(("      model: llama-3.1-8b\n", "      model: llama-3.1-70b\n")),
          9, "workload.streams.chat.model",
          ["no pool serves model 'llama-3.1-70b'", "served models: llama-3.1-8b"]),
     Case("stream-unknown-pool", edit(("      model: llama-3.1-8b\n", "      pool: mian\n")),
@@ -425,6 +420,22 @@ def test_bad_input_is_a_located_error_with_exit_2(tmp_path, capsys, case):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("case", [c for c in CASES if c.id.startswith("autoscaler-")
+                                  and c.xfail], ids=lambda c: c.id)
+def test_autoscaler_errors_exit_2_with_their_message(tmp_path, capsys, case):
+    """What already holds for the mislocated autoscaler errors: exit 2, located in the
+    autoscaler block of the right file, no traceback."""
+    path = write_case(tmp_path, case)
+    assert run_main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}:") and "Traceback" not in err
+    assert ": pools.main.autoscaler" in err
+    if case.id == "autoscaler-max-below-min":
+        assert "max_replicas (2) must be at least min_replicas (3)" in err
+    if case.id == "autoscaler-metric-typo":
+        assert "'queue_per_replica', 'inflight_per_replica', 'ttft_p95' or 'kv_util'" in err
+
+
 def test_the_base_scenario_is_good(tmp_path, capsys):
     """The catalogue's edits start from a scenario that runs."""
     path = tmp_path / "s.yaml"
@@ -485,8 +496,10 @@ def test_units_are_accepted_where_documented(tmp_path, capsys, change, attr, exp
 def test_units_scenario_runs(tmp_path):
     """A scenario written with units throughout runs and reports the parsed values."""
     path = tmp_path / "s.yaml"
-    path.write_text(edit(("duration: 20s", "duration: 2s"), ("sample_interval: 1s", "sample_interval: 50ms"),
-                         ("rate: 2/s", "rate: 3/s"), ("    tp: 1\n", "    tp: 1\n    kv_cache_bytes: 8GB\n")))
+    path.write_text(edit(("duration: 20s", "duration: 2s"),
+                         ("sample_interval: 1s", "sample_interval: 50ms"),
+                         ("rate: 2/s", "rate: 3/s"),
+                         ("    tp: 1\n", "    tp: 1\n    kv_cache_bytes: 8GB\n")))
     assert run_main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["duration_s"] == 2.0
@@ -532,10 +545,6 @@ def test_seed_flag_not_an_integer_exits_2(tmp_path, capsys, good):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.xfail(strict=True, raises=pydantic.ValidationError,
-                   reason="`fleetsim run s.yaml --seed -1` raises pydantic.ValidationError out of "
-                          "sim.with_overrides (called by the CLI after loading): a traceback and "
-                          "exit 1 instead of a clear 'seed must be >= 0' error and exit 2")
 def test_negative_seed_flag_is_a_clear_error(tmp_path, capsys, good):
     code = run_main(["run", str(good), "--seed", "-1", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
@@ -566,11 +575,6 @@ def test_empty_existing_output_folder_is_used(tmp_path, good):
     assert (out / "summary.json").is_file()
 
 
-@pytest.mark.xfail(strict=True, raises=NotADirectoryError,
-                   reason="`fleetsim run s.yaml --out FILE` where FILE is an existing plain file "
-                          "crashes with NotADirectoryError (sim/cli.py calls out_dir.iterdir() on "
-                          "it before write_outputs' own 'exists and is not a folder' check): a "
-                          "traceback and exit 1 instead of exit 2")
 def test_output_path_that_is_a_file_is_a_clear_error(tmp_path, capsys, good):
     target = tmp_path / "afile"
     target.write_text("x")
@@ -607,10 +611,6 @@ def test_lint_reports_every_bad_file_and_exits_2(tmp_path, capsys):
     assert captured.err.startswith(f"error: {bad_path}:22: pools.main.replicsa: unknown key")
 
 
-@pytest.mark.xfail(strict=True,
-                   reason="`fleetsim lint` says 'ok' for a scenario whose trace CSV does not "
-                          "exist (trace files are only read when the run starts), so a scenario "
-                          "that lint passes still fails `fleetsim run` with exit 2")
 def test_lint_checks_that_a_trace_file_exists(tmp_path, capsys):
     path = tmp_path / "s.yaml"
     path.write_text(trace_stream("no-such-trace.csv"))
@@ -618,11 +618,6 @@ def test_lint_checks_that_a_trace_file_exists(tmp_path, capsys):
     assert "no-such-trace.csv" in capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True,
-                   reason="a trace path that does not exist is reported as "
-                          "'error: <dir>/no-such-trace.csv: file not found' without the scenario "
-                          "file, line and field (workload.streams.chat.arrival.path) that named "
-                          "it, unlike every other bad input")
 def test_missing_trace_names_the_scenario_line_that_refers_to_it(tmp_path, capsys):
     path = tmp_path / "s.yaml"
     path.write_text(trace_stream("no-such-trace.csv"))

@@ -40,5 +40,11 @@ FlopsPerS = Annotated[float, BeforeValidator(units.flops), AfterValidator(_posit
 RatePerS = Annotated[float, BeforeValidator(units.rate_per_s), AfterValidator(_non_negative)]
 PositiveRatePerS = Annotated[float, BeforeValidator(units.rate_per_s), AfterValidator(_positive)]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
-PositiveInt = Annotated[int, Field(gt=0)]
-NonNegativeInt = Annotated[int, Field(ge=0)]
+def _not_bool(value):
+    if isinstance(value, bool):
+        raise ValueError(f"expected an integer, got a boolean ({value})")
+    return value
+
+
+PositiveInt = Annotated[int, BeforeValidator(_not_bool), Field(gt=0)]
+NonNegativeInt = Annotated[int, BeforeValidator(_not_bool), Field(ge=0)]

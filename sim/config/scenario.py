@@ -15,6 +15,7 @@ from sim.config.common import (Bytes, BytesPerS, Fraction, PositiveBytes, Positi
 from sim.config.gateway import GatewayConfig
 from sim.config.profiles import DType, HardwareSpec, ModelSpec
 from sim.config.workload import WorkloadConfig
+from sim.cost.calibrated import CalibratedConfig
 from sim.cost.roofline import RooflineConfig
 from sim.autoscalers import AutoscalerConfig
 from sim.routers import RouterConfig
@@ -26,7 +27,7 @@ from sim.schedulers.static import StaticConfig
 
 SchedulerConfig = Annotated[Union[SingleConfig, StaticConfig, ContinuousConfig,
                                   SpeculativeConfig], Field(discriminator="type")]
-CostModelConfig = Annotated[Union[RooflineConfig], Field(discriminator="type")]
+CostModelConfig = Annotated[Union[RooflineConfig, CalibratedConfig], Field(discriminator="type")]
 
 
 class ColdStartConfig(StrictModel):

@@ -65,6 +65,8 @@ class Gateway:
         self.rng = rng
         self._reject = reject
         self.teams = {name: _team_state(t) for name, t in cfg.teams.items()}
+        # clients backing off before their next try: still open, in no pool
+        self.waiting_to_retry: dict[int, Request] = {}
         self._served: list[ServedModelConfig | None] = [
             self._served_for(s) for s in streams]
         self._served_names = [self.cfg.aliases.get(s.model, s.model) if s.model else ""
@@ -195,4 +197,9 @@ class Gateway:
             return
         req.restart()
         req.attempts += 1
-        self.env.timeout(delay).callbacks.append(lambda _e: self.arrive(req))
+        self.waiting_to_retry[id(req)] = req
+        self.env.timeout(delay).callbacks.append(lambda _e: self._retry(req))
+
+    def _retry(self, req: Request) -> None:
+        del self.waiting_to_retry[id(req)]
+        self.arrive(req)

@@ -7,6 +7,7 @@ known, the 1-based line of the CSV (line 1 is the header).
 from __future__ import annotations
 
 import pathlib
+import warnings
 from dataclasses import dataclass
 from typing import Optional
 
@@ -47,8 +48,19 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...]
     if not path.is_file():
         raise WorkloadDataError(path, "file not found")
     try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False,
-                            skip_blank_lines=False, skipinitialspace=True)
+        with warnings.catch_warnings():
+            # a row with more fields than the header: an error, never a silent misread
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            frame = pd.read_csv(path, dtype=str, keep_default_na=False, index_col=False,
+                                skip_blank_lines=False, skipinitialspace=True)
+    except pd.errors.ParserWarning:
+        import csv
+        with open(path, newline="", encoding="utf-8") as fh:
+            rows = csv.reader(fh)
+            width = len(next(rows))
+            line = next((i for i, row in enumerate(rows, start=2) if len(row) > width), None)
+        raise WorkloadDataError(path, f"a row has more fields than the header's {width}",
+                                line=line) from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise WorkloadDataError(path, f"cannot read as CSV: {exc}") from exc
     frame.columns = [str(c).strip() for c in frame.columns]

@@ -1,0 +1,50 @@
+"""Whole forwards of the plain-torch model under a profile's own settings.
+
+Used to check a profile against the model it describes: the same device,
+dtype, thread count and clock as the calibration, fresh measurements.
+
+    from calibrate.check import measure_forwards
+    rows = measure_forwards("profiles/calibrated/cpu/tiny-llama.yaml", prefill=[1, 128, 2048])
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from calibrate import bench
+from calibrate.model import LlamaLike
+from calibrate.spec import ModelShape, ShardShape
+
+
+def load(path: str | Path) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def profile_settings(data: dict, **overrides) -> bench.Settings:
+    """Benchmark settings that reproduce a profile's device, dtype, tp, threads and clock."""
+    kw = dict(device=data["device"], dtype=data["dtype"], tp=data["tp"],
+              threads=data.get("threads"), clock=data.get("clock"))
+    kw.update(overrides)
+    return bench.Settings(**kw)
+
+
+def measure_forwards(profile: str | Path | dict, prefill: list[int] = (),
+                     decode: list[tuple[int, int]] = (), rounds: int = 5,
+                     point_budget_s: float = 0.5, num_layers: int | None = None
+                     ) -> list[bench.Forward]:
+    """Median seconds of whole forwards, timed in interleaved rounds: one sequence of
+    n tokens for each n in ``prefill``, and (batch, context) decode steps."""
+    data = profile if isinstance(profile, dict) else load(profile)
+    shape = ModelShape.from_mapping(data["model"])
+    settings = profile_settings(data, rounds=rounds, point_budget_s=point_budget_s)
+    bench.setup(settings)
+    timer = bench.Timer(settings)
+    shapes = ([bench.prefill_shape(n) for n in prefill]
+              + [bench.decode_shape(b, c) for b, c in decode])
+    max_pos = max([n for n in prefill] + [c + 1 for _, c in decode]) + 1
+    net = LlamaLike(ShardShape(shape, settings.tp), settings.device, settings.torch_dtype,
+                    num_layers=num_layers or shape.num_layers, max_positions=max_pos,
+                    seed=settings.seed)
+    return bench.time_forwards(net, shapes, timer, seed=settings.seed)

@@ -1,0 +1,232 @@
+"""Calibrated cost model: step-time terms from tables measured on the device.
+
+A profile (``profiles/calibrated/<device>/<model>.yaml``, written by
+``fleetsim calibrate``) holds, for one model's layer shapes on one tensor-
+parallel shard, a monotone table of [x, seconds] per term and a per-step
+overhead (constant + per sequence). The terms are read by interpolation in
+log-log space between neighbouring points; below the first point the first
+point's time applies (zero work, zero time); past the last point time grows
+in proportion to x (work). Layer terms are multiplied by the model's layer
+count as in ``CostModel.step_time_s``.
+
+Work counters (FLOPs, bytes for MFU/MBU) and peak figures are the roofline's
+analytic ones for the pool's hardware. An all-reduce table that was not
+measured (one device visible at calibration) is replaced by the roofline's
+interconnect estimate when tp > 1.
+"""
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import yaml
+from pydantic import Field
+
+from sim.config.common import StrictModel
+from sim.config.profiles import HardwareSpec, ModelSpec
+from sim.cost.base import CostModel
+from sim.cost.roofline import RooflineConfig, RooflineCostModel
+from sim.cost.shape import ArrayLike, BatchShape
+from sim.paths import data_dir
+
+TERMS = ("dense", "attn_prefill", "attn_decode", "lm_head", "tp_comm")
+SHAPE_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
+                "ffn_size", "vocab_size", "num_experts", "experts_per_token")
+_MIN_SECONDS = 1e-9
+
+
+class CalibratedConfig(StrictModel):
+    type: Literal["calibrated"] = "calibrated"
+    profile: str = Field(
+        description="Calibrated profile YAML: a path relative to the scenario file, or to the "
+                    "shipped profiles/ folder, e.g. calibrated/cpu/tiny-llama.yaml")
+
+
+class Table:
+    """A monotone [x, seconds] table, read in log-log space (vectorised and scalar)."""
+
+    __slots__ = ("xs", "ts", "_lx", "_lt", "_x_last", "_t_last", "_zero")
+
+    def __init__(self, rows: list[list[float]], where: str = "table") -> None:
+        if not rows:
+            raise ValueError(f"{where} is empty")
+        try:
+            xs = [float(r[0]) for r in rows]
+            ts = [float(r[1]) for r in rows]
+        except (TypeError, IndexError, ValueError):
+            raise ValueError(f"{where} must be a list of [x, seconds] pairs") from None
+        if any(x <= 0 for x in xs) or any(b <= a for a, b in zip(xs, xs[1:])):
+            raise ValueError(f"{where}: x must be positive and strictly increasing")
+        if any(t < 0 or not math.isfinite(t) for t in ts) or any(b < a for a, b in zip(ts, ts[1:])):
+            raise ValueError(f"{where}: seconds must be finite, non-negative and non-decreasing")
+        self.xs = np.array(xs)
+        self.ts = np.array(ts)
+        self._zero = ts[-1] <= 0
+        self._lx = [math.log(x) for x in xs]
+        self._lt = [math.log(max(t, _MIN_SECONDS)) for t in ts]
+        self._x_last = xs[-1]
+        self._t_last = ts[-1]
+
+    def __call__(self, x: ArrayLike) -> ArrayLike:
+        x = np.asarray(x, dtype=np.float64)
+        if self._zero:
+            return np.zeros_like(x)
+        inside = np.exp(np.interp(np.log(np.clip(x, self.xs[0], self._x_last)), self._lx,
+                                  self._lt))
+        beyond = self._t_last * x / self._x_last
+        return np.where(x > 0, np.where(x > self._x_last, beyond, inside), 0.0)
+
+    def scalar(self, x: float) -> float:
+        if x <= 0 or self._zero:
+            return 0.0
+        if x >= self._x_last:
+            return self._t_last * x / self._x_last
+        lx = math.log(x)
+        i = bisect_right(self._lx, lx)
+        if i == 0:
+            return math.exp(self._lt[0])
+        x0, x1 = self._lx[i - 1], self._lx[i]
+        t0, t1 = self._lt[i - 1], self._lt[i]
+        return math.exp(t0 + (t1 - t0) * (lx - x0) / (x1 - x0))
+
+
+def resolve_profile_path(profile: str, base_dir: str | Path | None = None) -> Path:
+    """The profile file: relative to ``base_dir`` (the scenario's folder), as given,
+    or relative to the shipped ``profiles/`` folder. ValueError if none exists."""
+    p = Path(profile).expanduser()
+    candidates = [p] if p.is_absolute() else (
+        ([Path(base_dir) / p] if base_dir is not None else []) + [p, data_dir("profiles") / p])
+    for c in candidates:
+        if c.is_file():
+            return c
+    tried = ", ".join(str(c) for c in candidates)
+    raise ValueError(f"calibrated profile '{profile}' not found (looked for {tried}); "
+                     f"make one with `fleetsim calibrate`")
+
+
+@lru_cache(maxsize=32)
+def _read(path: str, mtime: float) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh)
+    if not isinstance(data, dict) or "tables" not in data or "model" not in data:
+        raise ValueError(f"{path} is not a calibrated profile (no 'tables' / 'model')")
+    return data
+
+
+def load_profile(path: str | Path) -> dict:
+    path = Path(path)
+    return _read(str(path.resolve()), path.stat().st_mtime)
+
+
+def check_profile(data: dict, model: ModelSpec, tp: int, where: str) -> None:
+    """ValueError unless the profile was made for ``model``'s shapes at ``tp``."""
+    shape = data.get("model") or {}
+    diffs = [f"{f} {shape.get(f)} vs {getattr(model, f)}" for f in SHAPE_FIELDS
+             if f in shape and int(shape[f]) != int(getattr(model, f))]
+    missing = [f for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads")
+               if f not in shape]
+    if missing:
+        raise ValueError(f"{where}: the profile's model block lacks {', '.join(missing)}")
+    if diffs:
+        raise ValueError(f"{where} was calibrated for model '{shape.get('name')}', whose shape "
+                         f"differs from the pool's model '{model.name}' ({'; '.join(diffs)})")
+    if int(data.get("tp", 1)) != int(tp):
+        raise ValueError(f"{where} was calibrated at tp={data.get('tp', 1)} but the pool runs "
+                         f"tp={tp}; calibrate with `fleetsim calibrate --tp {tp}`")
+    tables = data.get("tables") or {}
+    absent = [t for t in TERMS if t != "tp_comm" and not tables.get(t)]
+    if absent:
+        raise ValueError(f"{where}: tables missing or empty: {', '.join(absent)}")
+    over = data.get("overhead") or {}
+    for key in ("constant_s", "per_seq_s"):
+        v = over.get(key, 0.0)
+        if not isinstance(v, (int, float)) or v < 0:
+            raise ValueError(f"{where}: overhead.{key} must be a number >= 0, got {v!r}")
+
+
+class CalibratedCostModel(CostModel):
+    decode_time_linear = False      # decode attention is a measured, non-linear table
+
+    def __init__(self, model: ModelSpec, hardware: HardwareSpec, tp: int, weight_dtype: str,
+                 kv_dtype: str, cfg: CalibratedConfig,
+                 base_dir: str | Path | None = None) -> None:
+        self.cfg = cfg
+        self.model = model
+        self.tp = tp
+        self.num_layers = model.num_layers
+        self.path = resolve_profile_path(cfg.profile, base_dir)
+        where = f"calibrated profile {self.path}"
+        self.profile = load_profile(self.path)
+        check_profile(self.profile, model, tp, where)
+        tables = self.profile["tables"]
+        self._dense = Table(tables["dense"], f"{where}: tables.dense")
+        self._prefill = Table(tables["attn_prefill"], f"{where}: tables.attn_prefill")
+        self._decode = Table(tables["attn_decode"], f"{where}: tables.attn_decode")
+        self._head = Table(tables["lm_head"], f"{where}: tables.lm_head")
+        comm_rows = tables.get("tp_comm") or []
+        self._comm = Table(comm_rows, f"{where}: tables.tp_comm") if comm_rows else None
+        over = self.profile.get("overhead") or {}
+        self._const_s = float(over.get("constant_s", 0.0))
+        self._per_seq_s = float(over.get("per_seq_s", 0.0))
+        # work counters, peaks and (when not measured) the all-reduce come from the roofline
+        self._roofline = RooflineCostModel(model, hardware, tp, weight_dtype, kv_dtype,
+                                           RooflineConfig())
+        self._comm_from_roofline = tp > 1 and (
+            self._comm is None or not self.profile.get("tp_comm_measured", False))
+
+    # -- terms (seconds, one layer, one shard) -----------------------------------------
+    def overhead_s(self, num_seqs: ArrayLike) -> ArrayLike:
+        return self._const_s + self._per_seq_s * num_seqs
+
+    def dense_s(self, num_tokens: ArrayLike) -> ArrayLike:
+        return self._dense(num_tokens)
+
+    def attn_prefill_s(self, prefill_attn_work: ArrayLike) -> ArrayLike:
+        return self._prefill(prefill_attn_work)
+
+    def attn_decode_s(self, decode_kv_tokens: ArrayLike) -> ArrayLike:
+        return self._decode(decode_kv_tokens)
+
+    def tp_comm_s(self, num_tokens: ArrayLike) -> ArrayLike:
+        if self._comm_from_roofline:
+            return self._roofline.tp_comm_s(num_tokens)
+        if self._comm is None or self.tp == 1:
+            return np.zeros_like(np.asarray(num_tokens, dtype=np.float64))
+        return self._comm(num_tokens)
+
+    def lm_head_s(self, num_seqs: ArrayLike) -> ArrayLike:
+        return self._head(num_seqs)
+
+    # -- one step in plain floats (the hot path of the simulator) --------------------------
+    def _comm_scalar(self, num_tokens: float) -> float:
+        if self.tp == 1:
+            return 0.0
+        if self._comm_from_roofline:
+            return float(self._roofline.tp_comm_s(num_tokens))
+        return self._comm.scalar(num_tokens)
+
+    def step_scalar(self, num_tokens: float, num_seqs: float, prefill_attn_work: float,
+                    decode_kv_tokens: float) -> tuple[float, float, float]:
+        per_layer = (self._dense.scalar(num_tokens) + self._prefill.scalar(prefill_attn_work)
+                     + self._decode.scalar(decode_kv_tokens) + self._comm_scalar(num_tokens))
+        time_s = (self._const_s + self._per_seq_s * num_seqs + self.num_layers * per_layer
+                  + self._head.scalar(num_seqs))
+        _, flops, moved = self._roofline.step_scalar(num_tokens, num_seqs, prefill_attn_work,
+                                                     decode_kv_tokens)
+        return time_s, flops, moved
+
+    # -- work for MFU / MBU --------------------------------------------------------------
+    def work(self, shape: BatchShape) -> tuple[ArrayLike, ArrayLike]:
+        return self._roofline.work(shape)
+
+    @property
+    def peak_flops_per_gpu(self) -> float:
+        return self._roofline.peak_flops_per_gpu
+
+    @property
+    def peak_bytes_per_s_per_gpu(self) -> float:
+        return self._roofline.peak_bytes_per_s_per_gpu
