@@ -48,7 +48,9 @@ mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 cd "$repo"
 
-has_cuda="$("$PYTHON" -c 'import torch; print(int(torch.cuda.is_available()))')"
+info="$("$PYTHON" -c 'import torch; c = torch.cuda.is_available()
+print(int(c), "torch", torch.__version__, torch.cuda.get_device_name(0) if c else "(no CUDA device)")')"
+has_cuda="${info%% *}"
 if [[ "$quick" == 1 ]]; then
   device="${CALIBRATE_DEVICE:-$([[ "$has_cuda" == 1 ]] && echo cuda || echo cpu)}"
   jobs=("tiny-llama 1" "tiny-llama 2")
@@ -73,7 +75,7 @@ log="$out/gpu_run.log"
 start=$SECONDS
 {
   echo "gpu_run.sh: device=$device quick=$quick out=$out"
-  "$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda" if torch.cuda.is_available() else "", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")'
+  echo "${info#* }"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 } 2>&1 | tee -a "$log"
 
@@ -81,7 +83,7 @@ for job in "${jobs[@]}"; do
   read -r model tp <<<"$job"
   t0=$SECONDS
   PYTHONUNBUFFERED=1 "$PYTHON" -m calibrate --model "$model" --device "$device" --tp "$tp" \
-    --out "$out" "${extra[@]}" 2>&1 | tee -a "$log"
+    --out "$out" ${extra[@]+"${extra[@]}"} 2>&1 | tee -a "$log"
   echo "gpu_run.sh: $model tp=$tp done in $((SECONDS - t0)) s" | tee -a "$log"
 done
 echo "gpu_run.sh: all done in $((SECONDS - start)) s" | tee -a "$log"
