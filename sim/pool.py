@@ -71,7 +71,7 @@ class Pool:
                  on_lost: Callable[[Request], None],
                  interval_s: float, rng: np.random.Generator,
                  team_weights: dict[str, float] | None = None,
-                 models: dict | None = None) -> None:
+                 models: dict | None = None, base_dir=None) -> None:
         self.env = env
         self.spec = spec
         self.cfg = spec.cfg
@@ -79,7 +79,7 @@ class Pool:
         self.model_name = spec.model.name
         self.code = recorder.pools.code(spec.name)
         self.recorder = recorder
-        self.cost_model = build_cost_model(spec)
+        self.cost_model = build_cost_model(spec, base_dir)
         self.usage = PoolUsage(interval_s)
         self._serving = 0                        # ready + draining replicas
         self.rng = rng

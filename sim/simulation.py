@@ -39,7 +39,7 @@ class Simulation:
             name: Pool(self.env, spec, self.recorder, self._on_finish, self._on_reject,
                        self._on_lost, scenario.sample_interval, rng,
                        {t: cfg.weight for t, cfg in scenario.gateway.teams.items()},
-                       scenario.models)
+                       scenario.models, base_dir)
             for (name, spec), rng in zip(resolved.pools.items(), pool_rngs)}
         streams = scenario.workload.streams
         stream_cfgs = [streams[s] for s in self.arrivals.stream_names]

@@ -340,18 +340,23 @@ def test_shipped_profile_predicts_whole_forwards(shipped):
     through the simulator's cost model; the errors are printed.
 
     On this 2-core virtual machine the same forward's median moves by 10-25% between
-    runs a few minutes apart (the host's speed drifts, and other jobs share the cores
-    and caches), so a profile made at one time and checked at another cannot promise
-    10% on every point in every run. This version only bounds the errors loosely (a
-    wrong layer count, a missing term or a unit slip is off by far more); the strict
-    every-point-within-10% check, with three times the repeats, is
+    runs a few minutes apart (the host's speed drifts, other jobs share the cores and
+    caches), mostly all forwards together. So this version checks the level loosely
+    (measured/predicted, median over the points, within 1.5x either way: a wrong
+    layer count or a unit slip is off by far more) and the shape more tightly (each
+    point within 30% once that level is divided out). The strict every-point-within-
+    10% check on raw times, with three times the repeats, is
     ``test_shipped_profile_predicts_whole_forwards_strict`` (``pytest -m bench``),
     for a quiet machine.
     """
     pytest.importorskip("torch")
     errors, report = _forward_errors(shipped, rounds=5)
-    assert float(np.median(np.abs(errors))) <= 0.25, report
-    assert max(abs(e) for e in errors) <= 0.50, report
+    ratios = [1.0 / (1.0 + e) for e in errors]            # measured / predicted
+    level = float(np.median(ratios))
+    report += f"\nmeasured/predicted, median over the points: {level:.3f}"
+    print(report.rsplit("\n", 1)[1])
+    assert 1 / 1.5 <= level <= 1.5, report
+    assert max(abs(r / level - 1.0) for r in ratios) <= 0.30, report
 
 
 @pytest.mark.bench
