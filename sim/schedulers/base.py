@@ -12,6 +12,7 @@ The replica asks ``next_segment(now)`` and gets one of:
 """
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
@@ -129,6 +130,25 @@ class Scheduler(ABC):
             # without chunking, a preempted request recomputes prompt + output in one step
             return "exceeds_token_budget"
         return None
+
+    def admit_head(self, budget: int, chunked_prefill: bool, chunk_cap: int,
+                   now_s: float) -> tuple[Request, int] | None:
+        """Take the head of the waiting queue with its first chunk (after any
+        prefix-cache hit), or None when it does not fit the budget or the KV
+        cache. The caller adds it to its running set."""
+        req = self.waiting[0]
+        kv = self.kv
+        hit = kv.hit_blocks(req) if req.num_computed_tokens == 0 else 0
+        num_new = req.num_tokens - max(req.num_computed_tokens, hit * kv.block_size_tokens)
+        if num_new > budget and not chunked_prefill:
+            return None
+        num_new = min(num_new, budget, chunk_cap)
+        if not kv.admit(req, hit, num_new):
+            return None
+        self.waiting.popleft()
+        if math.isnan(req.admitted_s):
+            req.admitted_s = now_s
+        return req, num_new
 
     def add(self, req: Request) -> None:
         self.waiting.append(req)

@@ -23,7 +23,6 @@ step at a time; per-request results are the same.
 from __future__ import annotations
 
 import heapq
-import math
 from bisect import bisect_right
 from typing import Literal
 
@@ -237,24 +236,17 @@ class ContinuousScheduler(Scheduler):
         admitted = False
         if not preempted:
             while self.waiting and budget > 0 and self.num_running < self.cfg.max_num_seqs:
-                req = self.waiting[0]
-                hit = self.kv.hit_blocks(req) if req.num_computed_tokens == 0 else 0
-                start = max(req.num_computed_tokens, hit * self.kv.block_size_tokens)
-                num_new = req.num_tokens - start
-                if num_new > budget and not self.cfg.chunked_prefill:
+                head = self.admit_head(budget, self.cfg.chunked_prefill, self._chunk_cap,
+                                       now_s)
+                if head is None:
                     break
-                num_new = min(num_new, budget, self._chunk_cap)
-                if not self.kv.admit(req, hit, num_new):
-                    break
-                self.waiting.popleft()
+                req, num_new = head
                 req.seq = self._next_seq
                 self._next_seq += 1
                 self.prefilling.append(req)
                 if self._by_priority:
                     heapq.heappush(self._victims, (-req.priority, -req.arrival_s,
                                                    -req.request_id, req.seq, req))
-                if math.isnan(req.admitted_s):
-                    req.admitted_s = now_s
                 prefill.append((req, num_new))
                 budget -= num_new
                 admitted = True

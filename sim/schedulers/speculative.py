@@ -58,7 +58,6 @@ measured mean tokens per decode step per sequence.
 """
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -213,19 +212,12 @@ class SpeculativeScheduler(Scheduler):
         if preempted:
             return scheduled
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
-            req = self.waiting[0]
-            hit = self.kv.hit_blocks(req) if req.num_computed_tokens == 0 else 0
-            start = max(req.num_computed_tokens, hit * self.kv.block_size_tokens)
-            num_new = req.num_tokens - start
-            if num_new > budget and not self.cfg.chunked_prefill:
+            head = self.admit_head(budget, self.cfg.chunked_prefill,
+                                   self.cfg.max_num_batched_tokens, now_s)
+            if head is None:
                 break
-            num_new = min(num_new, budget)
-            if not self.kv.admit(req, hit, num_new):
-                break
-            self.waiting.popleft()
+            req, num_new = head
             self.running.append(req)
-            if math.isnan(req.admitted_s):
-                req.admitted_s = now_s
             scheduled.append(_Item(req, num_new, -1))
             budget -= num_new
         return scheduled
