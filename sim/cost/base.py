@@ -49,25 +49,34 @@ class CostModel(ABC):
     def work(self, shape: BatchShape) -> tuple[ArrayLike, ArrayLike]:
         """(FLOPs, bytes moved) of the step(s) over all GPUs of the replica."""
 
+    def engine_s(self, shape: BatchShape) -> ArrayLike:
+        """Seconds a particular serving engine adds to the model's own step (its
+        host-side work, an attention kernel that spans the packed batch); zero unless
+        a calibrated profile measured them."""
+        return 0.0
+
     def step_time_s(self, shape: BatchShape) -> ArrayLike:
         per_layer = (self.dense_s(shape.num_tokens)
                      + self.attn_prefill_s(shape.prefill_attn_work)
                      + self.attn_decode_s(shape.decode_kv_tokens)
                      + self.tp_comm_s(shape.num_tokens))
         return (self.overhead_s(shape.num_seqs) + self.num_layers * per_layer
-                + self.lm_head_s(shape.num_seqs))
+                + self.lm_head_s(shape.num_seqs) + self.engine_s(shape))
 
     def step(self, shape: BatchShape) -> StepCost:
         flops, bytes_moved = self.work(shape)
         return StepCost(time_s=self.step_time_s(shape), flops=flops, bytes=bytes_moved)
 
     def step_scalar(self, num_tokens: float, num_seqs: float, prefill_attn_work: float,
-                    decode_kv_tokens: float) -> tuple[float, float, float]:
+                    decode_kv_tokens: float, kv_read_tokens: float | None = None
+                    ) -> tuple[float, float, float]:
         """(seconds, FLOPs, bytes) of one step; sources may override with plain floats."""
         shape = BatchShape(np.array([num_tokens], dtype=np.float64),
                            np.array([num_seqs], dtype=np.float64),
                            np.array([prefill_attn_work], dtype=np.float64),
-                           np.array([decode_kv_tokens], dtype=np.float64))
+                           np.array([decode_kv_tokens], dtype=np.float64),
+                           None if kv_read_tokens is None
+                           else np.array([kv_read_tokens], dtype=np.float64))
         cost = self.step(shape)
         return (float(np.asarray(cost.time_s).reshape(-1)[0]),
                 float(np.asarray(cost.flops).reshape(-1)[0]),

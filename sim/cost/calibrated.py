@@ -9,6 +9,14 @@ point's time applies (zero work, zero time); past the last point time grows
 in proportion to x (work). Layer terms are multiplied by the model's layer
 count as in ``CostModel.step_time_s``.
 
+A profile may also carry an ``engine`` block, measured by ``fleetsim
+validate`` on a real serving engine's own steps: the seconds that engine adds
+to the model's step (host-side scheduling and batch building, and an
+attention that spans the whole packed batch, as transformers' continuous
+batching computes it on CPU), as a constant, a cost per sequence, per key read
+(Σ context + new tokens over the batch) and per query-key pair of the packed
+batch (new tokens × keys read).
+
 Work counters (FLOPs, bytes for MFU/MBU) and peak figures are the roofline's
 analytic ones for the pool's hardware. An all-reduce table that was not
 measured (one device visible at calibration) is replaced by the roofline's
@@ -30,13 +38,15 @@ from sim.config.common import StrictModel
 from sim.config.profiles import HardwareSpec, ModelSpec
 from sim.cost.base import CostModel
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
-from sim.cost.shape import ArrayLike, BatchShape
+from sim.cost.shape import ArrayLike, BatchShape, default_kv_read
 from sim.paths import data_dir
 
 TERMS = ("dense", "attn_prefill", "attn_decode", "lm_head", "tp_comm")
 SHAPE_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
                 "ffn_size", "vocab_size", "num_experts", "experts_per_token")
 _MIN_SECONDS = 1e-9
+# seconds per step, per sequence, per key read, per query-key pair of the packed batch
+ENGINE_TERMS = ("constant_s", "per_seq_s", "per_kv_token_s", "per_kv_pair_s")
 
 
 class CalibratedConfig(StrictModel):
@@ -146,6 +156,14 @@ def check_profile(data: dict, model: ModelSpec, tp: int, where: str) -> None:
         v = over.get(key, 0.0)
         if not isinstance(v, (int, float)) or v < 0:
             raise ValueError(f"{where}: overhead.{key} must be a number >= 0, got {v!r}")
+    engine = data.get("engine")
+    if engine is not None:
+        if not isinstance(engine, dict):
+            raise ValueError(f"{where}: engine must be a mapping of {', '.join(ENGINE_TERMS)}")
+        for key in ENGINE_TERMS:
+            v = engine.get(key, 0.0)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ValueError(f"{where}: engine.{key} must be a number >= 0, got {v!r}")
 
 
 class CalibratedCostModel(CostModel):
@@ -170,8 +188,12 @@ class CalibratedCostModel(CostModel):
         comm_rows = tables.get("tp_comm") or []
         self._comm = Table(comm_rows, f"{where}: tables.tp_comm") if comm_rows else None
         over = self.profile.get("overhead") or {}
-        self._const_s = float(over.get("constant_s", 0.0))
-        self._per_seq_s = float(over.get("per_seq_s", 0.0))
+        engine = self.profile.get("engine") or {}
+        self._const_s = float(over.get("constant_s", 0.0)) + float(engine.get("constant_s", 0.0))
+        self._per_seq_s = float(over.get("per_seq_s", 0.0)) + float(engine.get("per_seq_s", 0.0))
+        self._per_kv_s = float(engine.get("per_kv_token_s", 0.0))
+        self._per_pair_s = float(engine.get("per_kv_pair_s", 0.0))
+        self._packed = self._per_kv_s > 0 or self._per_pair_s > 0
         # work counters, peaks and (when not measured) the all-reduce come from the roofline
         self._roofline = RooflineCostModel(model, hardware, tp, weight_dtype, kv_dtype,
                                            RooflineConfig())
@@ -201,6 +223,12 @@ class CalibratedCostModel(CostModel):
     def lm_head_s(self, num_seqs: ArrayLike) -> ArrayLike:
         return self._head(num_seqs)
 
+    def engine_s(self, shape: BatchShape) -> ArrayLike:
+        if not self._packed:
+            return 0.0
+        kv = shape.kv_read()
+        return kv * (self._per_kv_s + self._per_pair_s * shape.num_tokens)
+
     # -- one step in plain floats (the hot path of the simulator) --------------------------
     def _comm_scalar(self, num_tokens: float) -> float:
         if self.tp == 1:
@@ -210,11 +238,16 @@ class CalibratedCostModel(CostModel):
         return self._comm.scalar(num_tokens)
 
     def step_scalar(self, num_tokens: float, num_seqs: float, prefill_attn_work: float,
-                    decode_kv_tokens: float) -> tuple[float, float, float]:
+                    decode_kv_tokens: float, kv_read_tokens: float | None = None
+                    ) -> tuple[float, float, float]:
         per_layer = (self._dense.scalar(num_tokens) + self._prefill.scalar(prefill_attn_work)
                      + self._decode.scalar(decode_kv_tokens) + self._comm_scalar(num_tokens))
         time_s = (self._const_s + self._per_seq_s * num_seqs + self.num_layers * per_layer
                   + self._head.scalar(num_seqs))
+        if self._packed:
+            kv = (float(default_kv_read(num_tokens, num_seqs, decode_kv_tokens))
+                  if kv_read_tokens is None else kv_read_tokens)
+            time_s += kv * (self._per_kv_s + self._per_pair_s * num_tokens)
         _, flops, moved = self._roofline.step_scalar(num_tokens, num_seqs, prefill_attn_work,
                                                      decode_kv_tokens)
         return time_s, flops, moved

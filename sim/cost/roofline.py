@@ -105,7 +105,8 @@ class RooflineCostModel(CostModel):
 
     # -- one step in plain floats (the hot path of the simulator) ------------------
     def step_scalar(self, num_tokens: float, num_seqs: float, prefill_attn_work: float,
-                    decode_kv_tokens: float) -> tuple[float, float, float]:
+                    decode_kv_tokens: float, kv_read_tokens: float | None = None
+                    ) -> tuple[float, float, float]:
         """The same sums as ``step_time_s`` and ``work`` without numpy overhead."""
         model, cfg, tp = self.model, self.cfg, self.tp
         e, k = model.num_experts, model.experts_per_token

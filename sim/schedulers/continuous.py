@@ -265,8 +265,10 @@ class ContinuousScheduler(Scheduler):
         num_tokens = float(plan.num_decode)
         prefill_work = 0.0
         decode_kv = float(self.cohort.kv_tokens_at(self.step + 1))
+        kv_read = decode_kv
         for req, n in plan.prefill:
             num_tokens += n
+            kv_read += req.num_computed_tokens + n
             if req.is_decoding:
                 # a recomputed request down to its last token reads like a decode
                 decode_kv += req.num_computed_tokens + 1
@@ -274,7 +276,7 @@ class ContinuousScheduler(Scheduler):
                 prefill_work += n * (req.num_computed_tokens + n / 2.0)
         num_seqs = plan.num_decode + len(plan.prefill)
         time_s, flops, moved = self.cost.step_scalar(
-            num_tokens, float(num_seqs), prefill_work, decode_kv)
+            num_tokens, float(num_seqs), prefill_work, decode_kv, kv_read)
         return Segment.single_step(time_s, num_seqs, num_tokens, flops, moved, plan)
 
     def _fast_forward(self, plan: _Plan) -> Segment:

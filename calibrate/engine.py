@@ -1,0 +1,302 @@
+"""A real serving engine on this machine: Hugging Face transformers.
+
+Two engines, both running a Llama model built from a model profile's config
+with random weights (nothing is downloaded):
+
+- ``ContinuousEngine``: transformers' continuous batching
+  (``model.init_continuous_batching``; a background thread runs the FIFO
+  scheduler over a paged KV cache, with ``add_request`` / ``get_result``).
+  Its limits are the ones fleetsim's ``continuous`` scheduler takes: a token
+  budget per step (``max_batch_tokens``), a sequence cap
+  (``max_requests_per_batch``), the page (block) size and the number of KV
+  blocks. Each engine step is logged with its batch shape and duration, by
+  wrapping the batch processor's ``prepare_next_batch`` and ``update_batch``.
+- ``SequentialEngine``: plain ``model.generate``, one request at a time in
+  arrival order (the "version 1" baseline of fleetsim's ``single``
+  scheduler); a streamer stamps each token.
+
+``run(requests)`` replays a list of ``EngineRequest`` at their arrival times
+(seconds from the start of the run) and returns one ``EngineRecord`` per
+request: arrival, first token and finish, on the engine's own clock.
+Outputs have exactly ``output_tokens`` tokens: end-of-sequence is disabled.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from calibrate.spec import ModelShape
+
+ROPE_THETA = 500000.0
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass
+class EngineRecord:
+    arrival_s: float          # when the request was handed to the engine
+    first_token_s: float      # when its first output token was produced
+    finish_s: float           # when its last output token was produced
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class EngineStep:
+    """One engine iteration: its scheduled (new tokens, cached context) per sequence."""
+
+    start_s: float
+    end_s: float
+    seqs: tuple[tuple[int, int], ...]
+
+    @property
+    def seconds(self) -> float:
+        return self.end_s - self.start_s
+
+
+def transformers_version() -> str:
+    import transformers
+    return transformers.__version__
+
+
+def build_model(shape: ModelShape, seed: int = 0, max_positions: int | None = None):
+    """A LlamaForCausalLM of ``shape`` with random weights, fp32, eval mode."""
+    if shape.num_experts != 1:
+        raise ValueError(f"validation supports dense models only; {shape.name} has "
+                         f"{shape.num_experts} experts")
+    from transformers import LlamaConfig, LlamaForCausalLM
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    cfg = LlamaConfig(
+        vocab_size=shape.vocab_size, hidden_size=shape.hidden_size,
+        intermediate_size=shape.ffn_size, num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_heads, num_key_value_heads=shape.num_kv_heads,
+        head_dim=shape.head_dim, max_position_embeddings=max_positions or shape.max_model_len,
+        rope_theta=ROPE_THETA, tie_word_embeddings=False, attn_implementation="sdpa")
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def _prompts(requests: list[EngineRequest], vocab: int, seed: int) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(1, vocab, r.prompt_tokens).tolist() for r in requests]
+
+
+def _replay(requests: list[EngineRequest], submit) -> float:
+    """Call ``submit(i)`` for each request at its arrival time; returns the start time."""
+    t0 = time.perf_counter()
+    for i, r in enumerate(requests):
+        delay = t0 + r.arrival_s - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        submit(i)
+    return t0
+
+
+@dataclass
+class ContinuousLimits:
+    max_batch_tokens: int
+    max_requests_per_batch: int
+    page_size: int
+    num_blocks: int
+
+
+class ContinuousEngine:
+    """transformers' continuous batching, with every step logged."""
+
+    name = "transformers-continuous-batching"
+
+    def __init__(self, shape: ModelShape, limits: ContinuousLimits, threads: int = 1,
+                 seed: int = 0) -> None:
+        torch.set_num_threads(threads)
+        self.shape = shape
+        self.limits = limits
+        self.seed = seed
+        self.model = build_model(shape, seed)
+        self.steps: list[EngineStep] = []
+
+    def _manager(self):
+        from transformers import GenerationConfig
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig
+        gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0,
+                               max_new_tokens=16)
+        lim = self.limits
+        # safety_margin 0: admit new prompts until the cache is full, as vLLM does
+        cb = ContinuousBatchingConfig(
+            page_size=lim.page_size, num_blocks=lim.num_blocks,
+            max_batch_tokens=lim.max_batch_tokens,
+            max_requests_per_batch=lim.max_requests_per_batch, safety_margin=0.0,
+            allow_block_sharing=False, seed=self.seed)
+        mgr = self.model.init_continuous_batching(generation_config=gen,
+                                                  continuous_batching_config=cb)
+        return mgr
+
+    def _instrument(self) -> None:
+        """Log each step's shape and duration (prepare → forward → update)."""
+        from transformers.generation.continuous_batching import continuous_api as ca
+        steps = self.steps
+        current: dict = {}
+        prepare, update = ca.ContinuousBatchProcessor.prepare_next_batch, \
+            ca.ContinuousBatchProcessor.update_batch
+
+        def prepare_next_batch(proc):
+            start = time.perf_counter()
+            schedule = proc.scheduler.schedule_batch
+
+            def logged(token_budget, cache_budget):
+                out = schedule(token_budget, cache_budget)
+                current["seqs"] = tuple((f.query_length, f.state.position_offset)
+                                        for f in (out[0] or ()))
+                return out
+
+            proc.scheduler.schedule_batch = logged
+            try:
+                ok = prepare(proc)
+            finally:
+                del proc.scheduler.schedule_batch
+            current["start"] = start
+            return ok
+
+        def update_batch(proc):
+            update(proc)
+            steps.append(EngineStep(current["start"], time.perf_counter(), current["seqs"]))
+
+        self._patched = (ca.ContinuousBatchProcessor, prepare, update)
+        ca.ContinuousBatchProcessor.prepare_next_batch = prepare_next_batch
+        ca.ContinuousBatchProcessor.update_batch = update_batch
+
+    def _restore(self) -> None:
+        cls, prepare, update = self._patched
+        cls.prepare_next_batch = prepare
+        cls.update_batch = update
+
+    @torch.inference_mode()
+    def run(self, requests: list[EngineRequest], timeout_s: float = 600.0
+            ) -> list[EngineRecord]:
+        prompts = _prompts(requests, self.shape.vocab_size, self.seed)
+        self._instrument()
+        mgr = self._manager()
+        try:
+            mgr.start()
+            # warm-up (thread start, first allocations); not logged
+            mgr.add_request([1] * 8, request_id="warmup", max_new_tokens=2)
+            if mgr.get_result(request_id="warmup", timeout=60) is None:
+                raise RuntimeError("the engine did not answer its warm-up request")
+            self.steps.clear()
+            ids = [f"r{i}" for i in range(len(requests))]
+
+            def submit(i: int) -> None:
+                mgr.add_request(prompts[i], request_id=ids[i],
+                                max_new_tokens=requests[i].output_tokens,
+                                record_timestamps=True)
+
+            t0 = _replay(requests, submit)
+            results = {}
+            deadline = time.perf_counter() + timeout_s
+            while len(results) < len(ids):
+                out = mgr.get_result(timeout=max(0.1, deadline - time.perf_counter()))
+                if out is None:
+                    raise RuntimeError(f"the engine finished {len(results)} of {len(ids)} "
+                                       f"requests within {timeout_s:.0f} s")
+                if out.error:
+                    raise RuntimeError(f"the engine failed request {out.request_id}: "
+                                       f"{out.error}")
+                results[out.request_id] = out
+        finally:
+            mgr.stop(block=True, timeout=30)
+            self._restore()
+        self.steps = [EngineStep(s.start_s - t0, s.end_s - t0, s.seqs) for s in self.steps]
+        records = []
+        for rid, req in zip(ids, requests):
+            out = results[rid]
+            stamps = out.timestamps
+            if len(out.generated_tokens) != req.output_tokens or not stamps:
+                raise RuntimeError(f"request {rid} produced {len(out.generated_tokens)} "
+                                   f"tokens, expected {req.output_tokens}")
+            records.append(EngineRecord(out.created_time - t0, stamps[0] - t0, stamps[-1] - t0,
+                                        req.prompt_tokens, req.output_tokens))
+        return records
+
+
+class _Stamps:
+    """A generate() streamer that records when each new token arrives."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._prompt_seen = False
+
+    def put(self, value) -> None:
+        if not self._prompt_seen:          # the first call hands over the prompt
+            self._prompt_seen = True
+            return
+        now = time.perf_counter()
+        self.times.extend([now] * int(np.asarray(value).size))
+
+    def end(self) -> None:
+        pass
+
+
+class SequentialEngine:
+    """``model.generate``, one request at a time in arrival order (FCFS)."""
+
+    name = "transformers-generate"
+
+    def __init__(self, shape: ModelShape, threads: int = 1, seed: int = 0) -> None:
+        torch.set_num_threads(threads)
+        self.shape = shape
+        self.seed = seed
+        self.model = build_model(shape, seed)
+
+    @torch.inference_mode()
+    def generate(self, prompt: list[int], output_tokens: int) -> list[float]:
+        """Token times of one request."""
+        stamps = _Stamps()
+        ids = torch.tensor([prompt])
+        self.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                            max_new_tokens=output_tokens, min_new_tokens=output_tokens,
+                            eos_token_id=None, pad_token_id=0, streamer=stamps)
+        return stamps.times
+
+    def run(self, requests: list[EngineRequest], timeout_s: float = 600.0
+            ) -> list[EngineRecord]:
+        prompts = _prompts(requests, self.shape.vocab_size, self.seed)
+        self.generate([1] * 8, 2)          # warm-up
+        arrived: queue.Queue = queue.Queue()
+        records: list[EngineRecord | None] = [None] * len(requests)
+        errors: list[BaseException] = []
+
+        def serve() -> None:
+            try:
+                for _ in requests:
+                    i, arrival = arrived.get(timeout=timeout_s)
+                    times = self.generate(prompts[i], requests[i].output_tokens)
+                    records[i] = EngineRecord(arrival, times[0], times[-1],
+                                              requests[i].prompt_tokens,
+                                              requests[i].output_tokens)
+            except BaseException as exc:            # noqa: BLE001 - re-raised below
+                errors.append(exc)
+
+        worker = threading.Thread(target=serve, daemon=True)
+        worker.start()
+        t0 = _replay(requests, lambda i: arrived.put((i, time.perf_counter())))
+        worker.join(timeout_s)
+        if errors:
+            raise errors[0]
+        if worker.is_alive() or any(r is None for r in records):
+            raise RuntimeError(f"generate() did not finish {len(requests)} requests "
+                               f"within {timeout_s:.0f} s")
+        for r in records:
+            r.arrival_s -= t0
+            r.first_token_s -= t0
+            r.finish_s -= t0
+        return records

@@ -1,0 +1,420 @@
+"""Predictions against a real engine: ``fleetsim validate SCENARIO...``.
+
+Each validation scenario is an ordinary fleetsim scenario with one stream and
+one pool of ``tiny-llama`` on the ``cpu`` hardware: the stream is the
+workload (arrival process, prompt and output lengths, seed), the pool the
+engine's limits (``continuous``: token budget, sequence cap, block size and
+KV blocks; ``single``: one request at a time).
+
+For each scenario:
+
+1. the scenario's requests are drawn exactly as ``fleetsim run`` draws them;
+2. the real engine serves them on this machine at their arrival times
+   (transformers' continuous batching for ``continuous``, plain
+   ``model.generate`` one at a time for ``single``), recording each
+   request's arrival, first token and finish;
+3. fleetsim simulates the same requests (the arrival times the engine saw,
+   replayed as a trace) with the pool's own limits and the calibrated
+   profile, extended by the engine's per-step terms
+   (``calibrate.engine_fit``, fitted once per engine and limits on a fixed
+   grid of synthetic batches, never on the workloads);
+4. the measured and predicted figures are compared.
+
+The profile must describe this machine: when the scenario's profile was made
+on another CPU (or ``recalibrate`` is asked), this machine is calibrated
+first, into the output folder.
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from calibrate import bench
+from calibrate.engine import (ContinuousEngine, ContinuousLimits, EngineRecord, EngineRequest,
+                              SequentialEngine, transformers_version)
+from calibrate.engine_fit import EngineFit, StepRows, fit_continuous, fit_sequential, step_errors
+from calibrate.run import calibrate, write_profile
+from calibrate.spec import ModelShape
+
+# metric name -> (what, target relative error or None)
+METRICS = {
+    "ttft_p50_s": ("TTFT p50", 0.10),
+    "ttft_p90_s": ("TTFT p90", 0.20),
+    "ttft_p99_s": ("TTFT p99", None),
+    "tpot_p50_s": ("TPOT p50", 0.10),
+    "tpot_p90_s": ("TPOT p90", None),
+    "e2e_p50_s": ("E2E p50", None),
+    "output_tokens_per_s": ("output tok/s", 0.10),
+}
+
+
+class ValidationError(ValueError):
+    """A validation scenario that cannot be validated (named, with the reason)."""
+
+
+@dataclass
+class Workload:
+    path: Path
+    scenario: object                 # sim Scenario
+    pool_name: str
+    kind: str                        # "continuous" or "single"
+    limits: ContinuousLimits | None
+    shape: ModelShape
+
+
+@dataclass
+class WorkloadResult:
+    name: str
+    kind: str
+    num_requests: int
+    measured: dict
+    predicted: dict
+    errors: dict
+    step_error: dict
+    engine_requests: list[EngineRecord]
+    sim_requests: object             # pandas DataFrame
+    wall_s: float
+
+
+@dataclass
+class ValidationReport:
+    results: list[WorkloadResult]
+    profile_path: Path
+    engine_profiles: dict[str, Path]
+    fits: dict[str, EngineFit]
+    out_dir: Path
+    notes: list[str] = field(default_factory=list)
+
+    def rows(self) -> list[dict]:
+        out = []
+        for r in self.results:
+            for key, (what, target) in METRICS.items():
+                out.append({"workload": r.name, "engine": r.kind, "metric": key,
+                            "measured": r.measured[key], "predicted": r.predicted[key],
+                            "rel_error": r.errors[key], "target": target,
+                            "within_target": (None if target is None
+                                              else bool(abs(r.errors[key]) <= target))})
+        return out
+
+
+# -- scenarios ---------------------------------------------------------------------------
+def load_workload(path: str | Path) -> Workload:
+    import sim
+    from sim.config.resolve import resolve
+    scenario = sim.load_scenario(path)
+    where = f"{path}"
+    if len(scenario.workload.streams) != 1 or len(scenario.pools) != 1:
+        raise ValidationError(f"{where}: a validation scenario has exactly one stream and one "
+                              f"pool (found {len(scenario.workload.streams)} and "
+                              f"{len(scenario.pools)})")
+    (pool_name, pool), = scenario.pools.items()
+    if pool.replicas != 1 or pool.tp != 1 or pool.autoscaler is not None:
+        raise ValidationError(f"{where}: pools.{pool_name}: the engine is one replica at tp 1, "
+                              f"without an autoscaler")
+    if pool.cost_model.type != "calibrated":
+        raise ValidationError(f"{where}: pools.{pool_name}.cost_model: validation compares the "
+                              f"calibrated cost model; set {{type: calibrated, profile: ...}}")
+    (stream_name, stream), = scenario.workload.streams.items()
+    if stream.prefix is not None:
+        raise ValidationError(f"{where}: workload.streams.{stream_name}.prefix: shared prefixes "
+                              f"are not validated (the engine's prompts are random tokens)")
+    if scenario.gateway.active:
+        raise ValidationError(f"{where}: gateway: validation runs one engine without a gateway")
+    resolved, problems = resolve(scenario)
+    spec = resolved.pools[pool_name]
+    sched = pool.scheduler
+    if sched.type == "continuous":
+        if not sched.chunked_prefill or sched.policy != "fcfs" or \
+                sched.long_prefill_token_threshold is not None:
+            raise ValidationError(
+                f"{where}: pools.{pool_name}.scheduler: the engine schedules FCFS with chunked "
+                f"prefill and no long-prefill cap")
+        limits = ContinuousLimits(max_batch_tokens=sched.max_num_batched_tokens,
+                                  max_requests_per_batch=sched.max_num_seqs,
+                                  page_size=pool.block_size, num_blocks=spec.kv.num_blocks)
+    elif sched.type == "single":
+        limits = None
+    else:
+        raise ValidationError(f"{where}: pools.{pool_name}.scheduler.type: validation covers "
+                              f"'continuous' and 'single', not '{sched.type}'")
+    m = spec.model
+    shape = ModelShape(name=m.name, num_layers=m.num_layers, hidden_size=m.hidden_size,
+                       num_heads=m.num_heads, num_kv_heads=m.num_kv_heads, head_dim=m.head_dim,
+                       ffn_size=m.ffn_size, vocab_size=m.vocab_size,
+                       num_experts=m.num_experts, experts_per_token=m.experts_per_token,
+                       max_model_len=spec.max_model_len)
+    return Workload(Path(path), scenario, pool_name, sched.type, limits, shape)
+
+
+def draw_requests(w: Workload) -> list[EngineRequest]:
+    """The scenario's requests, drawn as ``fleetsim run`` draws them."""
+    from sim.workload import generate_arrivals
+    workload_seq = np.random.SeedSequence(w.scenario.seed).spawn(3)[0]
+    arr = generate_arrivals(w.scenario.workload, w.scenario.duration, workload_seq,
+                            w.path.resolve().parent)
+    return [EngineRequest(float(a), int(p), int(o))
+            for a, p, o in zip(arr.arrival_s, arr.prompt_tokens, arr.output_tokens)]
+
+
+# -- profiles ----------------------------------------------------------------------------
+def base_profile(w: Workload, out_dir: Path, recalibrate: bool, log) -> tuple[Path, dict]:
+    """The scenario's calibrated profile if it was made on this CPU, else a fresh one."""
+    from sim.cost.calibrated import load_profile, resolve_profile_path
+    path = resolve_profile_path(w.scenario.pools[w.pool_name].cost_model.profile,
+                                w.path.resolve().parent)
+    data = load_profile(path)
+    host = bench.device_name("cpu")
+    if not recalibrate and data.get("device") == "cpu" and data.get("device_name") == host \
+            and not data.get("quick"):
+        log(f"profile {path} (made on this CPU, {host})")
+        return path, data
+    why = ("asked to recalibrate" if recalibrate else
+           f"{path} was made on {data.get('device_name')}, this CPU is {host}")
+    log(f"calibrating this machine first ({why})")
+    result = calibrate(w.shape, device="cpu", out=out_dir / "profile", echo=None)
+    log(f"profile {result.yaml_path} in {result.elapsed_s:.0f} s")
+    return result.yaml_path, result.profile
+
+
+def engine_profile(base: dict, fit: EngineFit, engine_name: str, limits, path: Path) -> Path:
+    data = copy.deepcopy(base)
+    data["engine"] = {
+        "name": engine_name, "transformers_version": transformers_version(),
+        **fit.engine,
+        "limits": None if limits is None else {
+            "max_batch_tokens": limits.max_batch_tokens,
+            "max_requests_per_batch": limits.max_requests_per_batch,
+            "page_size": limits.page_size, "num_blocks": limits.num_blocks},
+        "fit_steps": len(fit.rows),
+        "held_back_step_error": fit.held_back,
+        "step_error": fit.all_steps,
+        "step_error_without_engine_terms": fit.without_engine,
+        "note": ("Seconds this engine adds to the model's step, fitted on its own steps over a "
+                 "fixed grid of synthetic batches: constant + per_seq x sequences + "
+                 "per_kv_token x keys read + per_kv_pair x new tokens x keys read (keys: "
+                 "context + new tokens over the whole batch)."),
+    }
+    data.pop("forwards", None)
+    data.pop("measured", None)
+    data.pop("held_back_points", None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_profile(data, path)
+    return path
+
+
+# -- figures -----------------------------------------------------------------------------
+def _pct(x, q) -> float:
+    x = np.asarray(x, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    return float(np.percentile(x, q)) if len(x) else float("nan")
+
+
+def figures(arrival, first, finish, output_tokens) -> dict:
+    arrival, first, finish = (np.asarray(v, dtype=np.float64) for v in (arrival, first, finish))
+    out = np.asarray(output_tokens, dtype=np.float64)
+    ttft = first - arrival
+    gaps = out - 1
+    tpot = np.divide(finish - first, gaps, out=np.full(len(out), np.nan), where=gaps > 0)
+    span = float(finish.max() - arrival.min())
+    return {"ttft_p50_s": _pct(ttft, 50), "ttft_p90_s": _pct(ttft, 90),
+            "ttft_p99_s": _pct(ttft, 99), "tpot_p50_s": _pct(tpot, 50),
+            "tpot_p90_s": _pct(tpot, 90), "e2e_p50_s": _pct(finish - arrival, 50),
+            "output_tokens_per_s": float(out.sum() / span) if span > 0 else float("nan")}
+
+
+# -- one workload --------------------------------------------------------------------------
+def simulate(w: Workload, records: list[EngineRecord], profile_path: Path, work_dir: Path):
+    """fleetsim on the requests the engine served, at the times it received them."""
+    import sim
+    work_dir.mkdir(parents=True, exist_ok=True)
+    trace = work_dir / "trace.csv"
+    with open(trace, "w", newline="", encoding="utf-8") as fh:
+        out = csv.writer(fh)
+        out.writerow(["timestamp", "prompt_tokens", "output_tokens"])
+        for r in sorted(records, key=lambda r: r.arrival_s):
+            out.writerow([f"{r.arrival_s:.6f}", r.prompt_tokens, r.output_tokens])
+    raw = yaml.safe_load(w.path.read_text(encoding="utf-8"))
+    (stream_name, stream), = raw["workload"]["streams"].items()
+    for key in ("arrival", "prompt_tokens", "output_tokens", "start", "end"):
+        stream.pop(key, None)
+    stream["arrival"] = {"type": "trace", "path": trace.name}
+    pool = raw["pools"][w.pool_name]
+    pool["cost_model"] = {"type": "calibrated", "profile": str(profile_path.resolve())}
+    raw["duration"] = float(max(r.arrival_s for r in records)) + 1.0
+    for key in ("hardware", "models"):       # inline profiles keep their meaning
+        if key in raw and not raw[key]:
+            raw.pop(key)
+    scen_path = work_dir / "scenario.yaml"
+    scen_path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    results = sim.run(sim.load_scenario(scen_path))
+    req = results.requests
+    if (req["status"] != "completed").any():
+        bad = req.loc[req["status"] != "completed", "status"].value_counts().to_dict()
+        raise ValidationError(f"{w.path}: the simulator did not complete every request: {bad}")
+    return req
+
+
+def run_workload(w: Workload, engine_profile_path: Path, engine_fit_profile: dict,
+                 out_dir: Path, log) -> WorkloadResult:
+    requests = draw_requests(w)
+    if not requests:
+        raise ValidationError(f"{w.path}: the workload has no requests")
+    name = w.scenario.name
+    log(f"{name}: {len(requests)} requests over {requests[-1].arrival_s:.0f} s on the engine "
+        f"({w.kind})")
+    t0 = time.perf_counter()
+    threads = int(engine_fit_profile.get("threads") or 1)
+    if w.kind == "continuous":
+        engine = ContinuousEngine(w.shape, w.limits, threads=threads)
+    else:
+        engine = SequentialEngine(w.shape, threads=threads)
+    records = engine.run(requests)
+    wall_s = time.perf_counter() - t0
+    measured = figures([r.arrival_s for r in records], [r.first_token_s for r in records],
+                       [r.finish_s for r in records], [r.output_tokens for r in records])
+    work = out_dir / name
+    req = simulate(w, records, engine_profile_path, work)
+    predicted = figures(req["arrival_s"], req["first_token_s"], req["finish_s"],
+                        req["output_tokens"])
+    errors = {k: (predicted[k] - measured[k]) / measured[k] if measured[k] else float("nan")
+              for k in METRICS}
+    step_error = {"points": 0, "median": None, "max": None}
+    if w.kind == "continuous" and engine.steps:
+        rows = StepRows.from_steps([(0, s) for s in engine.steps])
+        err = np.abs(step_errors(engine_fit_profile, engine_fit_profile.get("engine"), rows))
+        step_error = {"points": int(len(err)), "median": round(float(np.median(err)), 4),
+                      "max": round(float(np.max(err)), 4)}
+    with open(work / "engine_requests.csv", "w", newline="", encoding="utf-8") as fh:
+        out = csv.writer(fh)
+        out.writerow(["arrival_s", "first_token_s", "finish_s", "prompt_tokens",
+                      "output_tokens"])
+        for r in records:
+            out.writerow([f"{r.arrival_s:.6f}", f"{r.first_token_s:.6f}", f"{r.finish_s:.6f}",
+                          r.prompt_tokens, r.output_tokens])
+    req.to_csv(work / "sim_requests.csv", index=False)
+    log(f"{name}: engine {wall_s:.0f} s; TTFT p50 measured {measured['ttft_p50_s']:.3f} s, "
+        f"predicted {predicted['ttft_p50_s']:.3f} s ({100 * errors['ttft_p50_s']:+.1f}%)")
+    return WorkloadResult(name, w.kind, len(records), measured, predicted, errors, step_error,
+                          records, req, wall_s)
+
+
+# -- the whole validation -------------------------------------------------------------------
+def validate(paths: list[str | Path], out_dir: str | Path, recalibrate: bool = False,
+             quick_fit: bool = False, log=print) -> ValidationReport:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    workloads = [load_workload(p) for p in paths]
+    shapes = {w.shape for w in workloads}
+    if len(shapes) != 1:
+        raise ValidationError("every validation scenario must serve the same model")
+    profile_path, profile = base_profile(workloads[0], out_dir, recalibrate, log)
+    fits: dict[str, EngineFit] = {}
+    engine_paths: dict[str, Path] = {}
+    engine_data: dict[str, dict] = {}
+    stem = profile_path.stem
+    for w in workloads:
+        key = "generate" if w.kind == "single" else (
+            f"cb-{w.limits.max_batch_tokens}-{w.limits.max_requests_per_batch}-"
+            f"{w.limits.page_size}-{w.limits.num_blocks}")
+        if key in fits:
+            continue
+        if w.kind == "single":
+            fit = fit_sequential(profile, w.shape, quick=quick_fit, log=log)
+            name = SequentialEngine.name
+        else:
+            fit = fit_continuous(profile, w.shape, w.limits, quick=quick_fit, log=log)
+            name = ContinuousEngine.name
+        fits[key] = fit
+        engine_paths[key] = engine_profile(profile, fit, name, w.limits,
+                                           out_dir / "profile" / f"{stem}-{key}.yaml")
+        engine_data[key] = yaml.safe_load(engine_paths[key].read_text(encoding="utf-8"))
+    results = []
+    for w in workloads:
+        key = "generate" if w.kind == "single" else (
+            f"cb-{w.limits.max_batch_tokens}-{w.limits.max_requests_per_batch}-"
+            f"{w.limits.page_size}-{w.limits.num_blocks}")
+        results.append(run_workload(w, engine_paths[key], engine_data[key], out_dir, log))
+    report = ValidationReport(results, profile_path, engine_paths, fits, out_dir)
+    write_report(report)
+    return report
+
+
+def format_table(report: ValidationReport) -> str:
+    lines = []
+    head = f"{'workload':<22} {'metric':<13} {'measured':>10} {'predicted':>10} {'error':>8}  target"
+    lines.append(head)
+    lines.append("-" * len(head))
+    for r in report.results:
+        for key, (what, target) in METRICS.items():
+            m, p, e = r.measured[key], r.predicted[key], r.errors[key]
+            unit = "" if key.endswith("per_s") else " s"
+            fmt = (lambda v: f"{v:10.1f}") if key.endswith("per_s") else (lambda v: f"{v:10.4f}")
+            mark = "" if target is None else (
+                f"±{100 * target:.0f}% " + ("ok" if abs(e) <= target else "MISSED"))
+            lines.append(f"{r.name:<22} {what + unit:<13} {fmt(m)} {fmt(p)} "
+                         f"{100 * e:+7.1f}%  {mark}")
+        se = r.step_error
+        if se["points"]:
+            lines.append(f"{r.name:<22} {'step time':<13} {se['points']:>10} steps, median "
+                         f"|error| {100 * se['median']:.1f}%, max {100 * se['max']:.1f}%")
+    return "\n".join(lines)
+
+
+def write_report(report: ValidationReport) -> None:
+    out = report.out_dir
+    rows = report.rows()
+    with open(out / "validation.csv", "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    meta = {
+        "host": bench.device_name("cpu"), "python": platform.python_version(),
+        "transformers_version": transformers_version(),
+        "profile": str(report.profile_path),
+        "engine_profiles": {k: str(v) for k, v in report.engine_profiles.items()},
+        "engine_fits": {k: {"terms": f.engine, "steps": len(f.rows),
+                            "held_back_step_error": f.held_back,
+                            "step_error": f.all_steps,
+                            "step_error_without_engine_terms": f.without_engine}
+                        for k, f in report.fits.items()},
+        "workloads": [{"name": r.name, "engine": r.kind, "requests": r.num_requests,
+                       "engine_wall_s": round(r.wall_s, 2), "measured": r.measured,
+                       "predicted": r.predicted, "rel_error": r.errors,
+                       "step_error": r.step_error} for r in report.results],
+    }
+    (out / "validation.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    (out / "validation.txt").write_text(format_table(report) + "\n", encoding="utf-8")
+    plot_ttft_cdfs(report, out / "ttft_cdf.png")
+
+
+def plot_ttft_cdfs(report: ValidationReport, path: Path) -> Path:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    n = len(report.results)
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False)
+    for ax, r in zip(axes[0], report.results):
+        meas = np.sort([x.first_token_s - x.arrival_s for x in r.engine_requests])
+        pred = np.sort(r.sim_requests["ttft_s"].to_numpy(dtype=np.float64))
+        for data, label, style in ((meas, "engine (measured)", "-"),
+                                   (pred, "fleetsim (predicted)", "--")):
+            ax.step(data, np.arange(1, len(data) + 1) / len(data), style, where="post",
+                    label=label)
+        ax.set_xscale("log")
+        ax.set_title(f"{r.name} ({r.kind})", fontsize=9)
+        ax.set_xlabel("TTFT (s)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("fraction of requests")
+    axes[0][0].legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
