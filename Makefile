@@ -27,8 +27,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/fleetsim run scenarios/quickstart.yaml --out results/quickstart --force
 
+# the tests marked serial time the CPU (a real engine against its prediction): they run
+# alone, after the rest
 test: $(DEV_STAMP)
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 -q -m "not bench and not serial"
+	$(PY) -m pytest -q -m serial
 
 bench: $(DEV_STAMP)
 	$(PY) -m pytest -m bench -q -s tests/bench

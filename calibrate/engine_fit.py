@@ -12,7 +12,13 @@ new tokens × keys read rather than per sequence.
 staggered ramp that mixes prefill chunks with decodes), logs every step's
 shape and duration, and fits the seconds left over by the profile's terms as
 
-    extra = constant + per_seq · seqs + per_kv_token · keys + per_kv_pair · new_tokens · keys
+    extra = constant + per_seq · seqs + per_kv_token · keys          (steps of several new tokens)
+                                       + per_kv_token_one_query · keys (a step of one new token)
+          + per_kv_pair · new_tokens · keys
+
+(transformers' SDPA path copies the grouped K/V heads out for every key when a
+step has several new tokens, and packs the query heads instead when it has
+one, so a key costs much less in a lone decode)
 
 (non-negative least squares on relative error), where ``keys`` = Σ over the
 batch's sequences of context + new tokens. Every fourth run is held back from
@@ -24,6 +30,7 @@ depends on the workloads being validated.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +39,8 @@ from calibrate.engine import (ContinuousEngine, ContinuousLimits, EngineRequest,
                               SequentialEngine)
 from calibrate.fit import error_summary, evaluate, nnls_small
 
-ENGINE_TERMS = ("constant_s", "per_seq_s", "per_kv_token_s", "per_kv_pair_s")
+ENGINE_TERMS = ("constant_s", "per_seq_s", "per_kv_token_s", "per_kv_token_one_query_s",
+                "per_kv_pair_s")
 
 
 @dataclass
@@ -83,7 +91,10 @@ def profile_seconds(profile: dict, rows: StepRows) -> np.ndarray:
 
 
 def _design(rows: StepRows) -> np.ndarray:
-    return np.column_stack([np.ones(len(rows)), rows.num_seqs, rows.kv_read_tokens,
+    one = rows.num_tokens == 1
+    return np.column_stack([np.ones(len(rows)), rows.num_seqs,
+                            np.where(one, 0.0, rows.kv_read_tokens),
+                            np.where(one, rows.kv_read_tokens, 0.0),
                             rows.num_tokens * rows.kv_read_tokens])
 
 
@@ -180,11 +191,11 @@ def fit_sequential(profile: dict, shape, threads: int = 1, quick: bool = False,
     engine.generate([1] * 8, 2)                       # warm-up
     rng = np.random.default_rng(0)
     steps: list[tuple[int, EngineStep]] = []
-    prompts = (16, 64, 256, 1024) if not quick else (16, 256)
+    # mixed order, so that the held-back requests (every fourth) fall inside the range
+    prompts = (16, 1024, 64, 512, 256, 128, 768, 32) if not quick else (16, 512, 128, 64)
     out_tokens = 12
-    for i, prompt in enumerate(prompts * 2):
+    for i, prompt in enumerate(prompts):
         ids = rng.integers(1, shape.vocab_size, prompt).tolist()
-        import time
         start = time.perf_counter()
         times = engine.generate(ids, out_tokens)
         ends = [start] + times
@@ -192,7 +203,7 @@ def fit_sequential(profile: dict, shape, threads: int = 1, quick: bool = False,
             seqs = ((prompt, 0),) if j == 0 else ((1, prompt + j - 1),)
             steps.append((i, EngineStep(ends[j], ends[j + 1], seqs)))
     fit = fit_rows(profile, StepRows.from_steps(steps))
-    log(f"generate() fit: {len(prompts) * 2} calibration requests, {len(fit.rows)} steps; "
+    log(f"generate() fit: {len(prompts)} calibration requests, {len(fit.rows)} steps; "
         f"held-back step error median {100 * fit.held_back['median']:.1f}%, max "
         f"{100 * fit.held_back['max']:.1f}% (the plain profile: median "
         f"{100 * fit.without_engine['median']:.1f}%)")

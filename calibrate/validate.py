@@ -27,6 +27,7 @@ first, into the output folder.
 from __future__ import annotations
 
 import copy
+import os
 import csv
 import json
 import platform
@@ -165,17 +166,39 @@ def draw_requests(w: Workload) -> list[EngineRequest]:
 
 
 # -- profiles ----------------------------------------------------------------------------
+def _made_here(data: dict, shape: ModelShape, host: str) -> bool:
+    model = data.get("model") or {}
+    return (data.get("device") == "cpu" and data.get("device_name") == host
+            and not data.get("quick") and int(data.get("tp", 1)) == 1
+            and all(int(model.get(f, -1)) == v for f, v in shape.shape_dict().items()
+                    if f != "name"))
+
+
+def host_profile(path: Path, shape: ModelShape) -> Path | None:
+    """``path`` if it was made on this CPU, else a profile of the same model made on this
+    CPU in a folder under ``path``'s (profiles of several CPU kinds ship side by side)."""
+    from sim.cost.calibrated import load_profile
+    host = bench.device_name("cpu")
+    for cand in [path, *sorted(path.parent.glob(f"*/{path.name}"))]:
+        try:
+            if _made_here(load_profile(cand), shape, host):
+                return cand
+        except (OSError, ValueError, yaml.YAMLError):
+            continue
+    return None
+
+
 def base_profile(w: Workload, out_dir: Path, recalibrate: bool, log) -> tuple[Path, dict]:
-    """The scenario's calibrated profile if it was made on this CPU, else a fresh one."""
+    """The scenario's calibrated profile for this CPU, else a fresh calibration."""
     from sim.cost.calibrated import load_profile, resolve_profile_path
     path = resolve_profile_path(w.scenario.pools[w.pool_name].cost_model.profile,
                                 w.path.resolve().parent)
     data = load_profile(path)
     host = bench.device_name("cpu")
-    if not recalibrate and data.get("device") == "cpu" and data.get("device_name") == host \
-            and not data.get("quick"):
-        log(f"profile {path} (made on this CPU, {host})")
-        return path, data
+    found = None if recalibrate else host_profile(path, w.shape)
+    if found is not None:
+        log(f"profile {found} (made on this CPU, {host})")
+        return found, load_profile(found)
     why = ("asked to recalibrate" if recalibrate else
            f"{path} was made on {data.get('device_name')}, this CPU is {host}")
     log(f"calibrating this machine first ({why})")
@@ -247,7 +270,8 @@ def simulate(w: Workload, records: list[EngineRecord], profile_path: Path, work_
         stream.pop(key, None)
     stream["arrival"] = {"type": "trace", "path": trace.name}
     pool = raw["pools"][w.pool_name]
-    pool["cost_model"] = {"type": "calibrated", "profile": str(profile_path.resolve())}
+    pool["cost_model"] = {"type": "calibrated",
+                          "profile": os.path.relpath(profile_path, work_dir)}
     raw["duration"] = float(max(r.arrival_s for r in records)) + 1.0
     for key in ("hardware", "models"):       # inline profiles keep their meaning
         if key in raw and not raw[key]:
@@ -289,9 +313,21 @@ def run_workload(w: Workload, engine_profile_path: Path, engine_fit_profile: dic
     step_error = {"points": 0, "median": None, "max": None}
     if w.kind == "continuous" and engine.steps:
         rows = StepRows.from_steps([(0, s) for s in engine.steps])
-        err = np.abs(step_errors(engine_fit_profile, engine_fit_profile.get("engine"), rows))
+        signed = step_errors(engine_fit_profile, engine_fit_profile.get("engine"), rows)
+        err = np.abs(signed)
         step_error = {"points": int(len(err)), "median": round(float(np.median(err)), 4),
-                      "max": round(float(np.max(err)), 4)}
+                      "max": round(float(np.max(err)), 4),
+                      "busy_s": round(float(rows.seconds.sum()), 3),
+                      "predicted_busy_s": round(float(np.sum(rows.seconds * (1 + signed))), 3)}
+        work.mkdir(parents=True, exist_ok=True)
+        with open(work / "engine_steps.csv", "w", newline="", encoding="utf-8") as fh:
+            out = csv.writer(fh)
+            out.writerow(["start_s", "end_s", "num_tokens", "num_seqs", "kv_read_tokens",
+                          "predicted_s"])
+            for step, row_err, n, q, k in zip(engine.steps, signed, rows.num_seqs,
+                                              rows.num_tokens, rows.kv_read_tokens):
+                out.writerow([f"{step.start_s:.6f}", f"{step.end_s:.6f}", int(q), int(n), int(k),
+                              f"{step.seconds * (1 + row_err):.6f}"])
     with open(work / "engine_requests.csv", "w", newline="", encoding="utf-8") as fh:
         out = csv.writer(fh)
         out.writerow(["arrival_s", "first_token_s", "finish_s", "prompt_tokens",
@@ -307,23 +343,22 @@ def run_workload(w: Workload, engine_profile_path: Path, engine_fit_profile: dic
 
 
 # -- the whole validation -------------------------------------------------------------------
-def validate(paths: list[str | Path], out_dir: str | Path, recalibrate: bool = False,
-             quick_fit: bool = False, log=print) -> ValidationReport:
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    workloads = [load_workload(p) for p in paths]
-    shapes = {w.shape for w in workloads}
-    if len(shapes) != 1:
-        raise ValidationError("every validation scenario must serve the same model")
+def _key(w: Workload) -> str:
+    if w.kind == "single":
+        return "generate"
+    lim = w.limits
+    return (f"cb-{lim.max_batch_tokens}-{lim.max_requests_per_batch}-{lim.page_size}-"
+            f"{lim.num_blocks}")
+
+
+def _validate_into(workloads: list[Workload], out_dir: Path, recalibrate: bool,
+                   quick_fit: bool, log) -> ValidationReport:
     profile_path, profile = base_profile(workloads[0], out_dir, recalibrate, log)
     fits: dict[str, EngineFit] = {}
     engine_paths: dict[str, Path] = {}
     engine_data: dict[str, dict] = {}
-    stem = profile_path.stem
     for w in workloads:
-        key = "generate" if w.kind == "single" else (
-            f"cb-{w.limits.max_batch_tokens}-{w.limits.max_requests_per_batch}-"
-            f"{w.limits.page_size}-{w.limits.num_blocks}")
+        key = _key(w)
         if key in fits:
             continue
         if w.kind == "single":
@@ -334,16 +369,47 @@ def validate(paths: list[str | Path], out_dir: str | Path, recalibrate: bool = F
             name = ContinuousEngine.name
         fits[key] = fit
         engine_paths[key] = engine_profile(profile, fit, name, w.limits,
-                                           out_dir / "profile" / f"{stem}-{key}.yaml")
+                                           out_dir / "profile" / f"{w.shape.name}-{key}.yaml")
         engine_data[key] = yaml.safe_load(engine_paths[key].read_text(encoding="utf-8"))
-    results = []
-    for w in workloads:
-        key = "generate" if w.kind == "single" else (
-            f"cb-{w.limits.max_batch_tokens}-{w.limits.max_requests_per_batch}-"
-            f"{w.limits.page_size}-{w.limits.num_blocks}")
-        results.append(run_workload(w, engine_paths[key], engine_data[key], out_dir, log))
+    results = [run_workload(w, engine_paths[_key(w)], engine_data[_key(w)], out_dir, log)
+               for w in workloads]
     report = ValidationReport(results, profile_path, engine_paths, fits, out_dir)
     write_report(report)
+    return report
+
+
+def validate(paths: list[str | Path], out_dir: str | Path, *, force: bool = False,
+             recalibrate: bool = False, quick_fit: bool = False, log=print
+             ) -> ValidationReport:
+    """Validate every scenario in ``paths``; results are written to ``out_dir``, which
+    appears complete or not at all (an existing folder is replaced only with ``force``)."""
+    from sim.outputs import write_folder
+    out_dir = Path(out_dir)
+    workloads = [load_workload(p) for p in paths]
+    if len({w.shape for w in workloads}) != 1:
+        raise ValidationError("every validation scenario must serve the same model")
+    names = [w.scenario.name for w in workloads]
+    if len(set(names)) != len(names):
+        raise ValidationError(f"validation scenarios need distinct names, got {names}")
+    built: list[ValidationReport] = []
+
+    def write(tmp: Path) -> list[Path]:
+        built.append(_validate_into(workloads, tmp, recalibrate, quick_fit, log))
+        return [p for p in tmp.rglob("*") if p.is_file()]
+
+    write_folder(write, out_dir, force=force)
+    report = built[0]
+    tmp = report.out_dir
+
+    def moved(p: Path) -> Path:
+        try:
+            return out_dir / Path(p).relative_to(tmp)
+        except ValueError:
+            return Path(p)
+
+    report.out_dir = out_dir
+    report.profile_path = moved(report.profile_path)
+    report.engine_profiles = {k: moved(v) for k, v in report.engine_profiles.items()}
     return report
 
 
@@ -368,6 +434,14 @@ def format_table(report: ValidationReport) -> str:
     return "\n".join(lines)
 
 
+def _shown(path: Path, out_dir: Path) -> str:
+    """A path inside the output folder relative to it (the folder is renamed into place)."""
+    try:
+        return str(Path(path).resolve().relative_to(out_dir.resolve()))
+    except ValueError:
+        return str(path)
+
+
 def write_report(report: ValidationReport) -> None:
     out = report.out_dir
     rows = report.rows()
@@ -378,8 +452,8 @@ def write_report(report: ValidationReport) -> None:
     meta = {
         "host": bench.device_name("cpu"), "python": platform.python_version(),
         "transformers_version": transformers_version(),
-        "profile": str(report.profile_path),
-        "engine_profiles": {k: str(v) for k, v in report.engine_profiles.items()},
+        "profile": _shown(report.profile_path, out),
+        "engine_profiles": {k: _shown(v, out) for k, v in report.engine_profiles.items()},
         "engine_fits": {k: {"terms": f.engine, "steps": len(f.rows),
                             "held_back_step_error": f.held_back,
                             "step_error": f.all_steps,

@@ -292,6 +292,28 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_validate(args: argparse.Namespace) -> int:
+    try:
+        from calibrate.validate import ValidationError, format_table, validate
+    except ImportError as exc:
+        raise ScenarioError(f"validation needs torch and transformers ({exc}); install them "
+                            f"with pip install 'fleetsim[validate]'") from None
+    out = Path(args.out) if args.out else Path("results") / "validate"
+    try:
+        report = validate(args.scenarios, out, force=args.force, recalibrate=args.recalibrate,
+                          quick_fit=args.quick, log=(lambda _m: None) if args.quiet else print)
+    except ValidationError as exc:
+        raise ScenarioError(str(exc)) from None
+    print(format_table(report))
+    print(f"wrote {out}/validation.{{txt,csv,json}}, {out}/ttft_cdf.png and each workload's "
+          f"engine and simulated requests")
+    missed = [row for row in report.rows() if row["within_target"] is False]
+    if args.strict and missed:
+        print(f"{len(missed)} figure(s) outside their target", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fleetsim", description="Discrete-event capacity planner for LLM serving fleets.")
@@ -378,6 +400,21 @@ def build_parser() -> argparse.ArgumentParser:
                      help="largest step in tokens (default: 2048 on cpu, 16384 on cuda)")
     cal.add_argument("--quiet", action="store_true", help="print only the held-back errors")
     cal.set_defaults(func=_cmd_calibrate)
+
+    val = sub.add_parser("validate", help="serve validation scenarios on a real engine "
+                                          "(transformers, this CPU) and compare fleetsim's "
+                                          "predictions with the measurements")
+    val.add_argument("scenarios", nargs="+", help="validation scenarios (scenarios/validate/)")
+    val.add_argument("--out", help="output folder (default: results/validate)")
+    val.add_argument("--force", action="store_true", help="replace an existing output folder")
+    val.add_argument("--recalibrate", action="store_true",
+                     help="calibrate this machine even if a profile made on it exists")
+    val.add_argument("--quick", action="store_true",
+                     help="a smaller grid for the engine's step-time fit")
+    val.add_argument("--strict", action="store_true",
+                     help="exit 1 when a figure misses its target error")
+    val.add_argument("--quiet", action="store_true", help="print only the table")
+    val.set_defaults(func=_cmd_validate)
     return parser
 
 

@@ -134,6 +134,15 @@ def write_outputs(results, out_dir: Path, *, force: bool = False) -> list[Path]:
     ``force``; with ``force`` it is replaced only once the new folder is
     complete. Parent folders are created as needed.
     """
+    return write_folder(lambda folder: _write_all(results, folder), out_dir, force=force)
+
+
+def write_folder(write, out_dir: Path, *, force: bool = False) -> list[Path]:
+    """Build a folder with ``write(tmp_folder) -> [paths]`` and rename it to ``out_dir``.
+
+    The folder appears complete or not at all; the rules for an existing
+    ``out_dir`` are those of :func:`write_outputs`.
+    """
     out_dir = Path(out_dir)
     _check_target(out_dir, force)
     parent = out_dir.parent
@@ -146,7 +155,7 @@ def write_outputs(results, out_dir: Path, *, force: bool = False) -> list[Path]:
 
     tmp.mkdir()
     try:
-        written = _write_all(results, tmp)
+        written = write(tmp)
         _check_target(out_dir, force)  # it may have appeared while we were writing
         if os.path.lexists(out_dir):
             os.replace(out_dir, old)   # out_dir is a folder here: empty, or force is set

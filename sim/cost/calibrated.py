@@ -14,8 +14,10 @@ validate`` on a real serving engine's own steps: the seconds that engine adds
 to the model's step (host-side scheduling and batch building, and an
 attention that spans the whole packed batch, as transformers' continuous
 batching computes it on CPU), as a constant, a cost per sequence, per key read
-(Σ context + new tokens over the batch) and per query-key pair of the packed
-batch (new tokens × keys read).
+(Σ context + new tokens over the batch; one rate for steps of several new
+tokens, another for a step of a single new token, which that engine computes
+by a cheaper path) and per query-key pair of the packed batch (new tokens ×
+keys read).
 
 Work counters (FLOPs, bytes for MFU/MBU) and peak figures are the roofline's
 analytic ones for the pool's hardware. An all-reduce table that was not
@@ -45,8 +47,10 @@ TERMS = ("dense", "attn_prefill", "attn_decode", "lm_head", "tp_comm")
 SHAPE_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
                 "ffn_size", "vocab_size", "num_experts", "experts_per_token")
 _MIN_SECONDS = 1e-9
-# seconds per step, per sequence, per key read, per query-key pair of the packed batch
-ENGINE_TERMS = ("constant_s", "per_seq_s", "per_kv_token_s", "per_kv_pair_s")
+# seconds per step, per sequence, per key read (steps of several new tokens, and a step
+# of one), per query-key pair of the packed batch
+ENGINE_TERMS = ("constant_s", "per_seq_s", "per_kv_token_s", "per_kv_token_one_query_s",
+                "per_kv_pair_s")
 
 
 class CalibratedConfig(StrictModel):
@@ -192,8 +196,9 @@ class CalibratedCostModel(CostModel):
         self._const_s = float(over.get("constant_s", 0.0)) + float(engine.get("constant_s", 0.0))
         self._per_seq_s = float(over.get("per_seq_s", 0.0)) + float(engine.get("per_seq_s", 0.0))
         self._per_kv_s = float(engine.get("per_kv_token_s", 0.0))
+        self._per_kv_one_s = float(engine.get("per_kv_token_one_query_s", 0.0))
         self._per_pair_s = float(engine.get("per_kv_pair_s", 0.0))
-        self._packed = self._per_kv_s > 0 or self._per_pair_s > 0
+        self._packed = self._per_kv_s > 0 or self._per_kv_one_s > 0 or self._per_pair_s > 0
         # work counters, peaks and (when not measured) the all-reduce come from the roofline
         self._roofline = RooflineCostModel(model, hardware, tp, weight_dtype, kv_dtype,
                                            RooflineConfig())
@@ -227,7 +232,8 @@ class CalibratedCostModel(CostModel):
         if not self._packed:
             return 0.0
         kv = shape.kv_read()
-        return kv * (self._per_kv_s + self._per_pair_s * shape.num_tokens)
+        per_key = np.where(np.asarray(shape.num_tokens) == 1, self._per_kv_one_s, self._per_kv_s)
+        return kv * (per_key + self._per_pair_s * shape.num_tokens)
 
     # -- one step in plain floats (the hot path of the simulator) --------------------------
     def _comm_scalar(self, num_tokens: float) -> float:
@@ -247,7 +253,8 @@ class CalibratedCostModel(CostModel):
         if self._packed:
             kv = (float(default_kv_read(num_tokens, num_seqs, decode_kv_tokens))
                   if kv_read_tokens is None else kv_read_tokens)
-            time_s += kv * (self._per_kv_s + self._per_pair_s * num_tokens)
+            per_key = self._per_kv_one_s if num_tokens == 1 else self._per_kv_s
+            time_s += kv * (per_key + self._per_pair_s * num_tokens)
         _, flops, moved = self._roofline.step_scalar(num_tokens, num_seqs, prefill_attn_work,
                                                      decode_kv_tokens)
         return time_s, flops, moved

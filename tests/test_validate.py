@@ -1,0 +1,272 @@
+"""Validation against a real engine: the engine terms of the cost model, the fit of
+those terms, the engines themselves, and (serially, since it times the CPU) the
+acceptance check on a small workload."""
+from __future__ import annotations
+
+import copy
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+import sim
+from sim import profiles
+from sim.cost.calibrated import (CalibratedConfig, CalibratedCostModel, check_profile,
+                                 load_profile, resolve_profile_path)
+from sim.cost.shape import BatchShape, default_kv_read
+
+from simfactories import make_pool, make_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = "calibrated/cpu/tiny-llama.yaml"
+ENGINE = {"constant_s": 0.001, "per_seq_s": 0.0002, "per_kv_token_s": 3e-6,
+          "per_kv_pair_s": 1e-7}
+
+
+def _profile_with_engine(tmp_path: Path, engine: dict | None) -> Path:
+    data = copy.deepcopy(load_profile(resolve_profile_path(SHIPPED)))
+    if engine is not None:
+        data["engine"] = engine
+    path = tmp_path / "engine.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def _cost(path: Path) -> CalibratedCostModel:
+    return CalibratedCostModel(profiles.find_model("tiny-llama"), profiles.find_hardware("cpu"),
+                               1, "fp32", "fp32", CalibratedConfig(profile=str(path)))
+
+
+# -- the engine terms in the cost model ------------------------------------------------------
+def test_engine_terms_add_per_step_seq_key_and_pair(tmp_path):
+    plain = _cost(_profile_with_engine(tmp_path, None))
+    engine = _cost(_profile_with_engine(tmp_path, ENGINE))
+    # 3 decodes with 100 keys each plus a 50-token chunk after 200 cached tokens
+    tokens, seqs, kv_read = 53.0, 4.0, 300.0 + 250.0
+    args = (tokens, seqs, 50 * (200 + 25.0), 303.0)
+    extra = engine.step_scalar(*args, kv_read)[0] - plain.step_scalar(*args, kv_read)[0]
+    want = (ENGINE["constant_s"] + seqs * ENGINE["per_seq_s"]
+            + kv_read * (ENGINE["per_kv_token_s"] + tokens * ENGINE["per_kv_pair_s"]))
+    assert extra == pytest.approx(want, rel=1e-9)
+
+
+def test_engine_terms_vectorised_equal_scalar(tmp_path):
+    cost = _cost(_profile_with_engine(tmp_path, ENGINE))
+    n, kv = np.array([1.0, 8.0, 64.0]), np.array([300.0, 2400.0, 9000.0])
+    shape = BatchShape(n, n, np.zeros(3), kv)
+    vec = cost.step_time_s(shape)
+    assert vec == pytest.approx([cost.step_scalar(a, a, 0.0, b)[0] for a, b in zip(n, kv)],
+                                rel=1e-12)
+
+
+def test_default_keys_read_are_exact_for_decodes_and_whole_prompts():
+    assert default_kv_read(8.0, 8.0, 800.0) == 800.0           # 8 decodes
+    assert default_kv_read(300.0, 1.0, 0.0) == 300.0           # one whole prompt
+    assert default_kv_read(0.0, 0.0, 0.0) == 0.0
+
+
+def test_profile_without_engine_block_is_unchanged(tmp_path):
+    a = _cost(_profile_with_engine(tmp_path, None))
+    b = _cost(resolve_profile_path(SHIPPED))
+    assert a.step_scalar(40.0, 8.0, 1000.0, 900.0)[0] == b.step_scalar(40.0, 8.0, 1000.0,
+                                                                         900.0)[0]
+
+
+@pytest.mark.parametrize("bad", [-1e-6, "fast", True])
+def test_engine_terms_must_be_non_negative_numbers(bad):
+    data = copy.deepcopy(load_profile(resolve_profile_path(SHIPPED)))
+    data["engine"] = {**ENGINE, "per_kv_pair_s": bad}
+    with pytest.raises(ValueError, match="engine.per_kv_pair_s must be a number >= 0"):
+        check_profile(data, profiles.find_model("tiny-llama"), 1, "p.yaml")
+
+
+def test_continuous_scheduler_passes_the_keys_it_reads(tmp_path, trace_stream):
+    """A lone prompt chunked over two steps: the second chunk reads the first's keys too,
+    which the packed-attention term charges (and the plain profile does not)."""
+    prompt, budget = 600, 512
+    path = _profile_with_engine(tmp_path, {"per_kv_pair_s": 1e-6})
+    pool = make_pool(model="tiny-llama", hardware="cpu", weight_dtype="fp32", kv_dtype="fp32",
+                     scheduler={"type": "continuous", "max_num_batched_tokens": budget,
+                                "max_num_seqs": 8},
+                     cost_model={"type": "calibrated", "profile": str(path)})
+    scen = make_scenario(stream=trace_stream([(0.0, prompt, 1)]), pool=pool, duration=10)
+    ttft = sim.run(scen).requests["ttft_s"].iloc[0]
+    base = _cost(_profile_with_engine(tmp_path / "plain", None) if (tmp_path / "plain").mkdir()
+                 is None else None)
+    first = base.step_scalar(budget, 1, budget * budget / 2, 0.0)[0] + 1e-6 * budget * budget
+    rest = prompt - budget
+    second = (base.step_scalar(rest, 1, rest * (budget + rest / 2), 0.0)[0]
+              + 1e-6 * rest * prompt)
+    assert ttft == pytest.approx(first + second, rel=1e-9)
+
+
+# -- the fit of the engine terms --------------------------------------------------------------
+def _rows(seed: int = 0):
+    from calibrate.engine import EngineStep
+    from calibrate.engine_fit import StepRows, profile_seconds
+    rng = np.random.default_rng(seed)
+    profile = load_profile(resolve_profile_path(SHIPPED))
+    steps = []
+    for g in range(12):
+        batch = int(rng.integers(1, 16))
+        ctx = int(rng.integers(10, 800))
+        q = 1 if g % 3 else int(rng.integers(16, 256))
+        seqs = tuple((q if i == 0 else 1, ctx + i) for i in range(batch))
+        steps.append((g, EngineStep(0.0, 1.0, seqs)))
+    rows = StepRows.from_steps(steps)
+    design = np.column_stack([np.ones(len(rows)), rows.num_seqs, rows.kv_read_tokens,
+                              rows.num_tokens * rows.kv_read_tokens])
+    truth = np.array([ENGINE[k] for k in ("constant_s", "per_seq_s", "per_kv_token_s",
+                                           "per_kv_pair_s")])
+    rows.seconds = profile_seconds(profile, rows) + design @ truth
+    return profile, rows
+
+
+def test_step_rows_count_tokens_seqs_and_keys():
+    from calibrate.engine import EngineStep
+    from calibrate.engine_fit import StepRows
+    rows = StepRows.from_steps([(0, EngineStep(0.0, 0.5, ((1, 99), (1, 49), (40, 10))))])
+    assert rows.num_tokens[0] == 42 and rows.num_seqs[0] == 3
+    assert rows.decode_kv_tokens[0] == 100 + 50
+    assert rows.prefill_attn_work[0] == 40 * (10 + 20)
+    assert rows.kv_read_tokens[0] == 100 + 50 + 50
+    assert rows.seconds[0] == 0.5
+
+
+def test_fit_recovers_engine_terms_from_exact_steps():
+    from calibrate.engine_fit import fit_rows
+    profile, rows = _rows()
+    fit = fit_rows(profile, rows)
+    for key, value in ENGINE.items():
+        assert fit.engine[key] == pytest.approx(value, rel=1e-3)
+    assert fit.all_steps["max"] < 1e-3 and fit.held_back["max"] < 1e-3
+    assert fit.without_engine["median"] > 0.01
+
+
+def test_fit_never_returns_negative_terms():
+    from calibrate.engine_fit import fit_rows
+    profile, rows = _rows(1)
+    rows.seconds = rows.seconds * 0.5              # the engine is faster than the profile
+    fit = fit_rows(profile, rows)
+    assert all(v >= 0 for v in fit.engine.values())
+
+
+# -- validation scenarios ----------------------------------------------------------------------
+def _scenario(tmp_path: Path, **pool_changes) -> Path:
+    data = yaml.safe_load((ROOT / "scenarios" / "validate" / "smoke.yaml").read_text())
+    data["pools"]["engine"]["cost_model"]["profile"] = str(
+        resolve_profile_path(SHIPPED).resolve())
+    data["pools"]["engine"].update(pool_changes)
+    path = tmp_path / "v.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def test_validation_scenario_gives_the_engine_the_pools_limits(tmp_path):
+    pytest.importorskip("torch")
+    from calibrate.validate import draw_requests, load_workload
+    w = load_workload(_scenario(tmp_path))
+    assert w.kind == "continuous"
+    assert (w.limits.max_batch_tokens, w.limits.max_requests_per_batch,
+            w.limits.page_size) == (512, 32, 16)
+    assert w.limits.num_blocks == 512 * 2 ** 20 // (16 * 2 * 8 * 4 * 64 * 4)
+    reqs = draw_requests(w)
+    ran = sim.run(sim.load_scenario(_scenario(tmp_path))).requests.sort_values("request_id")
+    assert [r.prompt_tokens for r in reqs] == ran["prompt_tokens"].tolist()
+    assert [r.arrival_s for r in reqs] == pytest.approx(ran["arrival_s"].tolist())
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"replicas": 2}, "one replica at tp 1"),
+    ({"scheduler": {"type": "static", "batch_size": 4}}, "'continuous' and 'single'"),
+    ({"scheduler": {"type": "continuous", "max_num_batched_tokens": 512,
+                    "chunked_prefill": False}}, "chunked prefill"),
+    ({"cost_model": {"type": "roofline"}}, "calibrated cost model"),
+])
+def test_validation_scenario_rejects_what_the_engine_cannot_be(tmp_path, change, match):
+    pytest.importorskip("torch")
+    from calibrate.validate import ValidationError, load_workload
+    path = _scenario(tmp_path, **change)
+    with pytest.raises(ValidationError, match=match):
+        load_workload(path)
+
+
+def test_figures_from_request_times():
+    from calibrate.validate import figures
+    f = figures([0.0, 1.0], [0.1, 1.3], [1.1, 2.3], [11, 3])
+    assert f["ttft_p50_s"] == pytest.approx(0.2)
+    assert f["tpot_p50_s"] == pytest.approx((0.1 + 0.5) / 2)
+    assert f["output_tokens_per_s"] == pytest.approx(14 / 2.3)
+
+
+def test_cli_names_a_bad_validation_scenario(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from sim.cli import main
+    code = main(["validate", str(_scenario(tmp_path, replicas=3)), "--out",
+                 str(tmp_path / "out")])
+    assert code == 2
+    assert "one replica at tp 1" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+# -- the engines ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_shape():
+    pytest.importorskip("transformers")
+    from calibrate.spec import load_model
+    return load_model("tiny-llama")
+
+
+def test_continuous_engine_serves_exact_lengths_within_its_limits(tiny_shape):
+    from calibrate.engine import ContinuousEngine, ContinuousLimits, EngineRequest
+    limits = ContinuousLimits(max_batch_tokens=64, max_requests_per_batch=3, page_size=16,
+                              num_blocks=64)
+    engine = ContinuousEngine(tiny_shape, limits)
+    reqs = [EngineRequest(0.0, 100, 5), EngineRequest(0.0, 20, 3), EngineRequest(0.02, 30, 4),
+            EngineRequest(0.03, 10, 2)]
+    records = engine.run(reqs)
+    for req, rec in zip(reqs, records):
+        assert rec.output_tokens == req.output_tokens
+        assert rec.arrival_s <= rec.first_token_s <= rec.finish_s
+        assert rec.arrival_s >= req.arrival_s - 1e-3
+    assert engine.steps, "every step is logged"
+    for step in engine.steps:
+        assert sum(q for q, _ in step.seqs) <= limits.max_batch_tokens
+        assert len(step.seqs) <= limits.max_requests_per_batch
+    # the 100-token prompt needs two chunks of the 64-token budget
+    assert sum(q for s in engine.steps for q, c in s.seqs if q > 1) >= 100 + 20
+
+
+def test_sequential_engine_serves_one_request_at_a_time(tiny_shape):
+    from calibrate.engine import EngineRequest, SequentialEngine
+    engine = SequentialEngine(tiny_shape)
+    records = engine.run([EngineRequest(0.0, 50, 6), EngineRequest(0.0, 20, 3)])
+    assert [len(engine.generate([1, 2, 3], 4))] == [4]
+    assert records[1].first_token_s > records[0].finish_s
+
+
+# -- the acceptance check: fleetsim against the engine, timed alone ---------------------------------
+@pytest.mark.serial
+def test_validation_against_the_engine_within_targets(tmp_path):
+    """A few dozen requests on transformers' continuous batching: TTFT p50, TPOT p50 and
+    output throughput within 10% of the engine's, TTFT p90 within 20%."""
+    pytest.importorskip("transformers")
+    from calibrate.validate import format_table, validate
+    report = validate([ROOT / "scenarios" / "validate" / "smoke.yaml"], tmp_path / "out")
+    table = format_table(report)
+    print(table)
+    (result,) = report.results
+    assert result.num_requests >= 24
+    err = result.errors
+    assert abs(err["ttft_p50_s"]) <= 0.10, table
+    assert abs(err["tpot_p50_s"]) <= 0.10, table
+    assert abs(err["output_tokens_per_s"]) <= 0.10, table
+    assert abs(err["ttft_p90_s"]) <= 0.20, table
+    out = tmp_path / "out"
+    for name in ("validation.csv", "validation.json", "validation.txt", "ttft_cdf.png"):
+        assert (out / name).is_file()
+    engine = yaml.safe_load(next((out / "profile").glob("tiny-llama-cb-*.yaml")).read_text())
+    assert engine["engine"]["name"] == "transformers-continuous-batching"
+    shutil.rmtree(out)
