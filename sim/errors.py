@@ -9,6 +9,9 @@ renders as compiler-style lines::
 Problem per pydantic error: internal loc parts (union tags,
 ``function-after[...]``) are dropped, unknown keys list the valid keys with a
 did-you-mean, and the line comes from the :class:`sim.yamlio.LineMap`.
+A discriminated union's tag is recognised by walking ``root_model``'s types
+alongside the loc, so a tag that is also a key (``type: target`` next to a
+``target:`` field) is still dropped as a tag.
 The CLI prints :func:`format_cli_error` to stderr and exits with
 ``ScenarioError.exit_code`` (2).
 """
@@ -22,7 +25,7 @@ import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 if TYPE_CHECKING:
     from sim.yamlio import LineMap
@@ -135,7 +138,8 @@ def from_validation_error(exc: ValidationError, *, file: str | None, line_map: L
     seen: set[tuple[Any, ...]] = set()
     for err in exc.errors(include_url=False):
         kind = err["type"]
-        path = _real_path(tuple(err["loc"]), data, line_map, keep_last=kind == "missing")
+        path = _real_path(tuple(err["loc"]), data, line_map, keep_last=kind == "missing",
+                          root_model=root_model)
         message, path = _message(err, path, data, root_model)
         problem = Problem(message, file=file, line=line_map.line_for(path),
                           field=dotted_path(path) or None)
@@ -172,18 +176,33 @@ def _value_at(data: Any, path: tuple[Any, ...]) -> Any:
     return data
 
 
-def _real_path(loc: tuple[Any, ...], data: Any, line_map: LineMap, *,
-               keep_last: bool) -> tuple[Any, ...]:
-    """Keep only loc parts that are keys in the input (plus a missing key at the end)."""
+def _real_path(loc: tuple[Any, ...], data: Any, line_map: LineMap, *, keep_last: bool,
+               root_model: type[BaseModel] | None = None) -> tuple[Any, ...]:
+    """Keep only loc parts that are keys in the input (plus a missing key at the end).
+
+    A discriminated union puts the tag of the member it chose into the loc
+    (``autoscaler.target.metric`` for ``autoscaler: {type: target, ...}``).
+    Such a tag can also be a key of the member (TargetConfig has a ``target``
+    field), so with ``root_model`` the loc is walked with the model's types and
+    a part at a union's position that names the member the input chose is
+    dropped as a tag before the input's keys are consulted. Without
+    ``root_model`` every part that is a key in the input is kept.
+    """
     out: tuple[Any, ...] = ()
     value = data
+    tp: Any = root_model
     for i, part in enumerate(loc):
+        member = _tag_member(tp, part, value if data is not None else _NO_VALUE)
+        if member is not None:
+            tp = member
+            continue
         if data is not None:
             child = _child(value, part)
             known = child is not _NO_VALUE
         else:
             child, known = None, (out + (part,)) in line_map
         if known:
+            tp = _child_type(tp, part, value) if tp is not None else None
             out, value = out + (part,), child
         elif keep_last and i == len(loc) - 1:
             out += (part,)
@@ -296,13 +315,69 @@ def _pick_model(tp: Any, value: Any) -> type[BaseModel] | None:
     return best[0] if len(best) == 1 else None
 
 
+def _field_type(info: Any) -> Any:
+    """A field's annotation, keeping a field-level ``discriminator=`` as Annotated metadata."""
+    if info.discriminator is not None:
+        return Annotated[info.annotation, Field(discriminator=info.discriminator)]
+    return info.annotation
+
+
+def _discriminated(tp: Any) -> tuple[str, dict[str, type[BaseModel]]] | None:
+    """``(discriminator key, {tag: member})`` if ``tp`` is a discriminated union.
+
+    Looks through Annotated and Optional; a callable discriminator is not
+    followed (its tags are not known from the types).
+    """
+    disc = None
+    while get_origin(tp) is Annotated:
+        args = get_args(tp)
+        for meta in args[1:]:
+            found = getattr(meta, "discriminator", None)
+            found = getattr(found, "discriminator", found)  # a pydantic.Discriminator
+            if isinstance(found, str):
+                disc = found
+        tp = args[0]
+    if get_origin(tp) not in (Union, types.UnionType):
+        return None
+    if disc is None:
+        others = [a for a in get_args(tp) if a is not type(None)]
+        return _discriminated(others[0]) if len(others) == 1 else None
+    key, members = disc, {}
+    for member in _members(tp):
+        if _is_model(member):
+            for name, info in member.model_fields.items():
+                ann = _unwrap(info.annotation)
+                if disc in (name, _field_key(name, info)) and get_origin(ann) is Literal:
+                    key = _field_key(name, info)  # the input's key: the alias, if any
+                    members.update((str(tag), member) for tag in get_args(ann))
+    return key, members
+
+
+def _tag_member(tp: Any, part: Any, value: Any) -> type[BaseModel] | None:
+    """The member whose tag ``part`` is, if ``part`` is pydantic's tag at a union of type ``tp``.
+
+    ``part`` must be one of the union's tags and, where the input is known
+    (``value`` is not _NO_VALUE) and is a mapping holding the discriminator,
+    the tag the input gives: then it cannot be a key that only looks like one.
+    """
+    found = _discriminated(tp) if tp is not None else None
+    if found is None or not isinstance(part, str):
+        return None
+    disc, members = found
+    if part not in members:
+        return None
+    if isinstance(value, dict) and disc in value and str(value[disc]) != part:
+        return None
+    return members[part]
+
+
 def _child_type(tp: Any, part: Any, value: Any) -> Any:
     """Annotation of ``part`` inside a value of type ``tp`` (None if unknown)."""
     model = _pick_model(tp, value) if not isinstance(value, list) else None
     if model is not None:
         for name, info in model.model_fields.items():
             if part in (name, _field_key(name, info)):
-                return info.annotation
+                return _field_type(info)
         return None
     for member in _members(tp):
         origin, args = get_origin(member), get_args(member)

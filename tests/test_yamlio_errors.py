@@ -62,9 +62,9 @@ def write(tmp_path: pathlib.Path, text: str, name: str = "s.yaml") -> pathlib.Pa
     return path
 
 
-def validate(path: pathlib.Path) -> ScenarioError:
+def validate(path: pathlib.Path, model: type[pydantic.BaseModel] = Root) -> ScenarioError:
     with pytest.raises(ScenarioError) as info:
-        load_model(path, Root)
+        load_model(path, model)
     return info.value
 
 
@@ -186,6 +186,44 @@ def test_discriminator_typo_lists_choices_and_suggests(tmp_path):
     assert "'continous'" in err.message
     assert "expected one of 'single', 'static', 'continuous'" in err.message
     assert "did you mean 'continuous'?" in err.message
+
+
+class Track(StrictModel):
+    type: Literal["target"]
+    target: PositiveInt
+    most: PositiveInt
+
+
+class Hold(StrictModel):
+    type: Literal["hold"]
+
+
+class Scaled(StrictModel):
+    scaler: Optional[Annotated[Union[Track, Hold], Field(discriminator="type")]] = None
+
+
+SCALED = """
+scaler:        # 1
+  type: target
+  target: 0    # 3
+  most: 0      # 4
+  targett: 1   # 5
+"""
+
+
+def test_union_tag_that_is_also_a_key_is_read_as_the_tag(tmp_path):
+    """pydantic's loc ``scaler.target.most`` holds the tag 'target'; the input also has a
+    ``target:`` key, which must not swallow the error in ``most`` (with or without data)."""
+    path = write(tmp_path, SCALED)
+    data, lines = load_yaml(path)
+    with pytest.raises(pydantic.ValidationError) as info:
+        Scaled.model_validate(data)
+    for given in (data, None):
+        err = from_validation_error(info.value, file="s.yaml", line_map=lines,
+                                    root_model=Scaled, data=given)
+        located = {(p.field, p.line) for p in err.problems}
+        assert located == {("scaler.target", 3), ("scaler.most", 4), ("scaler.targett", 5)}
+    assert "valid keys: type, target, most" in str(validate(path, Scaled))
 
 
 def test_missing_discriminator_lists_choices(tmp_path):

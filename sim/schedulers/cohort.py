@@ -9,6 +9,12 @@ any number of steps. Members are kept in admission order (for choosing the
 last one as a preemption victim) and in a heap by the step at which they
 finish. Nothing here is per step or per member: the cost of a step does not
 grow with the batch.
+
+Both heaps drop the entries of members that left lazily. The finish heap
+loses them as the step passes their finish step; the admission-order heap
+only ever pops from its top (the latest admitted, usually still a member),
+so it is rebuilt from the members once stale entries outnumber them, or it
+would hold one entry per request the replica ever decoded.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ class DecodeCohort:
         self.blocks_held = 0                        # KV blocks owned by the cohort (private)
         self._finish_heap: list[tuple[int, int]] = []  # (finish step, seq)
         self._last_heap: list[int] = []                # -seq, for the latest admitted
+        self._last_heap_slack = 64                     # stale entries kept before a rebuild
 
     def __len__(self) -> int:
         return len(self.members)
@@ -83,6 +90,9 @@ class DecodeCohort:
         ``alloc_step`` is the step its blocks were last allocated for (the
         coming one, when it is preempted after the cohort took this step's)."""
         del self.members[req.seq]
+        if len(self._last_heap) > 2 * len(self.members) + self._last_heap_slack:
+            self._last_heap = [-seq for seq in self.members]  # amortised O(1) per removal
+            heapq.heapify(self._last_heap)
         base = req.decode_base
         self.sum_base -= base
         self.sum_quot -= base // self.bs
