@@ -124,6 +124,8 @@ class ContinuousEngine:
         self.seed = seed
         self.model = build_model(shape, seed)
         self.steps: list[EngineStep] = []
+        self._mgr = None
+        self._runs = 0
 
     def _manager(self):
         from transformers import GenerationConfig
@@ -180,20 +182,56 @@ class ContinuousEngine:
         cls.prepare_next_batch = prepare
         cls.update_batch = update
 
-    @torch.inference_mode()
-    def run(self, requests: list[EngineRequest], timeout_s: float = 600.0
-            ) -> list[EngineRecord]:
-        prompts = _prompts(requests, self.shape.vocab_size, self.seed)
+    def start(self) -> None:
+        """Start the engine and warm it up: a prompt of two full token budgets, so the
+        batch buffers are touched before anything is timed. ``run`` starts it if needed;
+        a started engine serves several ``run`` calls, as a server stays up."""
+        if self._mgr is not None:
+            return
         self._instrument()
         mgr = self._manager()
         try:
             mgr.start()
-            # warm-up (thread start, first allocations); not logged
-            mgr.add_request([1] * 8, request_id="warmup", max_new_tokens=2)
-            if mgr.get_result(request_id="warmup", timeout=60) is None:
-                raise RuntimeError("the engine did not answer its warm-up request")
+            lim = self.limits
+            warm = max(8, min(2 * lim.max_batch_tokens,
+                              (lim.num_blocks - 1) * lim.page_size - 2))
+            for i, n in enumerate((warm, 8)):
+                mgr.add_request([1] * n, request_id=f"warmup{i}", max_new_tokens=2)
+                if mgr.get_result(request_id=f"warmup{i}", timeout=120) is None:
+                    raise RuntimeError("the engine did not answer its warm-up requests")
+        except BaseException:
+            mgr.stop(block=True, timeout=30)
+            self._restore()
+            raise
+        self._mgr = mgr
+
+    def stop(self) -> None:
+        if self._mgr is None:
+            return
+        try:
+            self._mgr.stop(block=True, timeout=30)
+        finally:
+            self._mgr = None
+            self._restore()
+
+    def __enter__(self) -> "ContinuousEngine":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @torch.inference_mode()
+    def run(self, requests: list[EngineRequest], timeout_s: float = 600.0
+            ) -> list[EngineRecord]:
+        prompts = _prompts(requests, self.shape.vocab_size, self.seed)
+        started_here = self._mgr is None
+        self.start()
+        mgr = self._mgr
+        self._runs += 1
+        try:
             self.steps.clear()
-            ids = [f"r{i}" for i in range(len(requests))]
+            ids = [f"run{self._runs}-r{i}" for i in range(len(requests))]
 
             def submit(i: int) -> None:
                 mgr.add_request(prompts[i], request_id=ids[i],
@@ -213,9 +251,10 @@ class ContinuousEngine:
                                        f"{out.error}")
                 results[out.request_id] = out
         finally:
-            mgr.stop(block=True, timeout=30)
-            self._restore()
-        self.steps = [EngineStep(s.start_s - t0, s.end_s - t0, s.seqs) for s in self.steps]
+            if started_here:
+                self.stop()
+        # in place: the instrumentation appends to this very list
+        self.steps[:] = [EngineStep(s.start_s - t0, s.end_s - t0, s.seqs) for s in self.steps]
         records = []
         for rid, req in zip(ids, requests):
             out = results[rid]

@@ -12,13 +12,14 @@ new tokens × keys read rather than per sequence.
 staggered ramp that mixes prefill chunks with decodes), logs every step's
 shape and duration, and fits the seconds left over by the profile's terms as
 
-    extra = constant + per_seq · seqs + per_kv_token · keys          (steps of several new tokens)
-                                       + per_kv_token_one_query · keys (a step of one new token)
-          + per_kv_pair · new_tokens · keys
+    extra = constant + per_seq · seqs + keys · per_key(new_tokens)
 
-(transformers' SDPA path copies the grouped K/V heads out for every key when a
-step has several new tokens, and packs the query heads instead when it has
-one, so a key costs much less in a lone decode)
+where ``keys`` = Σ over the batch's sequences of context + new tokens, and
+``per_key`` is a table over the step's new tokens (knots at powers of two up
+to the token budget, interpolated linearly in log new tokens): what one key
+costs depends on how many queries meet it, and on the code path (transformers'
+SDPA path packs the query heads for a lone decode, and copies the grouped K/V
+heads out for every key when a step has several new tokens)
 
 (non-negative least squares on relative error), where ``keys`` = Σ over the
 batch's sequences of context + new tokens. Every fourth run is held back from
@@ -37,10 +38,11 @@ import numpy as np
 
 from calibrate.engine import (ContinuousEngine, ContinuousLimits, EngineRequest, EngineStep,
                               SequentialEngine)
-from calibrate.fit import error_summary, evaluate, nnls_small
+from calibrate.fit import error_summary, evaluate, nnls
 
-ENGINE_TERMS = ("constant_s", "per_seq_s", "per_kv_token_s", "per_kv_token_one_query_s",
-                "per_kv_pair_s")
+ENGINE_SCALARS = ("constant_s", "per_seq_s")
+PER_KEY = "per_kv_token_s"          # [[new tokens in the step, seconds per key read], ...]
+REPLACES_ATTENTION = "replaces_attention"   # the per-key table is all of the attention
 
 
 @dataclass
@@ -78,42 +80,78 @@ class StepRows:
         return StepRows(**{k: getattr(self, k)[mask] for k in self.__dataclass_fields__})
 
 
-def profile_seconds(profile: dict, rows: StepRows) -> np.ndarray:
-    """The profile's own step time (its terms and overhead) for each row, whole model."""
+def profile_seconds(profile: dict, rows: StepRows, attention: bool = True) -> np.ndarray:
+    """The profile's own step time (its terms and overhead) for each row, whole model;
+    without its per-sequence attention terms when ``attention`` is false (an engine that
+    attends over the packed batch instead)."""
     tables = profile["tables"]
     layers = int(profile["model"]["num_layers"])
     over = profile.get("overhead") or {}
-    per_layer = (evaluate(tables["dense"], rows.num_tokens)
-                 + evaluate(tables["attn_prefill"], rows.prefill_attn_work)
-                 + evaluate(tables["attn_decode"], rows.decode_kv_tokens))
-    return (float(over.get("constant_s", 0.0)) + float(over.get("per_seq_s", 0.0)) * rows.num_seqs
+    per_seq = float(over.get("per_seq_s", 0.0))
+    if not attention:        # the per-sequence part of decode attention sits in the overhead
+        per_seq -= layers * float(over.get("attn_decode_per_seq_per_layer_s", 0.0))
+    per_layer = evaluate(tables["dense"], rows.num_tokens)
+    if attention:
+        per_layer = (per_layer + evaluate(tables["attn_prefill"], rows.prefill_attn_work)
+                     + evaluate(tables["attn_decode"], rows.decode_kv_tokens))
+    return (float(over.get("constant_s", 0.0)) + max(per_seq, 0.0) * rows.num_seqs
             + layers * per_layer + evaluate(tables["lm_head"], rows.num_seqs))
 
 
-def _design(rows: StepRows) -> np.ndarray:
-    one = rows.num_tokens == 1
+def knots_for(max_tokens: int) -> list[int]:
+    """Powers of two from 1 to the first at or above ``max_tokens``."""
+    knots = [1]
+    while knots[-1] < max_tokens:
+        knots.append(knots[-1] * 2)
+    return knots
+
+
+def hat_basis(new_tokens: np.ndarray, knots: list[int]) -> np.ndarray:
+    """Columns φ_j(q): linear interpolation weights in log q between the knots; beyond
+    the last knot the last column grows in proportion to q (every query meets each key)."""
+    q = np.asarray(new_tokens, dtype=np.float64)
+    lq, lk = np.log(np.maximum(q, 1.0)), np.log(np.asarray(knots, dtype=np.float64))
+    out = np.zeros((len(q), len(knots)))
+    for j in range(len(knots)):
+        e = np.zeros(len(knots))
+        e[j] = 1.0
+        out[:, j] = np.interp(lq, lk, e)
+    beyond = q > knots[-1]
+    out[beyond, -1] = q[beyond] / knots[-1]
+    return out
+
+
+def _design(rows: StepRows, knots: list[int]) -> np.ndarray:
     return np.column_stack([np.ones(len(rows)), rows.num_seqs,
-                            np.where(one, 0.0, rows.kv_read_tokens),
-                            np.where(one, rows.kv_read_tokens, 0.0),
-                            rows.num_tokens * rows.kv_read_tokens])
+                            rows.kv_read_tokens[:, None] * hat_basis(rows.num_tokens, knots)])
 
 
 def engine_seconds(engine: dict, rows: StepRows) -> np.ndarray:
-    coef = np.array([float(engine.get(k, 0.0)) for k in ENGINE_TERMS])
-    return _design(rows) @ coef
+    table = engine.get(PER_KEY) or [[1, 0.0]]
+    knots = [int(q) for q, _ in table]
+    coef = np.array([float(engine.get(k, 0.0)) for k in ENGINE_SCALARS]
+                    + [float(v) for _, v in table])
+    return _design(rows, knots) @ coef
 
 
-def fit_extra(profile: dict, rows: StepRows) -> dict:
-    """Engine terms (seconds) fitted to the steps' time beyond the profile's prediction."""
-    base = profile_seconds(profile, rows)
+def fit_extra(profile: dict, rows: StepRows, knots: list[int], packed: bool) -> dict:
+    """Engine terms (seconds) fitted to the steps' time beyond the profile's prediction
+    (beyond its dense, LM-head and overhead terms alone when the engine's attention is
+    ``packed``: the per-key table then holds all of the attention)."""
+    base = profile_seconds(profile, rows, attention=not packed)
     weight = 1.0 / rows.seconds                      # relative error
-    coef = nnls_small(_design(rows) * weight[:, None], (rows.seconds - base) * weight)
-    return {k: float(f"{max(float(c), 0.0):.4g}") for k, c in zip(ENGINE_TERMS, coef)}
+    coef = nnls(_design(rows, knots) * weight[:, None], (rows.seconds - base) * weight)
+    sig = lambda c: float(f"{max(float(c), 0.0):.4g}")
+    out = {k: sig(c) for k, c in zip(ENGINE_SCALARS, coef)}
+    out[PER_KEY] = [[q, sig(c)] for q, c in zip(knots, coef[len(ENGINE_SCALARS):])]
+    out[REPLACES_ATTENTION] = packed
+    return out
 
 
 def step_errors(profile: dict, engine: dict | None, rows: StepRows) -> np.ndarray:
     """Relative error (predicted − measured) / measured of each step."""
-    pred = profile_seconds(profile, rows)
+    packed = bool(engine and engine.get(REPLACES_ATTENTION))
+    pred = profile_seconds(profile, rows, attention=not packed)
     if engine:
         pred = pred + engine_seconds(engine, rows)
     return (pred - rows.seconds) / rows.seconds
@@ -128,12 +166,22 @@ class EngineFit:
     without_engine: dict         # the plain profile's error on every step
 
 
-def fit_rows(profile: dict, rows: StepRows, holdback: int = 4) -> EngineFit:
+def _pct(err: dict, key: str) -> str:
+    return "n/a" if err[key] is None else f"{100 * err[key]:.1f}%"
+
+
+def fit_rows(profile: dict, rows: StepRows, max_tokens: int, holdback: int = 4,
+             packed: bool = False) -> EngineFit:
+    if not len(rows):
+        raise RuntimeError("the engine logged no steps to fit")
     held = (rows.group % holdback) == (holdback - 1)
-    first = fit_extra(profile, rows.subset(~held))
+    if not held.any() or held.all():
+        held = np.arange(len(rows)) % holdback == holdback - 1
+    knots = knots_for(max_tokens)
+    first = fit_extra(profile, rows.subset(~held), knots, packed)
     held_rows = rows.subset(held)
     held_err = step_errors(profile, first, held_rows)
-    engine = fit_extra(profile, rows)
+    engine = fit_extra(profile, rows, knots, packed)
     all_err = step_errors(profile, engine, rows)
     plain_err = step_errors(profile, None, rows)
 
@@ -170,24 +218,34 @@ def continuous_grid(limits: ContinuousLimits, quick: bool = False
 
 
 def fit_continuous(profile: dict, shape, limits: ContinuousLimits, threads: int = 1,
-                   quick: bool = False, log=print) -> EngineFit:
-    engine = ContinuousEngine(shape, limits, threads=threads)
+                   quick: bool = False, log=print,
+                   engine: ContinuousEngine | None = None) -> EngineFit:
+    """Fit on ``engine`` (started, and left running: the server that is then validated) or
+    on an engine of its own."""
     steps: list[tuple[int, EngineStep]] = []
     runs = continuous_grid(limits, quick)
-    for i, run in enumerate(runs):
-        engine.run(run)
-        steps.extend((i, s) for s in engine.steps)
-    fit = fit_rows(profile, StepRows.from_steps(steps))
+    own = engine is None
+    if own:
+        engine = ContinuousEngine(shape, limits, threads=threads)
+    engine.start()                                   # one warm server for every run
+    try:
+        for i, run in enumerate(runs):
+            engine.run(run)
+            steps.extend((i, s) for s in engine.steps)
+    finally:
+        if own:
+            engine.stop()
+    fit = fit_rows(profile, StepRows.from_steps(steps), limits.max_batch_tokens, packed=True)
     log(f"engine fit: {len(runs)} calibration runs, {len(fit.rows)} steps; held-back step error "
-        f"median {100 * fit.held_back['median']:.1f}%, max {100 * fit.held_back['max']:.1f}% "
-        f"(the plain profile: median {100 * fit.without_engine['median']:.1f}%)")
+        f"median {_pct(fit.held_back, 'median')}, max {_pct(fit.held_back, 'max')} "
+        f"(the plain profile: median {_pct(fit.without_engine, 'median')})")
     return fit
 
 
 def fit_sequential(profile: dict, shape, threads: int = 1, quick: bool = False,
-                   log=print) -> EngineFit:
+                   log=print, engine: SequentialEngine | None = None) -> EngineFit:
     """``model.generate``: each request's prefill then its decodes, one at a time."""
-    engine = SequentialEngine(shape, threads=threads)
+    engine = engine or SequentialEngine(shape, threads=threads)
     engine.generate([1] * 8, 2)                       # warm-up
     rng = np.random.default_rng(0)
     steps: list[tuple[int, EngineStep]] = []
@@ -202,9 +260,9 @@ def fit_sequential(profile: dict, shape, threads: int = 1, quick: bool = False,
         for j in range(len(times)):
             seqs = ((prompt, 0),) if j == 0 else ((1, prompt + j - 1),)
             steps.append((i, EngineStep(ends[j], ends[j + 1], seqs)))
-    fit = fit_rows(profile, StepRows.from_steps(steps))
+    fit = fit_rows(profile, StepRows.from_steps(steps), max(prompts))
     log(f"generate() fit: {len(prompts)} calibration requests, {len(fit.rows)} steps; "
-        f"held-back step error median {100 * fit.held_back['median']:.1f}%, max "
-        f"{100 * fit.held_back['max']:.1f}% (the plain profile: median "
-        f"{100 * fit.without_engine['median']:.1f}%)")
+        f"held-back step error median {_pct(fit.held_back, 'median')}, max "
+        f"{_pct(fit.held_back, 'max')} (the plain profile: median "
+        f"{_pct(fit.without_engine, 'median')})")
     return fit

@@ -164,6 +164,34 @@ def nnls_small(design: np.ndarray, target: np.ndarray) -> np.ndarray:
     return best
 
 
+def nnls(design: np.ndarray, target: np.ndarray, max_iter: int = 500) -> np.ndarray:
+    """Non-negative least squares, Lawson-Hanson active set (any number of columns)."""
+    a, b = np.asarray(design, dtype=np.float64), np.asarray(target, dtype=np.float64)
+    n = a.shape[1]
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    scale = np.abs(a).max() * max(np.abs(b).max(), 1e-300)
+    tol = 1e-12 * max(scale, 1e-300) * len(b)
+    for _ in range(max_iter):
+        grad = a.T @ (b - a @ x)
+        free = ~passive & (grad > tol)
+        if not free.any():
+            break
+        passive[np.argmax(np.where(free, grad, -np.inf))] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if (z[passive] > 0).all():
+                x = z
+                break
+            neg = passive & (z <= 0)
+            alpha = np.min(x[neg] / (x[neg] - z[neg]))
+            x = x + alpha * (z - x)
+            passive &= x > 1e-15
+            x[~passive] = 0.0
+    return x
+
+
 def fit_overhead(measured: np.ndarray, terms: np.ndarray, num_seqs: np.ndarray
                  ) -> tuple[float, float]:
     """(constant_s, per_seq_s) ≥ 0 minimising the relative error of terms + overhead."""

@@ -287,7 +287,7 @@ def simulate(w: Workload, records: list[EngineRecord], profile_path: Path, work_
 
 
 def run_workload(w: Workload, engine_profile_path: Path, engine_fit_profile: dict,
-                 out_dir: Path, log) -> WorkloadResult:
+                 out_dir: Path, log, engine=None) -> WorkloadResult:
     requests = draw_requests(w)
     if not requests:
         raise ValidationError(f"{w.path}: the workload has no requests")
@@ -296,9 +296,9 @@ def run_workload(w: Workload, engine_profile_path: Path, engine_fit_profile: dic
         f"({w.kind})")
     t0 = time.perf_counter()
     threads = int(engine_fit_profile.get("threads") or 1)
-    if w.kind == "continuous":
+    if engine is None and w.kind == "continuous":
         engine = ContinuousEngine(w.shape, w.limits, threads=threads)
-    else:
+    elif engine is None:
         engine = SequentialEngine(w.shape, threads=threads)
     records = engine.run(requests)
     wall_s = time.perf_counter() - t0
@@ -343,6 +343,21 @@ def run_workload(w: Workload, engine_profile_path: Path, engine_fit_profile: dic
 
 
 # -- the whole validation -------------------------------------------------------------------
+def _write_fit_steps(profile: dict, fit: EngineFit, path: Path) -> None:
+    """The calibration grid's steps: shape, measured and predicted seconds."""
+    rows = fit.rows
+    err = step_errors(profile, fit.engine, rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        out = csv.writer(fh)
+        out.writerow(["run", "num_tokens", "num_seqs", "kv_read_tokens", "seconds",
+                      "predicted_s"])
+        for i in range(len(rows)):
+            out.writerow([int(rows.group[i]), int(rows.num_tokens[i]), int(rows.num_seqs[i]),
+                          int(rows.kv_read_tokens[i]), f"{rows.seconds[i]:.6f}",
+                          f"{rows.seconds[i] * (1 + err[i]):.6f}"])
+
+
 def _key(w: Workload) -> str:
     if w.kind == "single":
         return "generate"
@@ -357,21 +372,41 @@ def _validate_into(workloads: list[Workload], out_dir: Path, recalibrate: bool,
     fits: dict[str, EngineFit] = {}
     engine_paths: dict[str, Path] = {}
     engine_data: dict[str, dict] = {}
+    engines: dict[str, object] = {}
+    try:
+        return _fit_and_run(workloads, out_dir, profile_path, profile, quick_fit, log, fits,
+                            engine_paths, engine_data, engines)
+    finally:
+        for engine in engines.values():
+            getattr(engine, "stop", lambda: None)()
+
+
+def _fit_and_run(workloads, out_dir, profile_path, profile, quick_fit, log, fits,
+                 engine_paths, engine_data, engines) -> ValidationReport:
+    """The engine is fitted and validated in one life: the server whose steps were
+    calibrated serves the workloads (a fresh engine would find other memory)."""
+    threads = int(profile.get("threads") or 1)
     for w in workloads:
         key = _key(w)
         if key in fits:
             continue
         if w.kind == "single":
-            fit = fit_sequential(profile, w.shape, quick=quick_fit, log=log)
+            engines[key] = SequentialEngine(w.shape, threads=threads)
+            fit = fit_sequential(profile, w.shape, quick=quick_fit, log=log,
+                                 engine=engines[key])
             name = SequentialEngine.name
         else:
-            fit = fit_continuous(profile, w.shape, w.limits, quick=quick_fit, log=log)
+            engines[key] = ContinuousEngine(w.shape, w.limits, threads=threads)
+            fit = fit_continuous(profile, w.shape, w.limits, quick=quick_fit, log=log,
+                                 engine=engines[key])
             name = ContinuousEngine.name
         fits[key] = fit
+        _write_fit_steps(profile, fit, out_dir / "profile" / f"{w.shape.name}-{key}-steps.csv")
         engine_paths[key] = engine_profile(profile, fit, name, w.limits,
                                            out_dir / "profile" / f"{w.shape.name}-{key}.yaml")
         engine_data[key] = yaml.safe_load(engine_paths[key].read_text(encoding="utf-8"))
-    results = [run_workload(w, engine_paths[_key(w)], engine_data[_key(w)], out_dir, log)
+    results = [run_workload(w, engine_paths[_key(w)], engine_data[_key(w)], out_dir, log,
+                            engines[_key(w)])
                for w in workloads]
     report = ValidationReport(results, profile_path, engine_paths, fits, out_dir)
     write_report(report)

@@ -135,6 +135,17 @@ def _cmd_replications(args: argparse.Namespace, scenario) -> int:
     return 0
 
 
+def _read_sweep(path: str):
+    import pandas as pd
+    from sim.report import check_sweep_table
+    try:
+        table = pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise ScenarioError(f"cannot read the sweep table: {exc}", file=path) from None
+    check_sweep_table(table, path)
+    return table
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     import sim
     from sim.outputs import write_outputs
@@ -149,13 +160,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if out_dir.exists() and any(out_dir.iterdir()) and not args.force:
         raise ScenarioError(f"output folder {out_dir} exists; pass --force to replace it",
                             file=str(out_dir))
+    sweep = _read_sweep(args.sweep) if args.sweep else None
     progress = _Progress() if not args.quiet else None
     try:
         results = sim.run(scenario, progress=progress)
     finally:
         if progress is not None:
             progress.close()
-    written = write_outputs(results, out_dir, force=args.force)
+    written = write_outputs(results, out_dir, force=args.force, sweep=sweep)
     if args.json:
         print(json.dumps(results.summary, indent=2))
     elif not args.quiet:
@@ -218,9 +230,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("results") / f"{scenario.name}-sweep.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(out, index=False)
+    if args.report:
+        from sim.report import build_sweep_report
+        report = Path(args.report)
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(build_sweep_report(table, scenario.name), encoding="utf-8")
     if not args.quiet:
         with_pd_options(lambda: print(table.to_string(index=False)))
-        print(f"{len(table)} points -> {out}")
+        print(f"{len(table)} points -> {out}" + (f", {args.report}" if args.report else ""))
     return 0
 
 
@@ -304,6 +321,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                           quick_fit=args.quick, log=(lambda _m: None) if args.quiet else print)
     except ValidationError as exc:
         raise ScenarioError(str(exc)) from None
+    except RuntimeError as exc:              # the engine itself failed or hung
+        print(f"error: the engine: {exc}", file=sys.stderr)
+        return 1
     print(format_table(report))
     print(f"wrote {out}/validation.{{txt,csv,json}}, {out}/ttft_cdf.png and each workload's "
           f"engine and simulated requests")
@@ -334,6 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--replications", type=int, default=1,
                      help="run N seeds and report means with 95%% confidence intervals")
     run.add_argument("--workers", type=int, default=1, help="processes for replications")
+    run.add_argument("--sweep", metavar="CSV",
+                     help="a `fleetsim sweep` table whose throughput-against-latency curves "
+                          "report.html shows")
     run.set_defaults(func=_cmd_run)
 
     size_p = sub.add_parser("size", help="cheapest fleet meeting SLOs, per pool")
@@ -356,6 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep_p.add_argument("--workers", type=int, default=1)
     sweep_p.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786")
     sweep_p.add_argument("--out", help="CSV file for the table")
+    sweep_p.add_argument("--report", metavar="HTML",
+                         help="also write a self-contained page with the throughput-against-"
+                              "latency curves")
     sweep_p.add_argument("--quiet", action="store_true")
     sweep_p.set_defaults(func=_cmd_sweep)
 

@@ -69,7 +69,7 @@ def _write_text(path: Path, text: str) -> None:
         fh.write(text)
 
 
-def _write_all(results, folder: Path) -> list[Path]:
+def _write_all(results, folder: Path, sweep=None) -> list[Path]:
     """Write every output file into ``folder``; returns their paths."""
     from sim import plots  # matplotlib is slow to import; only pay when writing
 
@@ -99,7 +99,7 @@ def _write_all(results, folder: Path) -> list[Path]:
 
     from sim.report import build_report
     path = folder / "report.html"
-    _write_text(path, build_report(results))
+    _write_text(path, build_report(results, sweep))
     written.append(path)
     return written
 
@@ -127,14 +127,14 @@ def _check_target(out_dir: Path, force: bool) -> None:
                             file=str(out_dir))
 
 
-def write_outputs(results, out_dir: Path, *, force: bool = False) -> list[Path]:
+def write_outputs(results, out_dir: Path, *, force: bool = False, sweep=None) -> list[Path]:
     """Write ``results`` to ``out_dir`` and return the final paths of the files written.
 
     An existing non-empty ``out_dir`` is a :class:`ScenarioError` unless
     ``force``; with ``force`` it is replaced only once the new folder is
     complete. Parent folders are created as needed.
     """
-    return write_folder(lambda folder: _write_all(results, folder), out_dir, force=force)
+    return write_folder(lambda folder: _write_all(results, folder, sweep), out_dir, force=force)
 
 
 def write_folder(write, out_dir: Path, *, force: bool = False) -> list[Path]:

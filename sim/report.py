@@ -45,7 +45,9 @@ def _png(fig: Figure) -> str:
     return f'<img alt="plot" src="data:image/png;base64,{data}">'
 
 
-def build_report(results) -> str:
+def build_report(results, sweep=None) -> str:
+    """The run's page; ``sweep`` (a ``fleetsim sweep`` table) adds its
+    throughput-against-latency curves."""
     from sim import plots
 
     s = results.summary
@@ -82,18 +84,67 @@ def build_report(results) -> str:
              "<h2>Load, replicas and cost over time</h2>", _png(plots.replicas_figure(results)),
              _png(plots.queue_figure(results)), _png(plots.kv_util_figure(results)),
              "<h2>Per team</h2>", _png(plots.teams_figure(results)),
+             *(_sweep_section(sweep) if sweep is not None else []),
              "<h2>Scenario</h2>",
              f"<pre>{_e(yaml.safe_dump(results.scenario.model_dump(mode='json'), sort_keys=False))}"
              "</pre></body></html>"]
     return "\n".join(p for p in parts if p)
 
 
-def sweep_figure(table, x: str = "requests_per_s", y: str = "ttft_p99_s") -> Figure:
-    """Throughput against latency over a sweep's points."""
-    fig = Figure(figsize=(6, 4))
-    ax = fig.add_subplot()
-    ax.plot(table[x], table[y], "o-")
-    ax.set_xlabel(x.replace("_", " "))
-    ax.set_ylabel(y.replace("_", " "))
-    ax.grid(True, alpha=0.3)
+SWEEP_X = "output_tokens_per_s"
+SWEEP_Y = ("ttft_p99_s", "tpot_p99_s")
+
+
+def sweep_varied(table) -> list[str]:
+    """The columns a sweep varied: those before its first figure."""
+    cols = list(table.columns)
+    return cols[:cols.index("arrived")] if "arrived" in cols else []
+
+
+def check_sweep_table(table, where: str) -> None:
+    missing = [c for c in (SWEEP_X, *SWEEP_Y) if c not in table.columns]
+    if missing or not sweep_varied(table):
+        from sim.errors import ScenarioError
+        raise ScenarioError(f"{where} is not a `fleetsim sweep` table (missing "
+                            f"{', '.join(missing) or 'the varied columns'})", file=where)
+
+
+def sweep_figure(table, x: str = SWEEP_X, ys: tuple[str, ...] = SWEEP_Y) -> Figure:
+    """Throughput against latency over a sweep's points: one line per value of the
+    first varied field when two or more were varied, else one line."""
+    varied = sweep_varied(table)
+    fig = Figure(figsize=(5.2 * len(ys), 3.8))
+    groups = ([(f"{varied[0]} = {key}", part) for key, part in table.groupby(varied[0], sort=True)]
+              if len(varied) > 1 else [(None, table)])
+    for i, y in enumerate(ys):
+        ax = fig.add_subplot(1, len(ys), i + 1)
+        for label, part in groups:
+            part = part.sort_values(x)
+            ax.plot(part[x], part[y], "o-", label=label)
+        ax.set_xlabel(x.replace("_", " "))
+        ax.set_ylabel(y.replace("_", " "))
+        ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+        if groups[0][0] is not None:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
     return fig
+
+
+def _sweep_section(table) -> list[str]:
+    varied = sweep_varied(table)
+    shown = varied + [c for c in ("requests_per_s", SWEEP_X, "ttft_p50_s", "ttft_p99_s",
+                                  "tpot_p50_s", "tpot_p99_s", "rejected", "cost_usd")
+                      if c in table.columns]
+    return ["<h2>Throughput against latency</h2>",
+            f"<p>{len(table)} sweep points over {_e(', '.join(varied))}.</p>",
+            _png(sweep_figure(table)),
+            _table(shown, table[shown].values.tolist())]
+
+
+def build_sweep_report(table, title: str) -> str:
+    """A page of its own for a sweep: the curves and the table."""
+    return "\n".join([f"<!doctype html><html><head><meta charset='utf-8'>"
+                      f"<title>fleetsim sweep: {_e(title)}</title><style>{CSS}</style></head>"
+                      f"<body><h1>{_e(title)}: sweep</h1>", *_sweep_section(table),
+                      "</body></html>"])

@@ -22,3 +22,58 @@ def test_report_embeds_plots_and_escapes_scenario_strings():
     assert "p&lt;b&gt;" in page and "r&amp;d &lt;fleet&gt;" in page
     assert page.count("data:image/png;base64,") >= 6
     assert "http://" not in page and "https://" not in page       # nothing fetched
+
+
+def _small_sweep():
+    from sim.planning.sweep import sweep
+    scn = Scenario.model_validate({
+        "name": "sweep-me", "duration": 20,
+        "workload": {"streams": {"s": {"team": "t", "model": "llama-3.1-8b",
+                                       "arrival": {"type": "poisson", "rate": 5},
+                                       "prompt_tokens": 200, "output_tokens": 50}}},
+        "pools": {"p": {"model": "llama-3.1-8b", "hardware": "H100-SXM"}},
+    })
+    return scn, sweep(scn, [("pools.p.replicas", [1, 2]),
+                            ("workload.rate_scale", [1.0, 4.0])])
+
+
+def test_report_shows_the_throughput_latency_curve_of_a_sweep():
+    """With a sweep table the run's page gains the curve and the points' table."""
+    scn, table = _small_sweep()
+    results = sim.run(scn)
+    plain, with_sweep = build_report(results), build_report(results, table)
+    assert "Throughput against latency" not in plain
+    assert "Throughput against latency" in with_sweep
+    assert with_sweep.count("data:image/png;base64,") == plain.count("data:image/png;base64,") + 1
+    assert "pools.p.replicas" in with_sweep and "workload.rate_scale" in with_sweep
+
+
+def test_sweep_curves_draw_one_line_per_value_of_the_first_varied_field():
+    from sim.report import sweep_figure, sweep_varied
+    _, table = _small_sweep()
+    assert sweep_varied(table) == ["pools.p.replicas", "workload.rate_scale"]
+    fig = sweep_figure(table)
+    ttft_ax = fig.axes[0]
+    assert len(ttft_ax.lines) == 2
+    xs = sorted(ttft_ax.lines[0].get_xdata())
+    assert xs == sorted(table.loc[table["pools.p.replicas"] == 1, "output_tokens_per_s"])
+
+
+def test_cli_run_with_a_sweep_table_and_sweep_report(tmp_path, capsys):
+    from sim.cli import main
+    scn_path = tmp_path / "s.yaml"
+    scn, table = _small_sweep()
+    import yaml
+    scn_path.write_text(yaml.safe_dump(scn.model_dump(mode="json")), encoding="utf-8")
+    csv_path = tmp_path / "sweep.csv"
+    assert main(["sweep", str(scn_path), "--vary", "pools.p.replicas=1,2", "--out",
+                 str(csv_path), "--report", str(tmp_path / "sweep.html"), "--quiet"]) == 0
+    assert "Throughput against latency" in (tmp_path / "sweep.html").read_text()
+    assert main(["run", str(scn_path), "--out", str(tmp_path / "run"), "--quiet",
+                 "--sweep", str(csv_path)]) == 0
+    assert "Throughput against latency" in (tmp_path / "run" / "report.html").read_text()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n", encoding="utf-8")
+    assert main(["run", str(scn_path), "--out", str(tmp_path / "run2"), "--quiet",
+                 "--sweep", str(bad)]) == 2
+    assert "not a `fleetsim sweep` table" in capsys.readouterr().err

@@ -21,8 +21,18 @@ from simfactories import make_pool, make_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = "calibrated/cpu/tiny-llama.yaml"
-ENGINE = {"constant_s": 0.001, "per_seq_s": 0.0002, "per_kv_token_s": 3e-6,
-          "per_kv_pair_s": 1e-7}
+ENGINE = {"constant_s": 0.001, "per_seq_s": 0.0002,
+          "per_kv_token_s": [[1, 2e-6], [64, 1e-5], [512, 6e-5]]}
+
+
+def per_key_s(q: float) -> float:
+    """ENGINE's seconds per key for q new tokens, worked out by hand."""
+    import math
+    if q <= 64:
+        return 2e-6 + 8e-6 * math.log(q) / math.log(64)
+    if q <= 512:
+        return 1e-5 + 5e-5 * math.log(q / 64) / math.log(8)
+    return 6e-5 * q / 512
 
 
 def _profile_with_engine(tmp_path: Path, engine: dict | None) -> Path:
@@ -47,15 +57,18 @@ def test_engine_terms_add_per_step_seq_key_and_pair(tmp_path):
     tokens, seqs, kv_read = 53.0, 4.0, 300.0 + 250.0
     args = (tokens, seqs, 50 * (200 + 25.0), 303.0)
     extra = engine.step_scalar(*args, kv_read)[0] - plain.step_scalar(*args, kv_read)[0]
-    want = (ENGINE["constant_s"] + seqs * ENGINE["per_seq_s"]
-            + kv_read * (ENGINE["per_kv_token_s"] + tokens * ENGINE["per_kv_pair_s"]))
+    want = ENGINE["constant_s"] + seqs * ENGINE["per_seq_s"] + kv_read * per_key_s(tokens)
     assert extra == pytest.approx(want, rel=1e-9)
+    # past the last point a key costs in proportion to the new tokens
+    big = engine.step_scalar(1024.0, 1.0, 1024 * 512.0, 0.0, 1024.0)[0] - plain.step_scalar(
+        1024.0, 1.0, 1024 * 512.0, 0.0, 1024.0)[0]
+    assert big == pytest.approx(0.001 + 0.0002 + 1024 * 6e-5 * 2, rel=1e-9)
 
 
 def test_engine_terms_vectorised_equal_scalar(tmp_path):
     cost = _cost(_profile_with_engine(tmp_path, ENGINE))
-    n, kv = np.array([1.0, 8.0, 64.0]), np.array([300.0, 2400.0, 9000.0])
-    shape = BatchShape(n, n, np.zeros(3), kv)
+    n, kv = np.array([1.0, 8.0, 64.0, 700.0]), np.array([300.0, 2400.0, 9000.0, 900.0])
+    shape = BatchShape(n, n, np.zeros(len(n)), kv)
     vec = cost.step_time_s(shape)
     assert vec == pytest.approx([cost.step_scalar(a, a, 0.0, b)[0] for a, b in zip(n, kv)],
                                 rel=1e-12)
@@ -74,11 +87,17 @@ def test_profile_without_engine_block_is_unchanged(tmp_path):
                                                                          900.0)[0]
 
 
-@pytest.mark.parametrize("bad", [-1e-6, "fast", True])
-def test_engine_terms_must_be_non_negative_numbers(bad):
+@pytest.mark.parametrize("change, match", [
+    ({"per_seq_s": -1e-6}, "engine.per_seq_s must be a number >= 0"),
+    ({"constant_s": True}, "engine.constant_s must be a number >= 0"),
+    ({"per_kv_token_s": 3e-6}, "must be a list of \\[new tokens, seconds per key\\] pairs"),
+    ({"per_kv_token_s": [[4, 1e-6], [2, 1e-6]]}, "strictly increasing"),
+    ({"per_kv_token_s": [[1, -1e-6]]}, "finite and >= 0"),
+])
+def test_engine_terms_are_checked(change, match):
     data = copy.deepcopy(load_profile(resolve_profile_path(SHIPPED)))
-    data["engine"] = {**ENGINE, "per_kv_pair_s": bad}
-    with pytest.raises(ValueError, match="engine.per_kv_pair_s must be a number >= 0"):
+    data["engine"] = {**ENGINE, **change}
+    with pytest.raises(ValueError, match=match):
         check_profile(data, profiles.find_model("tiny-llama"), 1, "p.yaml")
 
 
@@ -86,7 +105,7 @@ def test_continuous_scheduler_passes_the_keys_it_reads(tmp_path, trace_stream):
     """A lone prompt chunked over two steps: the second chunk reads the first's keys too,
     which the packed-attention term charges (and the plain profile does not)."""
     prompt, budget = 600, 512
-    path = _profile_with_engine(tmp_path, {"per_kv_pair_s": 1e-6})
+    path = _profile_with_engine(tmp_path, {"per_kv_token_s": [[1, 1e-6], [512, 512e-6]]})
     pool = make_pool(model="tiny-llama", hardware="cpu", weight_dtype="fp32", kv_dtype="fp32",
                      scheduler={"type": "continuous", "max_num_batched_tokens": budget,
                                 "max_num_seqs": 8},
@@ -95,33 +114,36 @@ def test_continuous_scheduler_passes_the_keys_it_reads(tmp_path, trace_stream):
     ttft = sim.run(scen).requests["ttft_s"].iloc[0]
     base = _cost(_profile_with_engine(tmp_path / "plain", None) if (tmp_path / "plain").mkdir()
                  is None else None)
-    first = base.step_scalar(budget, 1, budget * budget / 2, 0.0)[0] + 1e-6 * budget * budget
+    first = base.step_scalar(budget, 1, budget * budget / 2, 0.0)[0] + 512e-6 * budget
     rest = prompt - budget
+    import math
+    per_key = 1e-6 + 511e-6 * math.log(rest) / math.log(512)
     second = (base.step_scalar(rest, 1, rest * (budget + rest / 2), 0.0)[0]
-              + 1e-6 * rest * prompt)
+              + per_key * prompt)
     assert ttft == pytest.approx(first + second, rel=1e-9)
 
 
 # -- the fit of the engine terms --------------------------------------------------------------
 def _rows(seed: int = 0):
     from calibrate.engine import EngineStep
-    from calibrate.engine_fit import StepRows, profile_seconds
+    from calibrate.engine_fit import StepRows, engine_seconds, profile_seconds
     rng = np.random.default_rng(seed)
     profile = load_profile(resolve_profile_path(SHIPPED))
     steps = []
-    for g in range(12):
-        batch = int(rng.integers(1, 16))
+    for g in range(60):
+        batch = int(rng.integers(1, 17))
         ctx = int(rng.integers(10, 800))
-        q = 1 if g % 3 else int(rng.integers(16, 256))
+        q = 1 if g % 3 else int(rng.integers(16, 240))
         seqs = tuple((q if i == 0 else 1, ctx + i) for i in range(batch))
         steps.append((g, EngineStep(0.0, 1.0, seqs)))
     rows = StepRows.from_steps(steps)
-    design = np.column_stack([np.ones(len(rows)), rows.num_seqs, rows.kv_read_tokens,
-                              rows.num_tokens * rows.kv_read_tokens])
-    truth = np.array([ENGINE[k] for k in ("constant_s", "per_seq_s", "per_kv_token_s",
-                                           "per_kv_pair_s")])
-    rows.seconds = profile_seconds(profile, rows) + design @ truth
+    rows.seconds = profile_seconds(profile, rows) + engine_seconds(TRUTH, rows)
     return profile, rows
+
+
+TRUTH = {"constant_s": 0.001, "per_seq_s": 0.0002,
+         "per_kv_token_s": [[1, 2e-6], [2, 4e-6], [4, 5e-6], [8, 6e-6], [16, 7e-6],
+                            [32, 9e-6], [64, 1.2e-5], [128, 2e-5], [256, 3.5e-5]]}
 
 
 def test_step_rows_count_tokens_seqs_and_keys():
@@ -138,10 +160,11 @@ def test_step_rows_count_tokens_seqs_and_keys():
 def test_fit_recovers_engine_terms_from_exact_steps():
     from calibrate.engine_fit import fit_rows
     profile, rows = _rows()
-    fit = fit_rows(profile, rows)
-    for key, value in ENGINE.items():
-        assert fit.engine[key] == pytest.approx(value, rel=1e-3)
-    assert fit.all_steps["max"] < 1e-3 and fit.held_back["max"] < 1e-3
+    fit = fit_rows(profile, rows, 256)
+    assert fit.engine["constant_s"] == pytest.approx(TRUTH["constant_s"], rel=1e-3)
+    assert fit.engine["per_seq_s"] == pytest.approx(TRUTH["per_seq_s"], rel=1e-3)
+    assert [q for q, _ in fit.engine["per_kv_token_s"]] == [q for q, _ in TRUTH["per_kv_token_s"]]
+    assert fit.all_steps["max"] < 1e-3 and fit.held_back["max"] < 1e-2
     assert fit.without_engine["median"] > 0.01
 
 
@@ -149,8 +172,9 @@ def test_fit_never_returns_negative_terms():
     from calibrate.engine_fit import fit_rows
     profile, rows = _rows(1)
     rows.seconds = rows.seconds * 0.5              # the engine is faster than the profile
-    fit = fit_rows(profile, rows)
-    assert all(v >= 0 for v in fit.engine.values())
+    fit = fit_rows(profile, rows, 256)
+    assert fit.engine["constant_s"] >= 0 and fit.engine["per_seq_s"] >= 0
+    assert all(v >= 0 for _, v in fit.engine["per_kv_token_s"])
 
 
 # -- validation scenarios ----------------------------------------------------------------------
@@ -270,3 +294,18 @@ def test_validation_against_the_engine_within_targets(tmp_path):
     engine = yaml.safe_load(next((out / "profile").glob("tiny-llama-cb-*.yaml")).read_text())
     assert engine["engine"]["name"] == "transformers-continuous-batching"
     shutil.rmtree(out)
+
+
+def test_an_engine_that_attends_over_the_packed_batch_replaces_the_attention_tables(tmp_path):
+    """replaces_attention: the profile's per-sequence attention (and the part of it kept in
+    the per-sequence overhead) gives way to the engine's per-key cost."""
+    data = load_profile(resolve_profile_path(SHIPPED))
+    plain = _cost(_profile_with_engine(tmp_path, None))
+    packed = _cost(_profile_with_engine(tmp_path, {**ENGINE, "replaces_attention": True}))
+    tokens, seqs, work, dkv, kv = 40.0, 8.0, 32 * (100 + 16.0), 700.0, 700.0 + 132.0
+    layers = data["model"]["num_layers"]
+    attention = layers * (plain.attn_prefill_s(work) + plain.attn_decode_s(dkv)) + seqs * (
+        layers * data["overhead"]["attn_decode_per_seq_per_layer_s"])
+    want = (plain.step_scalar(tokens, seqs, work, dkv, kv)[0] - attention
+            + ENGINE["constant_s"] + seqs * ENGINE["per_seq_s"] + kv * per_key_s(tokens))
+    assert packed.step_scalar(tokens, seqs, work, dkv, kv)[0] == pytest.approx(want, rel=1e-9)

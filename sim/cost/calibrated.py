@@ -13,11 +13,13 @@ A profile may also carry an ``engine`` block, measured by ``fleetsim
 validate`` on a real serving engine's own steps: the seconds that engine adds
 to the model's step (host-side scheduling and batch building, and an
 attention that spans the whole packed batch, as transformers' continuous
-batching computes it on CPU), as a constant, a cost per sequence, per key read
-(Σ context + new tokens over the batch; one rate for steps of several new
-tokens, another for a step of a single new token, which that engine computes
-by a cheaper path) and per query-key pair of the packed batch (new tokens ×
-keys read).
+batching computes it on CPU), as a constant, a cost per sequence, and a cost
+per key read (Σ context + new tokens over the batch) that depends on the
+step's new tokens: a table over new tokens, interpolated linearly in log new
+tokens, growing in proportion to new tokens past its last point (each new
+token meets every key). With ``replaces_attention: true`` that per-key cost
+is all of the step's attention (the engine attends over the packed batch
+instead of per sequence) and the profile's attention tables are not used.
 
 Work counters (FLOPs, bytes for MFU/MBU) and peak figures are the roofline's
 analytic ones for the pool's hardware. An all-reduce table that was not
@@ -47,10 +49,11 @@ TERMS = ("dense", "attn_prefill", "attn_decode", "lm_head", "tp_comm")
 SHAPE_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
                 "ffn_size", "vocab_size", "num_experts", "experts_per_token")
 _MIN_SECONDS = 1e-9
-# seconds per step, per sequence, per key read (steps of several new tokens, and a step
-# of one), per query-key pair of the packed batch
-ENGINE_TERMS = ("constant_s", "per_seq_s", "per_kv_token_s", "per_kv_token_one_query_s",
-                "per_kv_pair_s")
+# seconds per step and per sequence an engine adds; and what one key read costs it, by
+# the step's new tokens: [[new tokens, seconds per key], ...] at increasing token counts
+ENGINE_SCALARS = ("constant_s", "per_seq_s")
+ENGINE_PER_KEY = "per_kv_token_s"
+ENGINE_REPLACES_ATTENTION = "replaces_attention"   # the per-key cost is all the attention
 
 
 class CalibratedConfig(StrictModel):
@@ -108,6 +111,49 @@ class Table:
         return math.exp(t0 + (t1 - t0) * (lx - x0) / (x1 - x0))
 
 
+class PerKeyTable:
+    """Seconds per key read by new tokens in the step: linear in log new tokens between
+    the points, the first point's below them, in proportion to new tokens past the last."""
+
+    __slots__ = ("_lq", "_s", "_q_last", "_s_last", "active")
+
+    def __init__(self, rows, where: str) -> None:
+        rows = rows or []
+        ok = isinstance(rows, list) and all(
+            isinstance(r, (list, tuple)) and len(r) == 2
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in r)
+            for r in rows)
+        if not ok:
+            raise ValueError(f"{where} must be a list of [new tokens, seconds per key] pairs")
+        qs, ss = [float(r[0]) for r in rows], [float(r[1]) for r in rows]
+        if any(q < 1 for q in qs) or any(b <= a for a, b in zip(qs, qs[1:])):
+            raise ValueError(f"{where}: new tokens must be >= 1 and strictly increasing")
+        if any(v < 0 or not math.isfinite(v) for v in ss):
+            raise ValueError(f"{where}: seconds per key must be finite and >= 0")
+        self.active = any(v > 0 for v in ss)
+        self._lq = [math.log(q) for q in qs] or [0.0]
+        self._s = ss or [0.0]
+        self._q_last = qs[-1] if qs else 1.0
+        self._s_last = ss[-1] if ss else 0.0
+
+    def scalar(self, new_tokens: float) -> float:
+        if new_tokens > self._q_last:
+            return self._s_last * new_tokens / self._q_last
+        lq = math.log(max(new_tokens, 1.0))
+        i = bisect_right(self._lq, lq)
+        if i == 0:
+            return self._s[0]
+        if i == len(self._lq):
+            return self._s[-1]
+        x0, x1 = self._lq[i - 1], self._lq[i]
+        return self._s[i - 1] + (self._s[i] - self._s[i - 1]) * (lq - x0) / (x1 - x0)
+
+    def __call__(self, new_tokens: ArrayLike) -> ArrayLike:
+        q = np.asarray(new_tokens, dtype=np.float64)
+        inside = np.interp(np.log(np.maximum(q, 1.0)), self._lq, self._s)
+        return np.where(q > self._q_last, self._s_last * q / self._q_last, inside)
+
+
 def resolve_profile_path(profile: str, base_dir: str | Path | None = None) -> Path:
     """The profile file: relative to ``base_dir`` (the scenario's folder), as given,
     or relative to the shipped ``profiles/`` folder. ValueError if none exists."""
@@ -163,11 +209,16 @@ def check_profile(data: dict, model: ModelSpec, tp: int, where: str) -> None:
     engine = data.get("engine")
     if engine is not None:
         if not isinstance(engine, dict):
-            raise ValueError(f"{where}: engine must be a mapping of {', '.join(ENGINE_TERMS)}")
-        for key in ENGINE_TERMS:
+            raise ValueError(f"{where}: engine must be a mapping of "
+                             f"{', '.join((*ENGINE_SCALARS, ENGINE_PER_KEY))}")
+        for key in ENGINE_SCALARS:
             v = engine.get(key, 0.0)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise ValueError(f"{where}: engine.{key} must be a number >= 0, got {v!r}")
+        PerKeyTable(engine.get(ENGINE_PER_KEY), f"{where}: engine.{ENGINE_PER_KEY}")
+        if not isinstance(engine.get(ENGINE_REPLACES_ATTENTION, False), bool):
+            raise ValueError(f"{where}: engine.{ENGINE_REPLACES_ATTENTION} must be true or "
+                             f"false")
 
 
 class CalibratedCostModel(CostModel):
@@ -195,10 +246,15 @@ class CalibratedCostModel(CostModel):
         engine = self.profile.get("engine") or {}
         self._const_s = float(over.get("constant_s", 0.0)) + float(engine.get("constant_s", 0.0))
         self._per_seq_s = float(over.get("per_seq_s", 0.0)) + float(engine.get("per_seq_s", 0.0))
-        self._per_kv_s = float(engine.get("per_kv_token_s", 0.0))
-        self._per_kv_one_s = float(engine.get("per_kv_token_one_query_s", 0.0))
-        self._per_pair_s = float(engine.get("per_kv_pair_s", 0.0))
-        self._packed = self._per_kv_s > 0 or self._per_kv_one_s > 0 or self._per_pair_s > 0
+        self._per_key = PerKeyTable(engine.get(ENGINE_PER_KEY),
+                                    f"{where}: engine.{ENGINE_PER_KEY}")
+        self._packed = self._per_key.active
+        if engine.get(ENGINE_REPLACES_ATTENTION, False):
+            self._prefill = self._decode = Table([[1.0, 0.0]], "no per-sequence attention")
+            # the per-sequence part of decode attention was moved into the overhead
+            moved = self.num_layers * float(over.get("attn_decode_per_seq_per_layer_s", 0.0))
+            self._per_seq_s = max(float(over.get("per_seq_s", 0.0)) - moved, 0.0) + float(
+                engine.get("per_seq_s", 0.0))
         # work counters, peaks and (when not measured) the all-reduce come from the roofline
         self._roofline = RooflineCostModel(model, hardware, tp, weight_dtype, kv_dtype,
                                            RooflineConfig())
@@ -231,9 +287,7 @@ class CalibratedCostModel(CostModel):
     def engine_s(self, shape: BatchShape) -> ArrayLike:
         if not self._packed:
             return 0.0
-        kv = shape.kv_read()
-        per_key = np.where(np.asarray(shape.num_tokens) == 1, self._per_kv_one_s, self._per_kv_s)
-        return kv * (per_key + self._per_pair_s * shape.num_tokens)
+        return shape.kv_read() * self._per_key(shape.num_tokens)
 
     # -- one step in plain floats (the hot path of the simulator) --------------------------
     def _comm_scalar(self, num_tokens: float) -> float:
@@ -253,8 +307,7 @@ class CalibratedCostModel(CostModel):
         if self._packed:
             kv = (float(default_kv_read(num_tokens, num_seqs, decode_kv_tokens))
                   if kv_read_tokens is None else kv_read_tokens)
-            per_key = self._per_kv_one_s if num_tokens == 1 else self._per_kv_s
-            time_s += kv * (per_key + self._per_pair_s * num_tokens)
+            time_s += kv * self._per_key.scalar(num_tokens)
         _, flops, moved = self._roofline.step_scalar(num_tokens, num_seqs, prefill_attn_work,
                                                      decode_kv_tokens)
         return time_s, flops, moved
