@@ -12,7 +12,8 @@ new tokens × keys read rather than per sequence.
 staggered ramp that mixes prefill chunks with decodes), logs every step's
 shape and duration, and fits the seconds left over by the profile's terms as
 
-    extra = constant + per_seq · seqs + keys · per_key(new_tokens)
+    extra = constant + per_seq · seqs + per_prefill_step · [the step computes prompt tokens]
+          + keys · per_key(new_tokens)
 
 where ``keys`` = Σ over the batch's sequences of context + new tokens, and
 ``per_key`` is a table over the step's new tokens (knots at powers of two up
@@ -40,7 +41,7 @@ from calibrate.engine import (ContinuousEngine, ContinuousLimits, EngineRequest,
                               SequentialEngine)
 from calibrate.fit import error_summary, evaluate, nnls
 
-ENGINE_SCALARS = ("constant_s", "per_seq_s")
+ENGINE_SCALARS = ("constant_s", "per_seq_s", "per_prefill_step_s")
 PER_KEY = "per_kv_token_s"          # [[new tokens in the step, seconds per key read], ...]
 REPLACES_ATTENTION = "replaces_attention"   # the per-key table is all of the attention
 
@@ -123,6 +124,7 @@ def hat_basis(new_tokens: np.ndarray, knots: list[int]) -> np.ndarray:
 
 def _design(rows: StepRows, knots: list[int]) -> np.ndarray:
     return np.column_stack([np.ones(len(rows)), rows.num_seqs,
+                            (rows.prefill_attn_work > 0).astype(np.float64),
                             rows.kv_read_tokens[:, None] * hat_basis(rows.num_tokens, knots)])
 
 

@@ -383,31 +383,32 @@ def _validate_into(workloads: list[Workload], out_dir: Path, recalibrate: bool,
 
 def _fit_and_run(workloads, out_dir, profile_path, profile, quick_fit, log, fits,
                  engine_paths, engine_data, engines) -> ValidationReport:
-    """The engine is fitted and validated in one life: the server whose steps were
-    calibrated serves the workloads (a fresh engine would find other memory)."""
+    """Each workload is served by an engine whose steps were fitted just before, in the
+    same life: one warm server per set of limits, refitted before every workload (this
+    machine's speed drifts by several percent within minutes, and a fresh engine would
+    find other memory)."""
     threads = int(profile.get("threads") or 1)
+    results = []
     for w in workloads:
         key = _key(w)
-        if key in fits:
-            continue
+        if key not in engines:
+            engines[key] = (SequentialEngine(w.shape, threads=threads) if w.kind == "single"
+                            else ContinuousEngine(w.shape, w.limits, threads=threads))
+        engine = engines[key]
         if w.kind == "single":
-            engines[key] = SequentialEngine(w.shape, threads=threads)
-            fit = fit_sequential(profile, w.shape, quick=quick_fit, log=log,
-                                 engine=engines[key])
-            name = SequentialEngine.name
+            fit = fit_sequential(profile, w.shape, quick=quick_fit, log=log, engine=engine)
         else:
-            engines[key] = ContinuousEngine(w.shape, w.limits, threads=threads)
             fit = fit_continuous(profile, w.shape, w.limits, quick=quick_fit, log=log,
-                                 engine=engines[key])
-            name = ContinuousEngine.name
-        fits[key] = fit
-        _write_fit_steps(profile, fit, out_dir / "profile" / f"{w.shape.name}-{key}-steps.csv")
-        engine_paths[key] = engine_profile(profile, fit, name, w.limits,
-                                           out_dir / "profile" / f"{w.shape.name}-{key}.yaml")
-        engine_data[key] = yaml.safe_load(engine_paths[key].read_text(encoding="utf-8"))
-    results = [run_workload(w, engine_paths[_key(w)], engine_data[_key(w)], out_dir, log,
-                            engines[_key(w)])
-               for w in workloads]
+                                 engine=engine)
+        name = w.scenario.name
+        fits[name] = fit
+        folder = out_dir / "profile"
+        _write_fit_steps(profile, fit, folder / f"{name}-engine-steps.csv")
+        engine_paths[name] = engine_profile(profile, fit, engine.name, w.limits,
+                                            folder / f"{name}-engine.yaml")
+        engine_data[name] = yaml.safe_load(engine_paths[name].read_text(encoding="utf-8"))
+        results.append(run_workload(w, engine_paths[name], engine_data[name], out_dir, log,
+                                    engine))
     report = ValidationReport(results, profile_path, engine_paths, fits, out_dir)
     write_report(report)
     return report

@@ -21,7 +21,7 @@ from simfactories import make_pool, make_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = "calibrated/cpu/tiny-llama.yaml"
-ENGINE = {"constant_s": 0.001, "per_seq_s": 0.0002,
+ENGINE = {"constant_s": 0.001, "per_seq_s": 0.0002, "per_prefill_step_s": 0.004,
           "per_kv_token_s": [[1, 2e-6], [64, 1e-5], [512, 6e-5]]}
 
 
@@ -57,20 +57,22 @@ def test_engine_terms_add_per_step_seq_key_and_pair(tmp_path):
     tokens, seqs, kv_read = 53.0, 4.0, 300.0 + 250.0
     args = (tokens, seqs, 50 * (200 + 25.0), 303.0)
     extra = engine.step_scalar(*args, kv_read)[0] - plain.step_scalar(*args, kv_read)[0]
-    want = ENGINE["constant_s"] + seqs * ENGINE["per_seq_s"] + kv_read * per_key_s(tokens)
+    want = (ENGINE["constant_s"] + seqs * ENGINE["per_seq_s"] + ENGINE["per_prefill_step_s"]
+            + kv_read * per_key_s(tokens))
     assert extra == pytest.approx(want, rel=1e-9)
     # past the last point a key costs in proportion to the new tokens
     big = engine.step_scalar(1024.0, 1.0, 1024 * 512.0, 0.0, 1024.0)[0] - plain.step_scalar(
         1024.0, 1.0, 1024 * 512.0, 0.0, 1024.0)[0]
-    assert big == pytest.approx(0.001 + 0.0002 + 1024 * 6e-5 * 2, rel=1e-9)
+    assert big == pytest.approx(0.001 + 0.0002 + 0.004 + 1024 * 6e-5 * 2, rel=1e-9)
 
 
 def test_engine_terms_vectorised_equal_scalar(tmp_path):
     cost = _cost(_profile_with_engine(tmp_path, ENGINE))
     n, kv = np.array([1.0, 8.0, 64.0, 700.0]), np.array([300.0, 2400.0, 9000.0, 900.0])
-    shape = BatchShape(n, n, np.zeros(len(n)), kv)
+    work = np.array([0.0, 0.0, 5000.0, 0.0])
+    shape = BatchShape(n, n, work, kv)
     vec = cost.step_time_s(shape)
-    assert vec == pytest.approx([cost.step_scalar(a, a, 0.0, b)[0] for a, b in zip(n, kv)],
+    assert vec == pytest.approx([cost.step_scalar(a, a, w, b)[0] for a, w, b in zip(n, work, kv)],
                                 rel=1e-12)
 
 
@@ -141,7 +143,7 @@ def _rows(seed: int = 0):
     return profile, rows
 
 
-TRUTH = {"constant_s": 0.001, "per_seq_s": 0.0002,
+TRUTH = {"constant_s": 0.001, "per_seq_s": 0.0002, "per_prefill_step_s": 0.003,
          "per_kv_token_s": [[1, 2e-6], [2, 4e-6], [4, 5e-6], [8, 6e-6], [16, 7e-6],
                             [32, 9e-6], [64, 1.2e-5], [128, 2e-5], [256, 3.5e-5]]}
 
@@ -163,6 +165,8 @@ def test_fit_recovers_engine_terms_from_exact_steps():
     fit = fit_rows(profile, rows, 256)
     assert fit.engine["constant_s"] == pytest.approx(TRUTH["constant_s"], rel=1e-3)
     assert fit.engine["per_seq_s"] == pytest.approx(TRUTH["per_seq_s"], rel=1e-3)
+    assert fit.engine["per_prefill_step_s"] == pytest.approx(TRUTH["per_prefill_step_s"],
+                                                             rel=1e-3)
     assert [q for q, _ in fit.engine["per_kv_token_s"]] == [q for q, _ in TRUTH["per_kv_token_s"]]
     assert fit.all_steps["max"] < 1e-3 and fit.held_back["max"] < 1e-2
     assert fit.without_engine["median"] > 0.01
@@ -291,7 +295,7 @@ def test_validation_against_the_engine_within_targets(tmp_path):
     out = tmp_path / "out"
     for name in ("validation.csv", "validation.json", "validation.txt", "ttft_cdf.png"):
         assert (out / name).is_file()
-    engine = yaml.safe_load(next((out / "profile").glob("tiny-llama-cb-*.yaml")).read_text())
+    engine = yaml.safe_load((out / "profile" / "validate-smoke-engine.yaml").read_text())
     assert engine["engine"]["name"] == "transformers-continuous-batching"
     shutil.rmtree(out)
 
@@ -307,5 +311,6 @@ def test_an_engine_that_attends_over_the_packed_batch_replaces_the_attention_tab
     attention = layers * (plain.attn_prefill_s(work) + plain.attn_decode_s(dkv)) + seqs * (
         layers * data["overhead"]["attn_decode_per_seq_per_layer_s"])
     want = (plain.step_scalar(tokens, seqs, work, dkv, kv)[0] - attention
-            + ENGINE["constant_s"] + seqs * ENGINE["per_seq_s"] + kv * per_key_s(tokens))
+            + ENGINE["constant_s"] + seqs * ENGINE["per_seq_s"] + ENGINE["per_prefill_step_s"]
+            + kv * per_key_s(tokens))
     assert packed.step_scalar(tokens, seqs, work, dkv, kv)[0] == pytest.approx(want, rel=1e-9)

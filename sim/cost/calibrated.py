@@ -13,8 +13,9 @@ A profile may also carry an ``engine`` block, measured by ``fleetsim
 validate`` on a real serving engine's own steps: the seconds that engine adds
 to the model's step (host-side scheduling and batch building, and an
 attention that spans the whole packed batch, as transformers' continuous
-batching computes it on CPU), as a constant, a cost per sequence, and a cost
-per key read (Σ context + new tokens over the batch) that depends on the
+batching computes it on CPU), as a constant, a cost per sequence, a cost per
+step that computes prompt tokens (admitting a request, or ``generate()``
+setting one up), and a cost per key read (Σ context + new tokens over the batch) that depends on the
 step's new tokens: a table over new tokens, interpolated linearly in log new
 tokens, growing in proportion to new tokens past its last point (each new
 token meets every key). With ``replaces_attention: true`` that per-key cost
@@ -51,7 +52,7 @@ SHAPE_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_
 _MIN_SECONDS = 1e-9
 # seconds per step and per sequence an engine adds; and what one key read costs it, by
 # the step's new tokens: [[new tokens, seconds per key], ...] at increasing token counts
-ENGINE_SCALARS = ("constant_s", "per_seq_s")
+ENGINE_SCALARS = ("constant_s", "per_seq_s", "per_prefill_step_s")
 ENGINE_PER_KEY = "per_kv_token_s"
 ENGINE_REPLACES_ATTENTION = "replaces_attention"   # the per-key cost is all the attention
 
@@ -249,6 +250,7 @@ class CalibratedCostModel(CostModel):
         self._per_key = PerKeyTable(engine.get(ENGINE_PER_KEY),
                                     f"{where}: engine.{ENGINE_PER_KEY}")
         self._packed = self._per_key.active
+        self._prefill_step_s = float(engine.get("per_prefill_step_s", 0.0))
         if engine.get(ENGINE_REPLACES_ATTENTION, False):
             self._prefill = self._decode = Table([[1.0, 0.0]], "no per-sequence attention")
             # the per-sequence part of decode attention was moved into the overhead
@@ -285,9 +287,12 @@ class CalibratedCostModel(CostModel):
         return self._head(num_seqs)
 
     def engine_s(self, shape: BatchShape) -> ArrayLike:
-        if not self._packed:
-            return 0.0
-        return shape.kv_read() * self._per_key(shape.num_tokens)
+        out = 0.0
+        if self._prefill_step_s:
+            out = np.where(np.asarray(shape.prefill_attn_work) > 0, self._prefill_step_s, 0.0)
+        if self._packed:
+            out = out + shape.kv_read() * self._per_key(shape.num_tokens)
+        return out
 
     # -- one step in plain floats (the hot path of the simulator) --------------------------
     def _comm_scalar(self, num_tokens: float) -> float:
@@ -308,6 +313,8 @@ class CalibratedCostModel(CostModel):
             kv = (float(default_kv_read(num_tokens, num_seqs, decode_kv_tokens))
                   if kv_read_tokens is None else kv_read_tokens)
             time_s += kv * self._per_key.scalar(num_tokens)
+        if prefill_attn_work > 0:
+            time_s += self._prefill_step_s
         _, flops, moved = self._roofline.step_scalar(num_tokens, num_seqs, prefill_attn_work,
                                                      decode_kv_tokens)
         return time_s, flops, moved
