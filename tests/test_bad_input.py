@@ -362,6 +362,27 @@ CASES = [
     Case("top-level-scalar", "just some words\n", 1, None,
          ["the top level must be a mapping", "got a str"]),
     Case("non-string-key", edit(("seed: 1", "~: 1")), 1, None, ["Keys should be strings"]),
+    # calibrated cost models: the profile exists and describes the pool (line 27)
+    Case("calibrated-profile-missing",
+         append_to_pool("    cost_model: {type: calibrated, profile: calibrated/cpu/nope.yaml}\n"),
+         27, "pools.main.cost_model.profile", ["not found", "fleetsim calibrate"]),
+    Case("calibrated-profile-of-another-model",
+         append_to_pool("    weight_dtype: fp32\n"
+                        "    cost_model: {type: calibrated, profile: "
+                        "calibrated/cpu/tiny-llama.yaml}\n"),
+         28, "pools.main.cost_model.profile", ["calibrated for model 'tiny-llama'",
+                                                "llama-3.1-8b"]),
+    Case("calibrated-profile-in-another-dtype",
+         edit(("    model: llama-3.1-8b\n    hardware: H100-SXM", "    model: tiny-llama\n"
+               "    hardware: H100-SXM"),
+              ("      model: llama-3.1-8b", "      model: tiny-llama"))
+         + "    cost_model: {type: calibrated, profile: calibrated/cpu/tiny-llama.yaml}\n",
+         27, "pools.main.cost_model.profile", ["measured in fp32", "weight_dtype is bf16",
+                                                "--dtype bf16"]),
+    Case("calibrated-profile-not-a-profile",
+         append_to_pool("    cost_model: {type: calibrated, profile: t.csv}\n"), 27,
+         "pools.main.cost_model.profile", ["not a calibrated profile"],
+         files={"t.csv": "a: 1\n"}),
 ]
 
 assert len(CASES) >= 30

@@ -196,7 +196,7 @@ def test_profile_must_match_the_pools_model_and_tp(tmp_path):
 
 
 def test_scenario_with_a_calibrated_pool_runs_end_to_end(trace_stream):
-    pool = make_pool(model="tiny-llama", hardware="cpu", scheduler=single(),
+    pool = make_pool(model="tiny-llama", hardware="cpu", scheduler=single(), weight_dtype="fp32",
                      cost_model={"type": "calibrated", "profile": SHIPPED})
     scenario = make_scenario(stream=trace_stream([(0.0, 300, 20), (100.0, 1000, 5)]),
                              pool=pool, duration=200)
@@ -208,7 +208,7 @@ def test_scenario_with_a_calibrated_pool_runs_end_to_end(trace_stream):
     for (_, row), (prompt, out) in zip(req.iterrows(), [(300, 20), (1000, 5)]):
         assert row["e2e_s"] == pytest.approx(single_service_time_s(cost, prompt, out), rel=1e-9)
     # and continuous batching with fast-forward on the same profile
-    pool = make_pool(model="tiny-llama", hardware="cpu",
+    pool = make_pool(model="tiny-llama", hardware="cpu", weight_dtype="fp32",
                      cost_model={"type": "calibrated", "profile": SHIPPED})
     results = sim.run(make_scenario(stream={"arrival": {"type": "poisson", "rate": 1.0},
                                             "prompt_tokens": 200, "output_tokens": 30},

@@ -48,6 +48,31 @@ def _price(pool: PoolConfig, hw: HardwareSpec) -> float | None:
     return getattr(hw.price_per_gpu_hour, pool.pricing)
 
 
+def _check_calibrated(here: Loc, pool: PoolConfig, model, scenario: Scenario,
+                      problems: list[tuple[Loc, str]]) -> bool:
+    """The calibrated profile exists, reads, and was made for this model, tp and dtype."""
+    from pathlib import Path
+
+    from sim.cost.calibrated import check_profile, load_profile, resolve_profile_path
+    source = getattr(scenario, "_source", None)
+    loc = here + ("cost_model", "profile")
+    try:
+        path = resolve_profile_path(pool.cost_model.profile,
+                                    Path(source).parent if source else None)
+        data = load_profile(path)
+        check_profile(data, model, pool.tp, f"calibrated profile {path}")
+    except (OSError, ValueError) as exc:
+        problems.append((loc, str(exc)))
+        return False
+    dtype = data.get("dtype")
+    if dtype is not None and dtype != pool.weight_dtype:
+        problems.append((loc, f"calibrated profile {path} was measured in {dtype}, but the "
+                         f"pool's weight_dtype is {pool.weight_dtype}; set weight_dtype: "
+                         f"{dtype} or calibrate with --dtype {pool.weight_dtype}"))
+        return False
+    return True
+
+
 def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
                 problems: list[tuple[Loc, str]]) -> ResolvedPool | None:
     here = ("pools", name)
@@ -102,6 +127,9 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
                          f"{model.weight_bytes(pool.weight_dtype) / 1e9:.1f} GB of weights) "
                          f"leaves no room for a KV cache on {tp} x {hw.name} "
                          f"({hw.memory / 1e9:.0f} GB each): {what} not fit{hint}"))
+        return None
+    if getattr(pool.cost_model, "type", None) == "calibrated" and not _check_calibrated(
+            here, pool, model, scenario, problems):
         return None
     max_len = min(pool.max_model_len or model.max_model_len, model.max_model_len)
     return ResolvedPool(name=name, cfg=pool, model=model, hardware=hw, kv=kv,
