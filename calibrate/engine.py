@@ -54,11 +54,12 @@ class EngineRecord:
 
 @dataclass(frozen=True)
 class EngineStep:
-    """One engine iteration: its scheduled (new tokens, cached context) per sequence."""
+    """One engine iteration: its scheduled (new tokens, cached context, is prefill) per
+    sequence (a sequence is prefill while it computes its prompt, whatever its tokens)."""
 
     start_s: float
     end_s: float
-    seqs: tuple[tuple[int, int], ...]
+    seqs: tuple[tuple[int, int, bool], ...]
 
     @property
     def seconds(self) -> float:
@@ -103,6 +104,80 @@ def _replay(requests: list[EngineRequest], submit) -> float:
     return t0
 
 
+class _StepLog:
+    """Logs every step of transformers' continuous batching processors: its scheduled
+    (new tokens, cached context, is-prefill) per sequence and its duration (prepare →
+    forward → update).
+
+    The processor class is patched once, for the life of the process; each processor's
+    steps go to the list registered for it (by its scheduler's cache), so several engines
+    may run at once and a processor no engine registered is left untouched."""
+
+    _lock = threading.Lock()
+    _sinks: dict[int, list] = {}
+    _installed = False
+
+    @classmethod
+    def install(cls) -> None:
+        with cls._lock:
+            if cls._installed:
+                return
+            from transformers.generation.continuous_batching import continuous_api as ca
+            from transformers.generation.continuous_batching.requests import RequestStatus
+            proc_cls = ca.ContinuousBatchProcessor
+            prepare, update = proc_cls.prepare_next_batch, proc_cls.update_batch
+            decoding = RequestStatus.DECODING
+
+            def prepare_next_batch(proc):
+                sink = cls._sinks.get(id(proc.cache))
+                if sink is None:
+                    return prepare(proc)
+                start = time.perf_counter()
+                schedule = proc.scheduler.schedule_batch
+                shape: list = []
+
+                def logged(token_budget, cache_budget):
+                    # statuses before scheduling: a prompt's chunk, even of one token, is
+                    # prefill; a decoding sequence's token is not
+                    before = {rid: st.status for rid, st in
+                              {**proc.scheduler.waiting_requests,
+                               **proc.scheduler.active_requests}.items()}
+                    out = schedule(token_budget, cache_budget)
+                    shape[:] = [(f.query_length, f.state.position_offset,
+                                 before.get(f.state.request_id) != decoding)
+                                for f in (out[0] or ())]
+                    return out
+
+                proc.scheduler.schedule_batch = logged
+                try:
+                    ok = prepare(proc)
+                finally:
+                    proc.scheduler.__dict__.pop("schedule_batch", None)
+                proc._fleetsim_step = (start, tuple(shape))
+                return ok
+
+            def update_batch(proc):
+                update(proc)
+                sink = cls._sinks.get(id(proc.cache))
+                pending = getattr(proc, "_fleetsim_step", None)
+                if sink is not None and pending is not None:
+                    sink.append(EngineStep(pending[0], time.perf_counter(), pending[1]))
+
+            proc_cls.prepare_next_batch = prepare_next_batch
+            proc_cls.update_batch = update_batch
+            cls._installed = True
+
+    @classmethod
+    def register(cls, cache, sink: list) -> None:
+        with cls._lock:
+            cls._sinks[id(cache)] = sink
+
+    @classmethod
+    def unregister(cls, cache) -> None:
+        with cls._lock:
+            cls._sinks.pop(id(cache), None)
+
+
 @dataclass
 class ContinuousLimits:
     max_batch_tokens: int
@@ -125,6 +200,7 @@ class ContinuousEngine:
         self.model = build_model(shape, seed)
         self.steps: list[EngineStep] = []
         self._mgr = None
+        self._cache = None
         self._runs = 0
 
     def _manager(self):
@@ -143,65 +219,37 @@ class ContinuousEngine:
                                                   continuous_batching_config=cb)
         return mgr
 
-    def _instrument(self) -> None:
-        """Log each step's shape and duration (prepare → forward → update)."""
-        from transformers.generation.continuous_batching import continuous_api as ca
-        steps = self.steps
-        current: dict = {}
-        prepare, update = ca.ContinuousBatchProcessor.prepare_next_batch, \
-            ca.ContinuousBatchProcessor.update_batch
-
-        def prepare_next_batch(proc):
-            start = time.perf_counter()
-            schedule = proc.scheduler.schedule_batch
-
-            def logged(token_budget, cache_budget):
-                out = schedule(token_budget, cache_budget)
-                current["seqs"] = tuple((f.query_length, f.state.position_offset)
-                                        for f in (out[0] or ()))
-                return out
-
-            proc.scheduler.schedule_batch = logged
-            try:
-                ok = prepare(proc)
-            finally:
-                del proc.scheduler.schedule_batch
-            current["start"] = start
-            return ok
-
-        def update_batch(proc):
-            update(proc)
-            steps.append(EngineStep(current["start"], time.perf_counter(), current["seqs"]))
-
-        self._patched = (ca.ContinuousBatchProcessor, prepare, update)
-        ca.ContinuousBatchProcessor.prepare_next_batch = prepare_next_batch
-        ca.ContinuousBatchProcessor.update_batch = update_batch
-
-    def _restore(self) -> None:
-        cls, prepare, update = self._patched
-        cls.prepare_next_batch = prepare
-        cls.update_batch = update
-
     def start(self) -> None:
         """Start the engine and warm it up: a prompt of two full token budgets, so the
         batch buffers are touched before anything is timed. ``run`` starts it if needed;
         a started engine serves several ``run`` calls, as a server stays up."""
         if self._mgr is not None:
             return
-        self._instrument()
-        mgr = self._manager()
+        _StepLog.install()
+        mgr = None
         try:
+            mgr = self._manager()
             mgr.start()
+            deadline = time.perf_counter() + 120
+            while getattr(mgr, "batch_processor", None) is None:   # built by the thread
+                if time.perf_counter() > deadline or not mgr.is_running():
+                    raise RuntimeError("the engine's generation loop did not start")
+                time.sleep(0.005)
+            self._cache = mgr.batch_processor.cache
+            _StepLog.register(self._cache, self.steps)
             lim = self.limits
             warm = max(8, min(2 * lim.max_batch_tokens,
                               (lim.num_blocks - 1) * lim.page_size - 2))
             for i, n in enumerate((warm, 8)):
                 mgr.add_request([1] * n, request_id=f"warmup{i}", max_new_tokens=2)
-                if mgr.get_result(request_id=f"warmup{i}", timeout=120) is None:
-                    raise RuntimeError("the engine did not answer its warm-up requests")
+                out = mgr.get_result(request_id=f"warmup{i}", timeout=120)
+                if out is None or out.error:
+                    raise RuntimeError("the engine did not serve its warm-up requests"
+                                       + (f": {out.error}" if out is not None else ""))
         except BaseException:
-            mgr.stop(block=True, timeout=30)
-            self._restore()
+            if mgr is not None:
+                mgr.stop(block=True, timeout=30)
+            self._unregister()
             raise
         self._mgr = mgr
 
@@ -212,7 +260,12 @@ class ContinuousEngine:
             self._mgr.stop(block=True, timeout=30)
         finally:
             self._mgr = None
-            self._restore()
+            self._unregister()
+
+    def _unregister(self) -> None:
+        if self._cache is not None:
+            _StepLog.unregister(self._cache)
+            self._cache = None
 
     def __enter__(self) -> "ContinuousEngine":
         self.start()
@@ -250,10 +303,16 @@ class ContinuousEngine:
                     raise RuntimeError(f"the engine failed request {out.request_id}: "
                                        f"{out.error}")
                 results[out.request_id] = out
+            # the step that produced the last token is logged just after its result is out
+            last_stamp = max(out.timestamps[-1] for out in results.values())
+            wait_until = time.perf_counter() + 5.0
+            while not (self.steps and self.steps[-1].end_s >= last_stamp) and \
+                    time.perf_counter() < wait_until:
+                time.sleep(0.001)
         finally:
             if started_here:
                 self.stop()
-        # in place: the instrumentation appends to this very list
+        # in place: the step log appends to this very list
         self.steps[:] = [EngineStep(s.start_s - t0, s.end_s - t0, s.seqs) for s in self.steps]
         records = []
         for rid, req in zip(ids, requests):

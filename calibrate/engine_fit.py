@@ -20,12 +20,13 @@ where ``keys`` = Σ over the batch's sequences of context + new tokens, and
 to the token budget, interpolated linearly in log new tokens): what one key
 costs depends on how many queries meet it, and on the code path (transformers'
 SDPA path packs the query heads for a lone decode, and copies the grouped K/V
-heads out for every key when a step has several new tokens)
+heads out for every key when a step has several new tokens); knots no step
+comes near are left out. For an engine that attends over the packed batch the
+per-key table replaces the profile's per-sequence attention terms.
 
-(non-negative least squares on relative error), where ``keys`` = Σ over the
-batch's sequences of context + new tokens. Every fourth run is held back from
-a first fit to report the error on steps the fit has not seen. The grid never
-depends on the workloads being validated.
+The fit is non-negative least squares on relative error. Every fourth run is
+held back from a first fit to report the error on steps the fit has not seen.
+The grid never depends on the workloads being validated.
 
 ``fit_sequential`` does the same for ``model.generate`` one request at a time
 (prefill, then one decode per token; stamps from a streamer).
@@ -67,12 +68,12 @@ class StepRows:
             "num_tokens", "num_seqs", "prefill_attn_work", "decode_kv_tokens", "kv_read_tokens",
             "seconds", "group")}
         for group, step in steps:
-            seqs = step.seqs
-            cols["num_tokens"].append(sum(q for q, _ in seqs))
+            seqs = step.seqs                       # (new tokens, context, is prefill)
+            cols["num_tokens"].append(sum(q for q, _, _ in seqs))
             cols["num_seqs"].append(len(seqs))
-            cols["prefill_attn_work"].append(sum(q * (c + q / 2.0) for q, c in seqs if q > 1))
-            cols["decode_kv_tokens"].append(sum(c + 1 for q, c in seqs if q == 1))
-            cols["kv_read_tokens"].append(sum(c + q for q, c in seqs))
+            cols["prefill_attn_work"].append(sum(q * (c + q / 2.0) for q, c, p in seqs if p))
+            cols["decode_kv_tokens"].append(sum(c + 1 for q, c, p in seqs if not p))
+            cols["kv_read_tokens"].append(sum(c + q for q, c, _ in seqs))
             cols["seconds"].append(step.seconds)
             cols["group"].append(group)
         return StepRows(**{k: np.array(v, dtype=np.float64) for k, v in cols.items()})
@@ -141,6 +142,9 @@ def fit_extra(profile: dict, rows: StepRows, knots: list[int], packed: bool) -> 
     (beyond its dense, LM-head and overhead terms alone when the engine's attention is
     ``packed``: the per-key table then holds all of the attention)."""
     base = profile_seconds(profile, rows, attention=not packed)
+    # knots no step comes near would be fitted to zero: leave them out
+    support = hat_basis(rows.num_tokens, knots).max(axis=0) > 1e-9
+    knots = [q for q, ok in zip(knots, support) if ok] or [1]
     weight = 1.0 / rows.seconds                      # relative error
     coef = nnls(_design(rows, knots) * weight[:, None], (rows.seconds - base) * weight)
     sig = lambda c: float(f"{max(float(c), 0.0):.4g}")
@@ -260,7 +264,7 @@ def fit_sequential(profile: dict, shape, threads: int = 1, quick: bool = False,
         times = engine.generate(ids, out_tokens)
         ends = [start] + times
         for j in range(len(times)):
-            seqs = ((prompt, 0),) if j == 0 else ((1, prompt + j - 1),)
+            seqs = ((prompt, 0, True),) if j == 0 else ((1, prompt + j - 1, False),)
             steps.append((i, EngineStep(ends[j], ends[j + 1], seqs)))
     fit = fit_rows(profile, StepRows.from_steps(steps), max(prompts))
     log(f"generate() fit: {len(prompts)} calibration requests, {len(fit.rows)} steps; "

@@ -222,8 +222,11 @@ def engine_profile(base: dict, fit: EngineFit, engine_name: str, limits, path: P
         "step_error_without_engine_terms": fit.without_engine,
         "note": ("Seconds this engine adds to the model's step, fitted on its own steps over a "
                  "fixed grid of synthetic batches: constant + per_seq x sequences + "
-                 "per_kv_token x keys read + per_kv_pair x new tokens x keys read (keys: "
-                 "context + new tokens over the whole batch)."),
+                 "per_prefill_step (a step that computes prompt tokens) + keys read x "
+                 "per_kv_token_s(new tokens in the step), a table interpolated linearly in "
+                 "log new tokens (keys: context + new tokens over the whole batch). With "
+                 "replaces_attention the per-key cost is all of the step's attention and the "
+                 "profile's attention tables are not used."),
     }
     data.pop("forwards", None)
     data.pop("measured", None)
@@ -471,11 +474,16 @@ def format_table(report: ValidationReport) -> str:
 
 
 def _shown(path: Path, out_dir: Path) -> str:
-    """A path inside the output folder relative to it (the folder is renamed into place)."""
-    try:
-        return str(Path(path).resolve().relative_to(out_dir.resolve()))
-    except ValueError:
-        return str(path)
+    """A path inside the output folder relative to it (the folder is renamed into place);
+    a shipped profile relative to the profiles folder."""
+    from sim.paths import data_dir
+    path = Path(path).resolve()
+    for base, prefix in ((out_dir.resolve(), ""), (data_dir("profiles").resolve(), "profiles/")):
+        try:
+            return prefix + str(path.relative_to(base))
+        except ValueError:
+            continue
+    return str(path)
 
 
 def write_report(report: ValidationReport) -> None:

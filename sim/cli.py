@@ -311,6 +311,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     try:
+        import transformers  # noqa: F401  (the engine; checked before anything is timed)
         from calibrate.validate import ValidationError, format_table, validate
     except ImportError as exc:
         raise ScenarioError(f"validation needs torch and transformers ({exc}); install them "

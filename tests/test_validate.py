@@ -136,7 +136,7 @@ def _rows(seed: int = 0):
         batch = int(rng.integers(1, 17))
         ctx = int(rng.integers(10, 800))
         q = 1 if g % 3 else int(rng.integers(16, 240))
-        seqs = tuple((q if i == 0 else 1, ctx + i) for i in range(batch))
+        seqs = tuple((q if i == 0 else 1, ctx + i, i == 0 and q > 1) for i in range(batch))
         steps.append((g, EngineStep(0.0, 1.0, seqs)))
     rows = StepRows.from_steps(steps)
     rows.seconds = profile_seconds(profile, rows) + engine_seconds(TRUTH, rows)
@@ -151,11 +151,13 @@ TRUTH = {"constant_s": 0.001, "per_seq_s": 0.0002, "per_prefill_step_s": 0.003,
 def test_step_rows_count_tokens_seqs_and_keys():
     from calibrate.engine import EngineStep
     from calibrate.engine_fit import StepRows
-    rows = StepRows.from_steps([(0, EngineStep(0.0, 0.5, ((1, 99), (1, 49), (40, 10))))])
-    assert rows.num_tokens[0] == 42 and rows.num_seqs[0] == 3
+    step = EngineStep(0.0, 0.5, ((1, 99, False), (1, 49, False), (40, 10, True), (1, 7, True)))
+    rows = StepRows.from_steps([(0, step)])
+    assert rows.num_tokens[0] == 43 and rows.num_seqs[0] == 4
     assert rows.decode_kv_tokens[0] == 100 + 50
-    assert rows.prefill_attn_work[0] == 40 * (10 + 20)
-    assert rows.kv_read_tokens[0] == 100 + 50 + 50
+    # a prompt's last chunk of one token is prefill, as the simulator counts it
+    assert rows.prefill_attn_work[0] == 40 * (10 + 20) + 1 * (7 + 0.5)
+    assert rows.kv_read_tokens[0] == 100 + 50 + 50 + 8
     assert rows.seconds[0] == 0.5
 
 
@@ -172,13 +174,49 @@ def test_fit_recovers_engine_terms_from_exact_steps():
     assert fit.without_engine["median"] > 0.01
 
 
-def test_fit_never_returns_negative_terms():
+def test_nnls_finds_the_constrained_optimum():
+    """Lawson-Hanson against trying every support: the same residual, never negative."""
+    from calibrate.fit import nnls, nnls_small
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        a = rng.random((40, 6))
+        b = rng.random(40) - 0.4
+        x = nnls(a, b)
+        assert (x >= 0).all()
+        best = nnls_small(a, b)
+        assert np.sum((a @ x - b) ** 2) == pytest.approx(np.sum((a @ best - b) ** 2),
+                                                         rel=1e-9, abs=1e-12)
+
+
+def test_fit_drops_step_sizes_it_never_saw():
+    """Knots of the per-key table with no step near them are left out, not set to zero."""
     from calibrate.engine_fit import fit_rows
-    profile, rows = _rows(1)
-    rows.seconds = rows.seconds * 0.5              # the engine is faster than the profile
-    fit = fit_rows(profile, rows, 256)
-    assert fit.engine["constant_s"] >= 0 and fit.engine["per_seq_s"] >= 0
-    assert all(v >= 0 for _, v in fit.engine["per_kv_token_s"])
+    profile, rows = _rows(2)
+    fit = fit_rows(profile, rows, 4096)
+    knots = [q for q, _ in fit.engine["per_kv_token_s"]]
+    assert 1 in knots and 4096 not in knots and 2048 not in knots
+    assert all(v > 0 for _, v in fit.engine["per_kv_token_s"])
+
+
+def test_fitted_formula_is_the_simulators(tmp_path):
+    """The fit's prediction of a step equals the simulator's cost model on its profile."""
+    from calibrate.engine_fit import StepRows, engine_seconds, profile_seconds
+    from calibrate.engine import EngineStep
+    for packed in (False, True):
+        engine = {**ENGINE, "replaces_attention": packed}
+        cost = _cost(_profile_with_engine(tmp_path, engine))
+        profile = load_profile(resolve_profile_path(SHIPPED))
+        rng = np.random.default_rng(5)
+        for _ in range(50):
+            seqs = tuple((int(rng.integers(1, 300)) if p else 1, int(rng.integers(0, 900)), p)
+                         for p in rng.random(int(rng.integers(1, 12))) < 0.3)
+            rows = StepRows.from_steps([(0, EngineStep(0.0, 1.0, seqs))])
+            fit_s = (profile_seconds(profile, rows, attention=not packed)
+                     + engine_seconds(engine, rows))[0]
+            sim_s = cost.step_scalar(rows.num_tokens[0], rows.num_seqs[0],
+                                     rows.prefill_attn_work[0], rows.decode_kv_tokens[0],
+                                     rows.kv_read_tokens[0])[0]
+            assert sim_s == pytest.approx(fit_s, rel=1e-9)
 
 
 # -- validation scenarios ----------------------------------------------------------------------
@@ -256,15 +294,41 @@ def test_continuous_engine_serves_exact_lengths_within_its_limits(tiny_shape):
             EngineRequest(0.03, 10, 2)]
     records = engine.run(reqs)
     for req, rec in zip(reqs, records):
-        assert rec.output_tokens == req.output_tokens
         assert rec.arrival_s <= rec.first_token_s <= rec.finish_s
         assert rec.arrival_s >= req.arrival_s - 1e-3
     assert engine.steps, "every step is logged"
     for step in engine.steps:
-        assert sum(q for q, _ in step.seqs) <= limits.max_batch_tokens
+        assert sum(q for q, _, _ in step.seqs) <= limits.max_batch_tokens
         assert len(step.seqs) <= limits.max_requests_per_batch
     # the 100-token prompt needs two chunks of the 64-token budget
-    assert sum(q for s in engine.steps for q, c in s.seqs if q > 1) >= 100 + 20
+    assert sum(q for s in engine.steps for q, c, p in s.seqs if p) == 100 + 20 + 30 + 10
+
+
+def test_continuous_engine_logs_each_steps_new_tokens_and_context(tiny_shape):
+    """One 100-token prompt under a 64-token budget: chunks (64, 0) and (36, 64), then
+    one decode per further output token with the context grown by one."""
+    from calibrate.engine import ContinuousEngine, ContinuousLimits, EngineRequest
+    engine = ContinuousEngine(tiny_shape, ContinuousLimits(64, 4, 16, 64))
+    engine.run([EngineRequest(0.0, 100, 4)])
+    assert [s.seqs for s in engine.steps] == [((64, 0, True),), ((36, 64, True),),
+                                             ((1, 100, False),), ((1, 101, False),),
+                                             ((1, 102, False),)]
+    assert all(0 <= a.start_s < a.end_s <= b.start_s
+               for a, b in zip(engine.steps, engine.steps[1:]))
+
+
+def test_two_engines_log_their_own_steps(tiny_shape):
+    """Several engines may be up at once; each logs only its own steps."""
+    from calibrate.engine import ContinuousEngine, ContinuousLimits, EngineRequest
+    a = ContinuousEngine(tiny_shape, ContinuousLimits(64, 4, 16, 64))
+    b = ContinuousEngine(tiny_shape, ContinuousLimits(32, 2, 16, 32))
+    with a, b:
+        a.run([EngineRequest(0.0, 10, 3)])
+        b.run([EngineRequest(0.0, 40, 2)])
+    assert [s.seqs for s in a.steps] == [((10, 0, True),), ((1, 10, False),),
+                                        ((1, 11, False),)]
+    assert [s.seqs for s in b.steps] == [((32, 0, True),), ((8, 32, True),),
+                                        ((1, 40, False),)]
 
 
 def test_sequential_engine_serves_one_request_at_a_time(tiny_shape):

@@ -64,6 +64,13 @@ def _check_calibrated(here: Loc, pool: PoolConfig, model, scenario: Scenario,
     except (OSError, ValueError) as exc:
         problems.append((loc, str(exc)))
         return False
+    engine = data.get("engine") or {}
+    if engine and getattr(pool.scheduler, "type", None) in ("speculative", "static"):
+        problems.append((loc, f"calibrated profile {path} carries the terms of the engine "
+                         f"'{engine.get('name', '?')}', measured for the continuous and single "
+                         f"schedulers; a {pool.scheduler.type} pool needs a profile without "
+                         f"them"))
+        return False
     dtype = data.get("dtype")
     if dtype is not None and dtype != pool.weight_dtype:
         problems.append((loc, f"calibrated profile {path} was measured in {dtype}, but the "

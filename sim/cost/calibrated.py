@@ -171,8 +171,13 @@ def resolve_profile_path(profile: str, base_dir: str | Path | None = None) -> Pa
 
 @lru_cache(maxsize=32)
 def _read(path: str, mtime: float) -> dict:
-    with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not valid YAML: {exc}".replace("\n", " ")) from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a text file") from None
     if not isinstance(data, dict) or "tables" not in data or "model" not in data:
         raise ValueError(f"{path} is not a calibrated profile (no 'tables' / 'model')")
     return data
@@ -184,7 +189,18 @@ def load_profile(path: str | Path) -> dict:
 
 
 def check_profile(data: dict, model: ModelSpec, tp: int, where: str) -> None:
-    """ValueError unless the profile was made for ``model``'s shapes at ``tp``."""
+    """ValueError unless the profile was made for ``model``'s shapes at ``tp`` and every
+    table and term reads."""
+    try:
+        _check_profile(data, model, tp, where)
+    except (TypeError, AttributeError, KeyError) as exc:
+        raise ValueError(f"{where} is malformed ({type(exc).__name__}: {exc})") from None
+
+
+def _check_profile(data: dict, model: ModelSpec, tp: int, where: str) -> None:
+    for block in ("model", "tables", "overhead", "engine"):
+        if data.get(block) is not None and not isinstance(data[block], dict):
+            raise ValueError(f"{where}: {block} must be a mapping")
     shape = data.get("model") or {}
     diffs = [f"{f} {shape.get(f)} vs {getattr(model, f)}" for f in SHAPE_FIELDS
              if f in shape and int(shape[f]) != int(getattr(model, f))]
@@ -202,10 +218,13 @@ def check_profile(data: dict, model: ModelSpec, tp: int, where: str) -> None:
     absent = [t for t in TERMS if t != "tp_comm" and not tables.get(t)]
     if absent:
         raise ValueError(f"{where}: tables missing or empty: {', '.join(absent)}")
+    for term in TERMS:
+        if tables.get(term):
+            Table(tables[term], f"{where}: tables.{term}")
     over = data.get("overhead") or {}
     for key in ("constant_s", "per_seq_s"):
         v = over.get(key, 0.0)
-        if not isinstance(v, (int, float)) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
             raise ValueError(f"{where}: overhead.{key} must be a number >= 0, got {v!r}")
     engine = data.get("engine")
     if engine is not None:
