@@ -427,6 +427,10 @@ def validate(paths: list[str | Path], out_dir: str | Path, *, force: bool = Fals
     workloads = [load_workload(p) for p in paths]
     if len({w.shape for w in workloads}) != 1:
         raise ValidationError("every validation scenario must serve the same model")
+    profiles_named = {w.scenario.pools[w.pool_name].cost_model.profile for w in workloads}
+    if len(profiles_named) != 1:
+        raise ValidationError(f"every validation scenario must name the same calibrated "
+                              f"profile, got {', '.join(sorted(profiles_named))}")
     names = [w.scenario.name for w in workloads]
     if len(set(names)) != len(names):
         raise ValidationError(f"validation scenarios need distinct names, got {names}")
