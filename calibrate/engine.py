@@ -26,7 +26,7 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -123,10 +123,8 @@ class _StepLog:
             if cls._installed:
                 return
             from transformers.generation.continuous_batching import continuous_api as ca
-            from transformers.generation.continuous_batching.requests import RequestStatus
             proc_cls = ca.ContinuousBatchProcessor
             prepare, update = proc_cls.prepare_next_batch, proc_cls.update_batch
-            decoding = RequestStatus.DECODING
 
             def prepare_next_batch(proc):
                 sink = cls._sinks.get(id(proc.cache))
@@ -137,15 +135,11 @@ class _StepLog:
                 shape: list = []
 
                 def logged(token_budget, cache_budget):
-                    # statuses before scheduling: a prompt's chunk, even of one token, is
-                    # prefill; a decoding sequence's token is not
-                    before = {rid: st.status for rid, st in
-                              {**proc.scheduler.waiting_requests,
-                               **proc.scheduler.active_requests}.items()}
                     out = schedule(token_budget, cache_budget)
+                    # a sequence that has produced no token yet computes its prompt: its
+                    # chunk is prefill, even of one token
                     shape[:] = [(f.query_length, f.state.position_offset,
-                                 before.get(f.state.request_id) != decoding)
-                                for f in (out[0] or ())]
+                                 f.state.generated_len() == 0) for f in (out[0] or ())]
                     return out
 
                 proc.scheduler.schedule_batch = logged

@@ -40,11 +40,11 @@ import numpy as np
 
 from calibrate.engine import (ContinuousEngine, ContinuousLimits, EngineRequest, EngineStep,
                               SequentialEngine)
-from calibrate.fit import error_summary, evaluate, nnls
+from calibrate.fit import error_summary, nnls, predict_steps
 
-ENGINE_SCALARS = ("constant_s", "per_seq_s", "per_prefill_step_s")
-PER_KEY = "per_kv_token_s"          # [[new tokens in the step, seconds per key read], ...]
-REPLACES_ATTENTION = "replaces_attention"   # the per-key table is all of the attention
+from sim.cost.calibrated import ENGINE_PER_KEY as PER_KEY
+from sim.cost.calibrated import ENGINE_REPLACES_ATTENTION as REPLACES_ATTENTION
+from sim.cost.calibrated import ENGINE_SCALARS
 
 
 @dataclass
@@ -85,19 +85,18 @@ class StepRows:
 def profile_seconds(profile: dict, rows: StepRows, attention: bool = True) -> np.ndarray:
     """The profile's own step time (its terms and overhead) for each row, whole model;
     without its per-sequence attention terms when ``attention`` is false (an engine that
-    attends over the packed batch instead)."""
-    tables = profile["tables"]
+    attends over the packed batch instead), as ``CalibratedCostModel`` reads them."""
+    tables = {"tp_comm": [], **profile["tables"]}
     layers = int(profile["model"]["num_layers"])
     over = profile.get("overhead") or {}
     per_seq = float(over.get("per_seq_s", 0.0))
     if not attention:        # the per-sequence part of decode attention sits in the overhead
-        per_seq -= layers * float(over.get("attn_decode_per_seq_per_layer_s", 0.0))
-    per_layer = evaluate(tables["dense"], rows.num_tokens)
-    if attention:
-        per_layer = (per_layer + evaluate(tables["attn_prefill"], rows.prefill_attn_work)
-                     + evaluate(tables["attn_decode"], rows.decode_kv_tokens))
-    return (float(over.get("constant_s", 0.0)) + max(per_seq, 0.0) * rows.num_seqs
-            + layers * per_layer + evaluate(tables["lm_head"], rows.num_seqs))
+        tables["attn_prefill"] = tables["attn_decode"] = []
+        per_seq = max(per_seq - layers * float(over.get("attn_decode_per_seq_per_layer_s", 0.0)),
+                      0.0)
+    return predict_steps(tables, (float(over.get("constant_s", 0.0)), per_seq), layers,
+                         rows.num_tokens, rows.num_seqs, rows.prefill_attn_work,
+                         rows.decode_kv_tokens)
 
 
 def knots_for(max_tokens: int) -> list[int]:

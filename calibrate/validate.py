@@ -207,7 +207,8 @@ def base_profile(w: Workload, out_dir: Path, recalibrate: bool, log) -> tuple[Pa
     return result.yaml_path, result.profile
 
 
-def engine_profile(base: dict, fit: EngineFit, engine_name: str, limits, path: Path) -> Path:
+def engine_profile(base: dict, fit: EngineFit, engine_name: str, limits, path: Path) -> dict:
+    """``base`` with the fitted ``engine`` block, written to ``path``; returns it."""
     data = copy.deepcopy(base)
     data["engine"] = {
         "name": engine_name, "transformers_version": transformers_version(),
@@ -233,7 +234,7 @@ def engine_profile(base: dict, fit: EngineFit, engine_name: str, limits, path: P
     data.pop("held_back_points", None)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_profile(data, path)
-    return path
+    return data
 
 
 # -- figures -----------------------------------------------------------------------------
@@ -289,8 +290,10 @@ def simulate(w: Workload, records: list[EngineRecord], profile_path: Path, work_
     return req
 
 
-def run_workload(w: Workload, engine_profile_path: Path, engine_fit_profile: dict,
-                 out_dir: Path, log, engine=None) -> WorkloadResult:
+def run_workload(w: Workload, engine, engine_profile_path: Path, engine_fit_profile: dict,
+                 out_dir: Path, log) -> WorkloadResult:
+    """Serve the workload on ``engine`` (fitted just before) and simulate it with the
+    engine's profile (``engine_fit_profile``, written at ``engine_profile_path``)."""
     requests = draw_requests(w)
     if not requests:
         raise ValidationError(f"{w.path}: the workload has no requests")
@@ -298,11 +301,6 @@ def run_workload(w: Workload, engine_profile_path: Path, engine_fit_profile: dic
     log(f"{name}: {len(requests)} requests over {requests[-1].arrival_s:.0f} s on the engine "
         f"({w.kind})")
     t0 = time.perf_counter()
-    threads = int(engine_fit_profile.get("threads") or 1)
-    if engine is None and w.kind == "continuous":
-        engine = ContinuousEngine(w.shape, w.limits, threads=threads)
-    elif engine is None:
-        engine = SequentialEngine(w.shape, threads=threads)
     records = engine.run(requests)
     wall_s = time.perf_counter() - t0
     measured = figures([r.arrival_s for r in records], [r.first_token_s for r in records],
@@ -371,47 +369,39 @@ def _key(w: Workload) -> str:
 
 def _validate_into(workloads: list[Workload], out_dir: Path, recalibrate: bool,
                    quick_fit: bool, log) -> ValidationReport:
-    profile_path, profile = base_profile(workloads[0], out_dir, recalibrate, log)
-    fits: dict[str, EngineFit] = {}
-    engine_paths: dict[str, Path] = {}
-    engine_data: dict[str, dict] = {}
-    engines: dict[str, object] = {}
-    try:
-        return _fit_and_run(workloads, out_dir, profile_path, profile, quick_fit, log, fits,
-                            engine_paths, engine_data, engines)
-    finally:
-        for engine in engines.values():
-            getattr(engine, "stop", lambda: None)()
-
-
-def _fit_and_run(workloads, out_dir, profile_path, profile, quick_fit, log, fits,
-                 engine_paths, engine_data, engines) -> ValidationReport:
     """Each workload is served by an engine whose steps were fitted just before, in the
     same life: one warm server per set of limits, refitted before every workload (this
     machine's speed drifts by several percent within minutes, and a fresh engine would
     find other memory)."""
+    profile_path, profile = base_profile(workloads[0], out_dir, recalibrate, log)
     threads = int(profile.get("threads") or 1)
+    fits: dict[str, EngineFit] = {}
+    engine_paths: dict[str, Path] = {}
+    engines: dict[str, object] = {}
     results = []
-    for w in workloads:
-        key = _key(w)
-        if key not in engines:
-            engines[key] = (SequentialEngine(w.shape, threads=threads) if w.kind == "single"
-                            else ContinuousEngine(w.shape, w.limits, threads=threads))
-        engine = engines[key]
-        if w.kind == "single":
-            fit = fit_sequential(profile, w.shape, quick=quick_fit, log=log, engine=engine)
-        else:
-            fit = fit_continuous(profile, w.shape, w.limits, quick=quick_fit, log=log,
-                                 engine=engine)
-        name = w.scenario.name
-        fits[name] = fit
-        folder = out_dir / "profile"
-        _write_fit_steps(profile, fit, folder / f"{name}-engine-steps.csv")
-        engine_paths[name] = engine_profile(profile, fit, engine.name, w.limits,
-                                            folder / f"{name}-engine.yaml")
-        engine_data[name] = yaml.safe_load(engine_paths[name].read_text(encoding="utf-8"))
-        results.append(run_workload(w, engine_paths[name], engine_data[name], out_dir, log,
-                                    engine))
+    try:
+        for w in workloads:
+            key = _key(w)
+            if key not in engines:
+                engines[key] = (SequentialEngine(w.shape, threads=threads)
+                                if w.kind == "single"
+                                else ContinuousEngine(w.shape, w.limits, threads=threads))
+            engine = engines[key]
+            if w.kind == "single":
+                fit = fit_sequential(profile, w.shape, quick=quick_fit, log=log, engine=engine)
+            else:
+                fit = fit_continuous(profile, w.shape, w.limits, quick=quick_fit, log=log,
+                                     engine=engine)
+            name = w.scenario.name
+            fits[name] = fit
+            folder = out_dir / "profile"
+            _write_fit_steps(profile, fit, folder / f"{name}-engine-steps.csv")
+            engine_paths[name] = folder / f"{name}-engine.yaml"
+            data = engine_profile(profile, fit, engine.name, w.limits, engine_paths[name])
+            results.append(run_workload(w, engine, engine_paths[name], data, out_dir, log))
+    finally:
+        for engine in engines.values():
+            getattr(engine, "stop", lambda: None)()
     report = ValidationReport(results, profile_path, engine_paths, fits, out_dir)
     write_report(report)
     return report

@@ -221,24 +221,21 @@ def _check_profile(data: dict, model: ModelSpec, tp: int, where: str) -> None:
     for term in TERMS:
         if tables.get(term):
             Table(tables[term], f"{where}: tables.{term}")
-    over = data.get("overhead") or {}
-    for key in ("constant_s", "per_seq_s"):
-        v = over.get(key, 0.0)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise ValueError(f"{where}: overhead.{key} must be a number >= 0, got {v!r}")
+    _check_seconds(data.get("overhead") or {}, ("constant_s", "per_seq_s"), f"{where}: overhead")
     engine = data.get("engine")
     if engine is not None:
-        if not isinstance(engine, dict):
-            raise ValueError(f"{where}: engine must be a mapping of "
-                             f"{', '.join((*ENGINE_SCALARS, ENGINE_PER_KEY))}")
-        for key in ENGINE_SCALARS:
-            v = engine.get(key, 0.0)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ValueError(f"{where}: engine.{key} must be a number >= 0, got {v!r}")
+        _check_seconds(engine, ENGINE_SCALARS, f"{where}: engine")
         PerKeyTable(engine.get(ENGINE_PER_KEY), f"{where}: engine.{ENGINE_PER_KEY}")
         if not isinstance(engine.get(ENGINE_REPLACES_ATTENTION, False), bool):
             raise ValueError(f"{where}: engine.{ENGINE_REPLACES_ATTENTION} must be true or "
                              f"false")
+
+
+def _check_seconds(block: dict, keys: tuple[str, ...], where: str) -> None:
+    for key in keys:
+        v = block.get(key, 0.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            raise ValueError(f"{where}.{key} must be a number >= 0, got {v!r}")
 
 
 class CalibratedCostModel(CostModel):
@@ -265,17 +262,17 @@ class CalibratedCostModel(CostModel):
         over = self.profile.get("overhead") or {}
         engine = self.profile.get("engine") or {}
         self._const_s = float(over.get("constant_s", 0.0)) + float(engine.get("constant_s", 0.0))
-        self._per_seq_s = float(over.get("per_seq_s", 0.0)) + float(engine.get("per_seq_s", 0.0))
-        self._per_key = PerKeyTable(engine.get(ENGINE_PER_KEY),
-                                    f"{where}: engine.{ENGINE_PER_KEY}")
-        self._packed = self._per_key.active
-        self._prefill_step_s = float(engine.get("per_prefill_step_s", 0.0))
+        per_seq_s = float(over.get("per_seq_s", 0.0))
         if engine.get(ENGINE_REPLACES_ATTENTION, False):
             self._prefill = self._decode = Table([[1.0, 0.0]], "no per-sequence attention")
             # the per-sequence part of decode attention was moved into the overhead
             moved = self.num_layers * float(over.get("attn_decode_per_seq_per_layer_s", 0.0))
-            self._per_seq_s = max(float(over.get("per_seq_s", 0.0)) - moved, 0.0) + float(
-                engine.get("per_seq_s", 0.0))
+            per_seq_s = max(per_seq_s - moved, 0.0)
+        self._per_seq_s = per_seq_s + float(engine.get("per_seq_s", 0.0))
+        self._per_key = PerKeyTable(engine.get(ENGINE_PER_KEY),
+                                    f"{where}: engine.{ENGINE_PER_KEY}")
+        self._packed = self._per_key.active
+        self._prefill_step_s = float(engine.get("per_prefill_step_s", 0.0))
         # work counters, peaks and (when not measured) the all-reduce come from the roofline
         self._roofline = RooflineCostModel(model, hardware, tp, weight_dtype, kv_dtype,
                                            RooflineConfig())
