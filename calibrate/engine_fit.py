@@ -7,7 +7,7 @@ CPU, computes attention over the whole packed batch at once (every new token
 against every key of every sequence, with a mask), so attention grows with
 new tokens × keys read rather than per sequence.
 
-``fit_continuous`` runs the engine on a fixed grid of synthetic batches
+``continuous_steps`` runs the engine on a fixed grid of synthetic batches
 (B prompts of C tokens submitted together, single long prompts, and a
 staggered ramp that mixes prefill chunks with decodes), logs every step's
 shape and duration, and fits the seconds left over by the profile's terms as
@@ -28,8 +28,13 @@ The fit is non-negative least squares on relative error. Every fourth run is
 held back from a first fit to report the error on steps the fit has not seen.
 The grid never depends on the workloads being validated.
 
-``fit_sequential`` does the same for ``model.generate`` one request at a time
+``sequential_steps`` does the same for ``model.generate`` one request at a time
 (prefill, then one decode per token; stamps from a streamer).
+
+The validation passes over the grid several times, between replays of the
+workload, and fits once on every pass: this machine's speed drifts by several
+percent within a minute, and calibration runs spread over the same minutes as
+the workload average the drift as the workload's replays do.
 """
 from __future__ import annotations
 
@@ -222,52 +227,60 @@ def continuous_grid(limits: ContinuousLimits, quick: bool = False
     return runs
 
 
-def fit_continuous(profile: dict, shape, limits: ContinuousLimits, threads: int = 1,
-                   quick: bool = False, log=print,
-                   engine: ContinuousEngine | None = None) -> EngineFit:
-    """Fit on ``engine`` (started, and left running: the server that is then validated) or
-    on an engine of its own."""
+def continuous_steps(engine: ContinuousEngine, limits: ContinuousLimits, quick: bool = False,
+                     first_group: int = 0) -> list[tuple[int, EngineStep]]:
+    """Serve the calibration grid on ``engine`` (started); each step tagged with its run
+    (numbered from ``first_group``, so that several passes over the grid stay apart)."""
     steps: list[tuple[int, EngineStep]] = []
-    runs = continuous_grid(limits, quick)
-    own = engine is None
-    if own:
-        engine = ContinuousEngine(shape, limits, threads=threads)
-    engine.start()                                   # one warm server for every run
-    try:
-        for i, run in enumerate(runs):
-            engine.run(run)
-            steps.extend((i, s) for s in engine.steps)
-    finally:
-        if own:
-            engine.stop()
+    for i, run in enumerate(continuous_grid(limits, quick)):
+        engine.run(run)
+        steps.extend((first_group + i, s) for s in engine.steps)
+    return steps
+
+
+def fit_continuous(profile: dict, limits: ContinuousLimits,
+                   steps: list[tuple[int, EngineStep]], log=print) -> EngineFit:
+    """The engine terms fitted on calibration steps (``continuous_steps``, one pass or
+    several)."""
     fit = fit_rows(profile, StepRows.from_steps(steps), limits.max_batch_tokens, packed=True)
-    log(f"engine fit: {len(runs)} calibration runs, {len(fit.rows)} steps; held-back step error "
+    runs = len({g for g, _ in steps})
+    log(f"engine fit: {runs} calibration runs, {len(fit.rows)} steps; held-back step error "
         f"median {_pct(fit.held_back, 'median')}, max {_pct(fit.held_back, 'max')} "
         f"(the plain profile: median {_pct(fit.without_engine, 'median')})")
     return fit
 
 
-def fit_sequential(profile: dict, shape, threads: int = 1, quick: bool = False,
-                   log=print, engine: SequentialEngine | None = None) -> EngineFit:
-    """``model.generate``: each request's prefill then its decodes, one at a time."""
-    engine = engine or SequentialEngine(shape, threads=threads)
+SEQUENTIAL_OUT_TOKENS = 12
+
+
+def sequential_prompts(quick: bool = False) -> tuple[int, ...]:
+    # mixed order, so that the held-back requests (every fourth) fall inside the range
+    return (16, 1024, 64, 512, 256, 128, 768, 32) if not quick else (16, 512, 128, 64)
+
+
+def sequential_steps(engine: SequentialEngine, shape, quick: bool = False,
+                     first_group: int = 0) -> list[tuple[int, EngineStep]]:
+    """``model.generate`` on the calibration prompts: each request's prefill then its
+    decodes, one at a time (stamps from a streamer)."""
     engine.generate([1] * 8, 2)                       # warm-up
     rng = np.random.default_rng(0)
     steps: list[tuple[int, EngineStep]] = []
-    # mixed order, so that the held-back requests (every fourth) fall inside the range
-    prompts = (16, 1024, 64, 512, 256, 128, 768, 32) if not quick else (16, 512, 128, 64)
-    out_tokens = 12
-    for i, prompt in enumerate(prompts):
+    for i, prompt in enumerate(sequential_prompts(quick)):
         ids = rng.integers(1, shape.vocab_size, prompt).tolist()
         start = time.perf_counter()
-        times = engine.generate(ids, out_tokens)
+        times = engine.generate(ids, SEQUENTIAL_OUT_TOKENS)
         ends = [start] + times
         for j in range(len(times)):
             seqs = ((prompt, 0, True),) if j == 0 else ((1, prompt + j - 1, False),)
-            steps.append((i, EngineStep(ends[j], ends[j + 1], seqs)))
-    fit = fit_rows(profile, StepRows.from_steps(steps), max(prompts))
-    log(f"generate() fit: {len(prompts)} calibration requests, {len(fit.rows)} steps; "
-        f"held-back step error median {_pct(fit.held_back, 'median')}, max "
+            steps.append((first_group + i, EngineStep(ends[j], ends[j + 1], seqs)))
+    return steps
+
+
+def fit_sequential(profile: dict, steps: list[tuple[int, EngineStep]], log=print) -> EngineFit:
+    rows = StepRows.from_steps(steps)
+    fit = fit_rows(profile, rows, int(rows.num_tokens.max()))
+    log(f"generate() fit: {len({g for g, _ in steps})} calibration requests, {len(fit.rows)} "
+        f"steps; held-back step error median {_pct(fit.held_back, 'median')}, max "
         f"{_pct(fit.held_back, 'max')} (the plain profile: median "
         f"{_pct(fit.without_engine, 'median')})")
     return fit

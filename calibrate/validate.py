@@ -41,7 +41,8 @@ import yaml
 from calibrate import bench
 from calibrate.engine import (ContinuousEngine, ContinuousLimits, EngineRecord, EngineRequest,
                               SequentialEngine, transformers_version)
-from calibrate.engine_fit import EngineFit, StepRows, fit_continuous, fit_sequential, step_errors
+from calibrate.engine_fit import (EngineFit, StepRows, continuous_steps, fit_continuous,
+                                  fit_sequential, sequential_steps, step_errors)
 from calibrate.run import calibrate, write_profile
 from calibrate.spec import ModelShape
 
@@ -82,7 +83,8 @@ class WorkloadResult:
     step_error: dict
     engine_requests: list[EngineRecord]
     sim_requests: object             # pandas DataFrame
-    wall_s: float
+    wall_s: float                    # the engine's time on every replay
+    replays: int = 1
 
 
 @dataclass
@@ -290,57 +292,87 @@ def simulate(w: Workload, records: list[EngineRecord], profile_path: Path, work_
     return req
 
 
-def run_workload(w: Workload, engine, engine_profile_path: Path, engine_fit_profile: dict,
-                 out_dir: Path, log) -> WorkloadResult:
-    """Serve the workload on ``engine`` (fitted just before) and simulate it with the
-    engine's profile (``engine_fit_profile``, written at ``engine_profile_path``)."""
-    requests = draw_requests(w)
-    if not requests:
-        raise ValidationError(f"{w.path}: the workload has no requests")
-    name = w.scenario.name
-    log(f"{name}: {len(requests)} requests over {requests[-1].arrival_s:.0f} s on the engine "
-        f"({w.kind})")
-    t0 = time.perf_counter()
+def serve(w: Workload, engine, requests: list[EngineRequest], log, replay: int, replays: int
+          ) -> tuple[list[EngineRecord], list]:
+    """One replay of the workload on the engine: its request records and step log."""
+    log(f"{w.scenario.name}: replay {replay + 1}/{replays}, {len(requests)} requests over "
+        f"{requests[-1].arrival_s:.0f} s on the engine ({w.kind})")
     records = engine.run(requests)
-    wall_s = time.perf_counter() - t0
-    measured = figures([r.arrival_s for r in records], [r.first_token_s for r in records],
-                       [r.finish_s for r in records], [r.output_tokens for r in records])
+    return records, list(getattr(engine, "steps", []) or [])
+
+
+def _step_report(profile: dict, steps: list[tuple[int, object]], work: Path) -> dict:
+    """Each engine step's error against the engine profile (``steps``: (replay, step)),
+    written beside the requests."""
+    rows = StepRows.from_steps(steps)
+    signed = step_errors(profile, profile.get("engine"), rows)
+    err = np.abs(signed)
+    work.mkdir(parents=True, exist_ok=True)
+    with open(work / "engine_steps.csv", "w", newline="", encoding="utf-8") as fh:
+        out = csv.writer(fh)
+        out.writerow(["replay", "start_s", "end_s", "num_tokens", "num_seqs", "kv_read_tokens",
+                      "predicted_s"])
+        for (replay, step), row_err, n, q, k in zip(steps, signed, rows.num_seqs,
+                                                   rows.num_tokens, rows.kv_read_tokens):
+            out.writerow([replay, f"{step.start_s:.6f}", f"{step.end_s:.6f}", int(q), int(n),
+                          int(k), f"{step.seconds * (1 + row_err):.6f}"])
+    return {"points": int(len(err)), "median": round(float(np.median(err)), 4),
+            "max": round(float(np.max(err)), 4),
+            "busy_s": round(float(rows.seconds.sum()), 3),
+            "predicted_busy_s": round(float(np.sum(rows.seconds * (1 + signed))), 3)}
+
+
+def pooled_figures(runs: list[tuple]) -> dict:
+    """Figures over several replays of one workload: latency percentiles over every
+    replay's requests together, throughput as all output tokens over all the replays'
+    spans. ``runs``: (arrival, first, finish, output_tokens) per replay."""
+    cat = [np.concatenate([np.asarray(r[i], dtype=np.float64) for r in runs])
+           for i in range(4)]
+    out = figures(*cat)
+    spans = [float(np.max(r[2]) - np.min(r[0])) for r in runs]
+    tokens = float(cat[3].sum())
+    out["output_tokens_per_s"] = tokens / sum(spans) if sum(spans) > 0 else float("nan")
+    return out
+
+
+def compare_workload(w: Workload, served: list[tuple[list[EngineRecord], list]],
+                     engine_profile_path: Path, engine_fit_profile: dict, out_dir: Path,
+                     wall_s: float, log) -> WorkloadResult:
+    """The engine's replays of the workload against fleetsim's prediction of each (the
+    same requests at the times that replay handed them over), with the engine's profile
+    (``engine_fit_profile``, written at ``engine_profile_path``)."""
+    name = w.scenario.name
     work = out_dir / name
-    req = simulate(w, records, engine_profile_path, work)
-    predicted = figures(req["arrival_s"], req["first_token_s"], req["finish_s"],
-                        req["output_tokens"])
+    sims = [simulate(w, records, engine_profile_path, work / f"replay-{i + 1}")
+            for i, (records, _) in enumerate(served)]
+    measured = pooled_figures([([r.arrival_s for r in rec], [r.first_token_s for r in rec],
+                                [r.finish_s for r in rec], [r.output_tokens for r in rec])
+                               for rec, _ in served])
+    predicted = pooled_figures([(q["arrival_s"], q["first_token_s"], q["finish_s"],
+                                 q["output_tokens"]) for q in sims])
     errors = {k: (predicted[k] - measured[k]) / measured[k] if measured[k] else float("nan")
               for k in METRICS}
     step_error = {"points": 0, "median": None, "max": None}
-    if w.kind == "continuous" and engine.steps:
-        rows = StepRows.from_steps([(0, s) for s in engine.steps])
-        signed = step_errors(engine_fit_profile, engine_fit_profile.get("engine"), rows)
-        err = np.abs(signed)
-        step_error = {"points": int(len(err)), "median": round(float(np.median(err)), 4),
-                      "max": round(float(np.max(err)), 4),
-                      "busy_s": round(float(rows.seconds.sum()), 3),
-                      "predicted_busy_s": round(float(np.sum(rows.seconds * (1 + signed))), 3)}
-        work.mkdir(parents=True, exist_ok=True)
-        with open(work / "engine_steps.csv", "w", newline="", encoding="utf-8") as fh:
-            out = csv.writer(fh)
-            out.writerow(["start_s", "end_s", "num_tokens", "num_seqs", "kv_read_tokens",
-                          "predicted_s"])
-            for step, row_err, n, q, k in zip(engine.steps, signed, rows.num_seqs,
-                                              rows.num_tokens, rows.kv_read_tokens):
-                out.writerow([f"{step.start_s:.6f}", f"{step.end_s:.6f}", int(q), int(n), int(k),
-                              f"{step.seconds * (1 + row_err):.6f}"])
+    if w.kind == "continuous":
+        steps = [(i + 1, s) for i, (_, logged) in enumerate(served) for s in logged]
+        if steps:
+            step_error = _step_report(engine_fit_profile, steps, work)
+    records = [r for rec, _ in served for r in rec]
     with open(work / "engine_requests.csv", "w", newline="", encoding="utf-8") as fh:
         out = csv.writer(fh)
-        out.writerow(["arrival_s", "first_token_s", "finish_s", "prompt_tokens",
+        out.writerow(["replay", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
                       "output_tokens"])
-        for r in records:
-            out.writerow([f"{r.arrival_s:.6f}", f"{r.first_token_s:.6f}", f"{r.finish_s:.6f}",
-                          r.prompt_tokens, r.output_tokens])
+        for i, (rec, _) in enumerate(served):
+            for r in rec:
+                out.writerow([i + 1, f"{r.arrival_s:.6f}", f"{r.first_token_s:.6f}",
+                              f"{r.finish_s:.6f}", r.prompt_tokens, r.output_tokens])
+    import pandas as pd
+    req = pd.concat([q.assign(replay=i + 1) for i, q in enumerate(sims)], ignore_index=True)
     req.to_csv(work / "sim_requests.csv", index=False)
-    log(f"{name}: engine {wall_s:.0f} s; TTFT p50 measured {measured['ttft_p50_s']:.3f} s, "
+    log(f"{name}: {len(served)} replays; TTFT p50 measured {measured['ttft_p50_s']:.3f} s, "
         f"predicted {predicted['ttft_p50_s']:.3f} s ({100 * errors['ttft_p50_s']:+.1f}%)")
-    return WorkloadResult(name, w.kind, len(records), measured, predicted, errors, step_error,
-                          records, req, wall_s)
+    return WorkloadResult(name, w.kind, len(served[0][0]), measured, predicted, errors,
+                          step_error, records, req, wall_s, len(served))
 
 
 # -- the whole validation -------------------------------------------------------------------
@@ -368,11 +400,12 @@ def _key(w: Workload) -> str:
 
 
 def _validate_into(workloads: list[Workload], out_dir: Path, recalibrate: bool,
-                   quick_fit: bool, log) -> ValidationReport:
-    """Each workload is served by an engine whose steps were fitted just before, in the
-    same life: one warm server per set of limits, refitted before every workload (this
-    machine's speed drifts by several percent within minutes, and a fresh engine would
-    find other memory)."""
+                   quick_fit: bool, replays: int, log) -> ValidationReport:
+    """Each workload is served ``replays`` times by one warm engine, each replay just after
+    a pass over the calibration grid on that engine; the engine terms are fitted once on
+    every pass. This machine's speed drifts by several percent within a minute: calibration
+    spread over the same minutes as the replays sees the same drift on average, where one
+    pass before one replay can catch the machine fast and serve the workload slow."""
     profile_path, profile = base_profile(workloads[0], out_dir, recalibrate, log)
     threads = int(profile.get("threads") or 1)
     fits: dict[str, EngineFit] = {}
@@ -381,24 +414,37 @@ def _validate_into(workloads: list[Workload], out_dir: Path, recalibrate: bool,
     results = []
     try:
         for w in workloads:
+            requests = draw_requests(w)
+            if not requests:
+                raise ValidationError(f"{w.path}: the workload has no requests")
             key = _key(w)
             if key not in engines:
                 engines[key] = (SequentialEngine(w.shape, threads=threads)
                                 if w.kind == "single"
                                 else ContinuousEngine(w.shape, w.limits, threads=threads))
+                getattr(engines[key], "start", lambda: None)()
             engine = engines[key]
-            if w.kind == "single":
-                fit = fit_sequential(profile, w.shape, quick=quick_fit, log=log, engine=engine)
-            else:
-                fit = fit_continuous(profile, w.shape, w.limits, quick=quick_fit, log=log,
-                                     engine=engine)
+            calibration: list = []
+            served = []
+            wall_s = 0.0
+            for replay in range(replays):
+                first = 1 + max((g for g, _ in calibration), default=-1)
+                calibration += (sequential_steps(engine, w.shape, quick_fit, first)
+                                if w.kind == "single" else
+                                continuous_steps(engine, w.limits, quick_fit, first))
+                t0 = time.perf_counter()
+                served.append(serve(w, engine, requests, log, replay, replays))
+                wall_s += time.perf_counter() - t0
+            fit = (fit_sequential(profile, calibration, log) if w.kind == "single"
+                   else fit_continuous(profile, w.limits, calibration, log))
             name = w.scenario.name
             fits[name] = fit
             folder = out_dir / "profile"
             _write_fit_steps(profile, fit, folder / f"{name}-engine-steps.csv")
             engine_paths[name] = folder / f"{name}-engine.yaml"
             data = engine_profile(profile, fit, engine.name, w.limits, engine_paths[name])
-            results.append(run_workload(w, engine, engine_paths[name], data, out_dir, log))
+            results.append(compare_workload(w, served, engine_paths[name], data, out_dir,
+                                            wall_s, log))
     finally:
         for engine in engines.values():
             getattr(engine, "stop", lambda: None)()
@@ -408,12 +454,14 @@ def _validate_into(workloads: list[Workload], out_dir: Path, recalibrate: bool,
 
 
 def validate(paths: list[str | Path], out_dir: str | Path, *, force: bool = False,
-             recalibrate: bool = False, quick_fit: bool = False, log=print
-             ) -> ValidationReport:
+             recalibrate: bool = False, quick_fit: bool = False, replays: int = 3,
+             log=print) -> ValidationReport:
     """Validate every scenario in ``paths``; results are written to ``out_dir``, which
     appears complete or not at all (an existing folder is replaced only with ``force``)."""
     from sim.outputs import write_folder
     out_dir = Path(out_dir)
+    if replays < 1:
+        raise ValidationError(f"replays: at least 1, got {replays}")
     workloads = [load_workload(p) for p in paths]
     if len({w.shape for w in workloads}) != 1:
         raise ValidationError("every validation scenario must serve the same model")
@@ -427,7 +475,7 @@ def validate(paths: list[str | Path], out_dir: str | Path, *, force: bool = Fals
     built: list[ValidationReport] = []
 
     def write(tmp: Path) -> list[Path]:
-        built.append(_validate_into(workloads, tmp, recalibrate, quick_fit, log))
+        built.append(_validate_into(workloads, tmp, recalibrate, quick_fit, replays, log))
         return [p for p in tmp.rglob("*") if p.is_file()]
 
     write_folder(write, out_dir, force=force)
@@ -460,6 +508,8 @@ def format_table(report: ValidationReport) -> str:
                 f"±{100 * target:.0f}% " + ("ok" if abs(e) <= target else "MISSED"))
             lines.append(f"{r.name:<22} {what + unit:<13} {fmt(m)} {fmt(p)} "
                          f"{100 * e:+7.1f}%  {mark}")
+        lines.append(f"{r.name:<22} {'served':<13} {r.num_requests:>10} requests, "
+                     f"{r.replays} replay{'s' if r.replays != 1 else ''}")
         se = r.step_error
         if se["points"]:
             lines.append(f"{r.name:<22} {'step time':<13} {se['points']:>10} steps, median "
@@ -498,7 +548,7 @@ def write_report(report: ValidationReport) -> None:
                             "step_error_without_engine_terms": f.without_engine}
                         for k, f in report.fits.items()},
         "workloads": [{"name": r.name, "engine": r.kind, "requests": r.num_requests,
-                       "engine_wall_s": round(r.wall_s, 2), "measured": r.measured,
+                       "replays": r.replays, "engine_wall_s": round(r.wall_s, 2), "measured": r.measured,
                        "predicted": r.predicted, "rel_error": r.errors,
                        "step_error": r.step_error} for r in report.results],
     }

@@ -26,6 +26,16 @@ def _duration(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return value
+
+
 class _Progress:
     """A progress bar on stderr, shown only once a run has taken a few seconds."""
 
@@ -319,7 +329,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("results") / "validate"
     try:
         report = validate(args.scenarios, out, force=args.force, recalibrate=args.recalibrate,
-                          quick_fit=args.quick, log=(lambda _m: None) if args.quiet else print)
+                          quick_fit=args.quick, replays=args.replays, log=(lambda _m: None) if args.quiet else print)
     except ValidationError as exc:
         raise ScenarioError(str(exc)) from None
     except RuntimeError as exc:              # the engine itself failed or hung
@@ -352,9 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", metavar="PATH=VALUE",
                      help="override a scenario field, e.g. pools.main.replicas=4")
     run.add_argument("--warmup", type=_duration, help="leave out requests arriving before this")
-    run.add_argument("--replications", type=int, default=1,
+    run.add_argument("--replications", type=_positive_int, default=1,
                      help="run N seeds and report means with 95%% confidence intervals")
-    run.add_argument("--workers", type=int, default=1, help="processes for replications")
+    run.add_argument("--workers", type=_positive_int, default=1, help="processes for replications")
     run.add_argument("--sweep", metavar="CSV",
                      help="a `fleetsim sweep` table whose throughput-against-latency curves "
                           "report.html shows")
@@ -438,6 +448,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="calibrate this machine even if a profile made on it exists")
     val.add_argument("--quick", action="store_true",
                      help="a smaller grid for the engine's step-time fit")
+    val.add_argument("--replays", type=_positive_int, default=3,
+                     help="times the engine serves each workload, each just after a pass "
+                          "over the calibration grid (default 3)")
     val.add_argument("--strict", action="store_true",
                      help="exit 1 when a figure misses its target error")
     val.add_argument("--quiet", action="store_true", help="print only the table")
