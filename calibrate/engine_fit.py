@@ -12,8 +12,8 @@ new tokens × keys read rather than per sequence.
 staggered ramp that mixes prefill chunks with decodes), logs every step's
 shape and duration, and fits the seconds left over by the profile's terms as
 
-    extra = constant + per_seq · seqs + per_prefill_step · [the step computes prompt tokens]
-          + keys · per_key(new_tokens)
+    seconds = model_scale · profile + constant + per_seq · seqs
+            + per_prefill_step · [the step computes prompt tokens] + keys · per_key(new_tokens)
 
 where ``keys`` = Σ over the batch's sequences of context + new tokens, and
 ``per_key`` is a table over the step's new tokens (knots at powers of two up
@@ -23,6 +23,11 @@ SDPA path packs the query heads for a lone decode, and copies the grouped K/V
 heads out for every key when a step has several new tokens); knots no step
 comes near are left out. For an engine that attends over the packed batch the
 per-key table replaces the profile's per-sequence attention terms.
+``profile`` is the profile's own step time and ``model_scale`` how much slower
+the machine runs it now than when the profile was measured: a virtual machine's
+speed on the same GEMMs changes from hour to hour (by a factor of two on the
+development machine), and without the factor the engine terms, which cannot
+scale the layers, would trade prefill error for decode error.
 
 The fit is non-negative least squares on relative error. Every fourth run is
 held back from a first fit to report the error on steps the fit has not seen.
@@ -49,6 +54,7 @@ from calibrate.fit import error_summary, nnls, predict_steps
 
 from sim.cost.calibrated import ENGINE_PER_KEY as PER_KEY
 from sim.cost.calibrated import ENGINE_REPLACES_ATTENTION as REPLACES_ATTENTION
+from sim.cost.calibrated import ENGINE_MODEL_SCALE as MODEL_SCALE
 from sim.cost.calibrated import ENGINE_SCALARS
 
 
@@ -142,29 +148,40 @@ def engine_seconds(engine: dict, rows: StepRows) -> np.ndarray:
 
 
 def fit_extra(profile: dict, rows: StepRows, knots: list[int], packed: bool) -> dict:
-    """Engine terms (seconds) fitted to the steps' time beyond the profile's prediction
-    (beyond its dense, LM-head and overhead terms alone when the engine's attention is
+    """Engine terms (seconds) and the profile's scale fitted to the steps' times (the
+    profile's dense, LM-head and overhead terms alone when the engine's attention is
     ``packed``: the per-key table then holds all of the attention)."""
     base = profile_seconds(profile, rows, attention=not packed)
     # knots no step comes near would be fitted to zero: leave them out
     support = hat_basis(rows.num_tokens, knots).max(axis=0) > 1e-9
     knots = [q for q, ok in zip(knots, support) if ok] or [1]
     weight = 1.0 / rows.seconds                      # relative error
-    coef = nnls(_design(rows, knots) * weight[:, None], (rows.seconds - base) * weight)
+    design = np.column_stack([base, _design(rows, knots)])
+    coef = nnls(design * weight[:, None], rows.seconds * weight)
+    if not coef[0] > 0:
+        # the engine terms alone explain the steps: keep the profile as measured
+        coef = np.concatenate([[1.0], nnls(design[:, 1:] * weight[:, None],
+                                           (rows.seconds - base) * weight)])
     sig = lambda c: float(f"{max(float(c), 0.0):.4g}")
-    out = {k: sig(c) for k, c in zip(ENGINE_SCALARS, coef)}
-    out[PER_KEY] = [[q, sig(c)] for q, c in zip(knots, coef[len(ENGINE_SCALARS):])]
+    out = {k: sig(c) for k, c in zip(ENGINE_SCALARS, coef[1:])}
+    out[PER_KEY] = [[q, sig(c)] for q, c in zip(knots, coef[1 + len(ENGINE_SCALARS):])]
     out[REPLACES_ATTENTION] = packed
+    out[MODEL_SCALE] = sig(coef[0])
     return out
+
+
+def predicted_seconds(profile: dict, engine: dict | None, rows: StepRows) -> np.ndarray:
+    """Each step's time as the simulator predicts it from the profile and its engine
+    block (the plain profile when ``engine`` is None)."""
+    if not engine:
+        return profile_seconds(profile, rows)
+    base = profile_seconds(profile, rows, attention=not engine.get(REPLACES_ATTENTION))
+    return float(engine.get(MODEL_SCALE, 1.0)) * base + engine_seconds(engine, rows)
 
 
 def step_errors(profile: dict, engine: dict | None, rows: StepRows) -> np.ndarray:
     """Relative error (predicted − measured) / measured of each step."""
-    packed = bool(engine and engine.get(REPLACES_ATTENTION))
-    pred = profile_seconds(profile, rows, attention=not packed)
-    if engine:
-        pred = pred + engine_seconds(engine, rows)
-    return (pred - rows.seconds) / rows.seconds
+    return (predicted_seconds(profile, engine, rows) - rows.seconds) / rows.seconds
 
 
 @dataclass
@@ -207,7 +224,8 @@ def continuous_grid(limits: ContinuousLimits, quick: bool = False
     """The calibration runs: batches of equal prompts, long single prompts, a ramp."""
     capacity = limits.num_blocks * limits.page_size
     max_batch = limits.max_requests_per_batch
-    out_tokens = 6
+    # long enough for decodes to settle: the first few after a prefill run slower
+    out_tokens = 16
     runs: list[list[EngineRequest]] = []
     contexts = (32, 160, 640) if not quick else (32, 256)
     batches = (1, 2, 4, 8, 16, 32) if not quick else (1, 4, 16)
@@ -244,7 +262,8 @@ def fit_continuous(profile: dict, limits: ContinuousLimits,
     several)."""
     fit = fit_rows(profile, StepRows.from_steps(steps), limits.max_batch_tokens, packed=True)
     runs = len({g for g, _ in steps})
-    log(f"engine fit: {runs} calibration runs, {len(fit.rows)} steps; held-back step error "
+    log(f"engine fit: {runs} calibration runs, {len(fit.rows)} steps; the profile's terms "
+        f"x{fit.engine[MODEL_SCALE]:.3g} on this machine now; held-back step error "
         f"median {_pct(fit.held_back, 'median')}, max {_pct(fit.held_back, 'max')} "
         f"(the plain profile: median {_pct(fit.without_engine, 'median')})")
     return fit
@@ -280,7 +299,7 @@ def fit_sequential(profile: dict, steps: list[tuple[int, EngineStep]], log=print
     rows = StepRows.from_steps(steps)
     fit = fit_rows(profile, rows, int(rows.num_tokens.max()))
     log(f"generate() fit: {len({g for g, _ in steps})} calibration requests, {len(fit.rows)} "
-        f"steps; held-back step error median {_pct(fit.held_back, 'median')}, max "
+        f"steps; the profile's terms x{fit.engine[MODEL_SCALE]:.3g} on this machine now; held-back step error median {_pct(fit.held_back, 'median')}, max "
         f"{_pct(fit.held_back, 'max')} (the plain profile: median "
         f"{_pct(fit.without_engine, 'median')})")
     return fit

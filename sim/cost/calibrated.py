@@ -21,6 +21,9 @@ tokens, growing in proportion to new tokens past its last point (each new
 token meets every key). With ``replaces_attention: true`` that per-key cost
 is all of the step's attention (the engine attends over the packed batch
 instead of per sequence) and the profile's attention tables are not used.
+``model_scale`` (fitted with the engine terms, 1 when absent) multiplies the
+profile's measured terms and overhead: the machine's speed on the model's own
+layers when the engine was measured, relative to when the profile was.
 
 Work counters (FLOPs, bytes for MFU/MBU) and peak figures are the roofline's
 analytic ones for the pool's hardware. An all-reduce table that was not
@@ -55,6 +58,9 @@ _MIN_SECONDS = 1e-9
 ENGINE_SCALARS = ("constant_s", "per_seq_s", "per_prefill_step_s")
 ENGINE_PER_KEY = "per_kv_token_s"
 ENGINE_REPLACES_ATTENTION = "replaces_attention"   # the per-key cost is all the attention
+# how much slower (> 1) or faster the machine ran the profile's own terms when the engine
+# was measured than when the profile was: every measured table and the overhead scale by it
+ENGINE_MODEL_SCALE = "model_scale"
 
 
 class CalibratedConfig(StrictModel):
@@ -226,6 +232,11 @@ def _check_profile(data: dict, model: ModelSpec, tp: int, where: str) -> None:
     if engine is not None:
         _check_seconds(engine, ENGINE_SCALARS, f"{where}: engine")
         PerKeyTable(engine.get(ENGINE_PER_KEY), f"{where}: engine.{ENGINE_PER_KEY}")
+        scale = engine.get(ENGINE_MODEL_SCALE, 1.0)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0 \
+                or not math.isfinite(scale):
+            raise ValueError(f"{where}: engine.{ENGINE_MODEL_SCALE} must be a number > 0, "
+                             f"got {scale!r}")
         if not isinstance(engine.get(ENGINE_REPLACES_ATTENTION, False), bool):
             raise ValueError(f"{where}: engine.{ENGINE_REPLACES_ATTENTION} must be true or "
                              f"false")
@@ -253,22 +264,28 @@ class CalibratedCostModel(CostModel):
         self.profile = load_profile(self.path)
         check_profile(self.profile, model, tp, where)
         tables = self.profile["tables"]
-        self._dense = Table(tables["dense"], f"{where}: tables.dense")
-        self._prefill = Table(tables["attn_prefill"], f"{where}: tables.attn_prefill")
-        self._decode = Table(tables["attn_decode"], f"{where}: tables.attn_decode")
-        self._head = Table(tables["lm_head"], f"{where}: tables.lm_head")
-        comm_rows = tables.get("tp_comm") or []
-        self._comm = Table(comm_rows, f"{where}: tables.tp_comm") if comm_rows else None
-        over = self.profile.get("overhead") or {}
         engine = self.profile.get("engine") or {}
-        self._const_s = float(over.get("constant_s", 0.0)) + float(engine.get("constant_s", 0.0))
+        scale = float(engine.get(ENGINE_MODEL_SCALE, 1.0))
+
+        def table(term: str) -> Table:
+            rows = [[x, float(t) * scale] for x, t in tables[term]]
+            return Table(rows, f"{where}: tables.{term}")
+
+        self._dense = table("dense")
+        self._prefill = table("attn_prefill")
+        self._decode = table("attn_decode")
+        self._head = table("lm_head")
+        self._comm = table("tp_comm") if tables.get("tp_comm") else None
+        over = self.profile.get("overhead") or {}
+        self._const_s = (scale * float(over.get("constant_s", 0.0))
+                         + float(engine.get("constant_s", 0.0)))
         per_seq_s = float(over.get("per_seq_s", 0.0))
         if engine.get(ENGINE_REPLACES_ATTENTION, False):
             self._prefill = self._decode = Table([[1.0, 0.0]], "no per-sequence attention")
             # the per-sequence part of decode attention was moved into the overhead
             moved = self.num_layers * float(over.get("attn_decode_per_seq_per_layer_s", 0.0))
             per_seq_s = max(per_seq_s - moved, 0.0)
-        self._per_seq_s = per_seq_s + float(engine.get("per_seq_s", 0.0))
+        self._per_seq_s = scale * per_seq_s + float(engine.get("per_seq_s", 0.0))
         self._per_key = PerKeyTable(engine.get(ENGINE_PER_KEY),
                                     f"{where}: engine.{ENGINE_PER_KEY}")
         self._packed = self._per_key.active
