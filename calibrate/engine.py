@@ -23,6 +23,7 @@ Outputs have exactly ``output_tokens`` tokens: end-of-sequence is disabled.
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -60,6 +61,7 @@ class EngineStep:
     start_s: float
     end_s: float
     seqs: tuple[tuple[int, int, bool], ...]
+    idle_before_s: float = math.inf     # time since the engine's previous step ended
 
     @property
     def seconds(self) -> float:
@@ -155,7 +157,10 @@ class _StepLog:
                 sink = cls._sinks.get(id(proc.cache))
                 pending = getattr(proc, "_fleetsim_step", None)
                 if sink is not None and pending is not None:
-                    sink.append(EngineStep(pending[0], time.perf_counter(), pending[1]))
+                    end = time.perf_counter()
+                    idle = pending[0] - getattr(proc, "_fleetsim_last_end", -math.inf)
+                    proc._fleetsim_last_end = end
+                    sink.append(EngineStep(pending[0], end, pending[1], idle))
 
             proc_cls.prepare_next_batch = prepare_next_batch
             proc_cls.update_batch = update_batch
@@ -307,7 +312,8 @@ class ContinuousEngine:
             if started_here:
                 self.stop()
         # in place: the step log appends to this very list
-        self.steps[:] = [EngineStep(s.start_s - t0, s.end_s - t0, s.seqs) for s in self.steps]
+        self.steps[:] = [EngineStep(s.start_s - t0, s.end_s - t0, s.seqs, s.idle_before_s)
+                         for s in self.steps]
         records = []
         for rid, req in zip(ids, requests):
             out = results[rid]

@@ -13,7 +13,9 @@ staggered ramp that mixes prefill chunks with decodes), logs every step's
 shape and duration, and fits the seconds left over by the profile's terms as
 
     seconds = model_scale · profile + constant + per_seq · seqs
-            + per_prefill_step · [the step computes prompt tokens] + keys · per_key(new_tokens)
+            + per_prefill_step · [the step computes prompt tokens]
+            + after_idle · [the engine sat idle IDLE_AFTER_S before the step]
+            + keys · per_key(new_tokens)
 
 where ``keys`` = Σ over the batch's sequences of context + new tokens, and
 ``per_key`` is a table over the step's new tokens (knots at powers of two up
@@ -23,6 +25,9 @@ SDPA path packs the query heads for a lone decode, and copies the grouped K/V
 heads out for every key when a step has several new tokens); knots no step
 comes near are left out. For an engine that attends over the packed batch the
 per-key table replaces the profile's per-sequence attention terms.
+A step that follows an idle engine is slower on this machine (its caches have
+gone cold: a 100-token prefill after a second idle took about 1.5 times its
+time in a busy run), so every other calibration run starts after a pause.
 ``profile`` is the profile's own step time and ``model_scale`` how much slower
 the machine runs it now than when the profile was measured: a virtual machine's
 speed on the same GEMMs changes from hour to hour (by a factor of two on the
@@ -54,6 +59,7 @@ from calibrate.fit import error_summary, nnls, predict_steps
 
 from sim.cost.calibrated import ENGINE_PER_KEY as PER_KEY
 from sim.cost.calibrated import ENGINE_REPLACES_ATTENTION as REPLACES_ATTENTION
+from sim.cost.base import IDLE_AFTER_S
 from sim.cost.calibrated import ENGINE_MODEL_SCALE as MODEL_SCALE
 from sim.cost.calibrated import ENGINE_SCALARS
 
@@ -69,6 +75,7 @@ class StepRows:
     kv_read_tokens: np.ndarray
     seconds: np.ndarray
     group: np.ndarray           # which calibration run a step came from
+    after_idle: np.ndarray      # 1 where the engine sat idle IDLE_AFTER_S before the step
 
     def __len__(self) -> int:
         return len(self.seconds)
@@ -77,7 +84,7 @@ class StepRows:
     def from_steps(steps: list[tuple[int, EngineStep]]) -> "StepRows":
         cols: dict[str, list[float]] = {k: [] for k in (
             "num_tokens", "num_seqs", "prefill_attn_work", "decode_kv_tokens", "kv_read_tokens",
-            "seconds", "group")}
+            "seconds", "group", "after_idle")}
         for group, step in steps:
             seqs = step.seqs                       # (new tokens, context, is prefill)
             cols["num_tokens"].append(sum(q for q, _, _ in seqs))
@@ -87,6 +94,7 @@ class StepRows:
             cols["kv_read_tokens"].append(sum(c + q for q, c, _ in seqs))
             cols["seconds"].append(step.seconds)
             cols["group"].append(group)
+            cols["after_idle"].append(float(step.idle_before_s >= IDLE_AFTER_S))
         return StepRows(**{k: np.array(v, dtype=np.float64) for k, v in cols.items()})
 
     def subset(self, mask: np.ndarray) -> "StepRows":
@@ -135,7 +143,7 @@ def hat_basis(new_tokens: np.ndarray, knots: list[int]) -> np.ndarray:
 
 def _design(rows: StepRows, knots: list[int]) -> np.ndarray:
     return np.column_stack([np.ones(len(rows)), rows.num_seqs,
-                            (rows.prefill_attn_work > 0).astype(np.float64),
+                            (rows.prefill_attn_work > 0).astype(np.float64), rows.after_idle,
                             rows.kv_read_tokens[:, None] * hat_basis(rows.num_tokens, knots)])
 
 
@@ -245,12 +253,17 @@ def continuous_grid(limits: ContinuousLimits, quick: bool = False
     return runs
 
 
+IDLE_PAUSE_S = 0.5      # before every other calibration run: its first step after idle
+
+
 def continuous_steps(engine: ContinuousEngine, limits: ContinuousLimits, quick: bool = False,
                      first_group: int = 0) -> list[tuple[int, EngineStep]]:
     """Serve the calibration grid on ``engine`` (started); each step tagged with its run
     (numbered from ``first_group``, so that several passes over the grid stay apart)."""
     steps: list[tuple[int, EngineStep]] = []
     for i, run in enumerate(continuous_grid(limits, quick)):
+        if i % 2:
+            time.sleep(IDLE_PAUSE_S)
         engine.run(run)
         steps.extend((first_group + i, s) for s in engine.steps)
     return steps
@@ -284,14 +297,19 @@ def sequential_steps(engine: SequentialEngine, shape, quick: bool = False,
     engine.generate([1] * 8, 2)                       # warm-up
     rng = np.random.default_rng(0)
     steps: list[tuple[int, EngineStep]] = []
+    last_end = -np.inf
     for i, prompt in enumerate(sequential_prompts(quick)):
         ids = rng.integers(1, shape.vocab_size, prompt).tolist()
+        if i % 2:
+            time.sleep(IDLE_PAUSE_S)
         start = time.perf_counter()
         times = engine.generate(ids, SEQUENTIAL_OUT_TOKENS)
         ends = [start] + times
         for j in range(len(times)):
             seqs = ((prompt, 0, True),) if j == 0 else ((1, prompt + j - 1, False),)
-            steps.append((first_group + i, EngineStep(ends[j], ends[j + 1], seqs)))
+            idle = start - last_end if j == 0 else 0.0
+            steps.append((first_group + i, EngineStep(ends[j], ends[j + 1], seqs, idle)))
+        last_end = ends[-1]
     return steps
 
 

@@ -311,11 +311,12 @@ def _step_report(profile: dict, steps: list[tuple[int, object]], work: Path) -> 
     with open(work / "engine_steps.csv", "w", newline="", encoding="utf-8") as fh:
         out = csv.writer(fh)
         out.writerow(["replay", "start_s", "end_s", "num_tokens", "num_seqs", "kv_read_tokens",
-                      "predicted_s"])
-        for (replay, step), row_err, n, q, k in zip(steps, signed, rows.num_seqs,
-                                                   rows.num_tokens, rows.kv_read_tokens):
+                      "after_idle", "predicted_s"])
+        for (replay, step), row_err, n, q, k, idle in zip(
+                steps, signed, rows.num_seqs, rows.num_tokens, rows.kv_read_tokens,
+                rows.after_idle):
             out.writerow([replay, f"{step.start_s:.6f}", f"{step.end_s:.6f}", int(q), int(n),
-                          int(k), f"{step.seconds * (1 + row_err):.6f}"])
+                          int(k), int(idle), f"{step.seconds * (1 + row_err):.6f}"])
     return {"points": int(len(err)), "median": round(float(np.median(err)), 4),
             "max": round(float(np.max(err)), 4),
             "busy_s": round(float(rows.seconds.sum()), 3),
@@ -383,11 +384,12 @@ def _write_fit_steps(profile: dict, fit: EngineFit, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="", encoding="utf-8") as fh:
         out = csv.writer(fh)
-        out.writerow(["run", "num_tokens", "num_seqs", "kv_read_tokens", "seconds",
-                      "predicted_s"])
+        out.writerow(["run", "num_tokens", "num_seqs", "kv_read_tokens", "after_idle",
+                      "seconds", "predicted_s"])
         for i in range(len(rows)):
             out.writerow([int(rows.group[i]), int(rows.num_tokens[i]), int(rows.num_seqs[i]),
-                          int(rows.kv_read_tokens[i]), f"{rows.seconds[i]:.6f}",
+                          int(rows.kv_read_tokens[i]), int(rows.after_idle[i]),
+                          f"{rows.seconds[i]:.6f}",
                           f"{rows.seconds[i] * (1 + err[i]):.6f}"])
 
 

@@ -93,6 +93,7 @@ class Replica:
     def _end_segment(self) -> None:
         seg, steps, start_s = self._seg, self._seg_steps, self._seg_start_s
         self._seg = None
+        self.scheduler.last_step_end_s = self.env.now
         self._record(seg, steps, start_s)
         self.scheduler.finish_segment(seg, steps, start_s)
         self._plan()

@@ -141,6 +141,33 @@ def test_continuous_scheduler_passes_the_keys_it_reads(tmp_path, trace_stream):
     assert ttft == pytest.approx(first + second, rel=1e-9)
 
 
+@pytest.mark.parametrize("scheduler", [
+    {"type": "continuous", "max_num_batched_tokens": 512, "max_num_seqs": 8},
+    {"type": "single"}])
+def test_a_step_after_an_idle_engine_costs_after_idle_s(tmp_path, trace_stream, scheduler):
+    """Three requests: the first finds a new (idle) replica, the second arrives while the
+    first runs, the third a second after both ended. Only the first and third prefills
+    are charged after_idle_s."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    extra = 0.05
+    ttft = {}
+    for name, idle_s in (("a", 0.0), ("b", extra)):
+        path = _profile_with_engine(tmp_path / name, {"constant_s": 0.0, "after_idle_s": idle_s})
+        pool = make_pool(model="tiny-llama", hardware="cpu", weight_dtype="fp32",
+                         kv_dtype="fp32", scheduler=scheduler,
+                         cost_model={"type": "calibrated", "profile": str(path)})
+        stream = trace_stream([(0.0, 64, 20), (0.001, 32, 4), (5.0, 64, 20)])
+        req = sim.run(make_scenario(stream=stream, pool=pool, duration=10)).requests
+        ttft[name] = req.sort_values("request_id")["ttft_s"].to_numpy()
+    added = ttft["b"] - ttft["a"]
+    assert added[0] == pytest.approx(extra, rel=1e-9)
+    assert added[2] == pytest.approx(extra, rel=1e-9)
+    # the second waited through the first's extra second in either scheduler, but its own
+    # admission step (continuous) or prefill (single) follows a busy step
+    assert added[1] == pytest.approx(extra, rel=1e-9)
+
+
 # -- the fit of the engine terms --------------------------------------------------------------
 def _rows(seed: int = 0, scale: float = 1.0):
     from calibrate.engine import EngineStep
@@ -153,13 +180,14 @@ def _rows(seed: int = 0, scale: float = 1.0):
         ctx = int(rng.integers(10, 800))
         q = 1 if g % 3 else int(rng.integers(16, 240))
         seqs = tuple((q if i == 0 else 1, ctx + i, i == 0 and q > 1) for i in range(batch))
-        steps.append((g, EngineStep(0.0, 1.0, seqs)))
+        steps.append((g, EngineStep(0.0, 1.0, seqs, 1.0 if g % 4 == 1 else 0.0)))
     rows = StepRows.from_steps(steps)
     rows.seconds = scale * profile_seconds(profile, rows) + engine_seconds(TRUTH, rows)
     return profile, rows
 
 
 TRUTH = {"constant_s": 0.001, "per_seq_s": 0.0002, "per_prefill_step_s": 0.003,
+         "after_idle_s": 0.02,
          "per_kv_token_s": [[1, 2e-6], [2, 4e-6], [4, 5e-6], [8, 6e-6], [16, 7e-6],
                             [32, 9e-6], [64, 1.2e-5], [128, 2e-5], [256, 3.5e-5]]}
 
@@ -185,6 +213,7 @@ def test_fit_recovers_engine_terms_from_exact_steps():
     assert fit.engine["per_seq_s"] == pytest.approx(TRUTH["per_seq_s"], rel=1e-3)
     assert fit.engine["per_prefill_step_s"] == pytest.approx(TRUTH["per_prefill_step_s"],
                                                              rel=1e-3)
+    assert fit.engine["after_idle_s"] == pytest.approx(TRUTH["after_idle_s"], rel=1e-3)
     assert [q for q, _ in fit.engine["per_kv_token_s"]] == [q for q, _ in TRUTH["per_kv_token_s"]]
     assert fit.all_steps["max"] < 1e-3 and fit.held_back["max"] < 1e-2
     assert fit.without_engine["median"] > 0.01

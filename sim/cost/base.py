@@ -20,9 +20,16 @@ from sim.cost.shape import ArrayLike, BatchShape, StepCost
 from sim.cost.steps import LinearStepEnds, StepEnds
 
 
+# A step that starts after the engine sat idle this long may cost more (``after_idle_s``).
+IDLE_AFTER_S = 0.1
+
+
 class CostModel(ABC):
     num_layers: int
     tp: int
+    # Seconds added to a step that starts after at least IDLE_AFTER_S with no step running
+    # (caches gone cold, clocks down); measured only for a real engine (calibrated profile).
+    after_idle_s: float = 0.0
     # Whether a decode-only step's time is linear in the KV tokens it reads
     # (true of the roofline); fast-forward then needs no per-step evaluation.
     decode_time_linear: bool = False

@@ -15,7 +15,8 @@ to the model's step (host-side scheduling and batch building, and an
 attention that spans the whole packed batch, as transformers' continuous
 batching computes it on CPU), as a constant, a cost per sequence, a cost per
 step that computes prompt tokens (admitting a request, or ``generate()``
-setting one up), and a cost per key read (Σ context + new tokens over the batch) that depends on the
+setting one up), a cost of a step that starts after the engine sat idle for
+``IDLE_AFTER_S`` (its caches gone cold), and a cost per key read (Σ context + new tokens over the batch) that depends on the
 step's new tokens: a table over new tokens, interpolated linearly in log new
 tokens, growing in proportion to new tokens past its last point (each new
 token meets every key). With ``replaces_attention: true`` that per-key cost
@@ -55,7 +56,7 @@ SHAPE_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_
 _MIN_SECONDS = 1e-9
 # seconds per step and per sequence an engine adds; and what one key read costs it, by
 # the step's new tokens: [[new tokens, seconds per key], ...] at increasing token counts
-ENGINE_SCALARS = ("constant_s", "per_seq_s", "per_prefill_step_s")
+ENGINE_SCALARS = ("constant_s", "per_seq_s", "per_prefill_step_s", "after_idle_s")
 ENGINE_PER_KEY = "per_kv_token_s"
 ENGINE_REPLACES_ATTENTION = "replaces_attention"   # the per-key cost is all the attention
 # how much slower (> 1) or faster the machine ran the profile's own terms when the engine
@@ -290,6 +291,7 @@ class CalibratedCostModel(CostModel):
                                     f"{where}: engine.{ENGINE_PER_KEY}")
         self._packed = self._per_key.active
         self._prefill_step_s = float(engine.get("per_prefill_step_s", 0.0))
+        self.after_idle_s = float(engine.get("after_idle_s", 0.0))
         # work counters, peaks and (when not measured) the all-reduce come from the roofline
         self._roofline = RooflineCostModel(model, hardware, tp, weight_dtype, kv_dtype,
                                            RooflineConfig())

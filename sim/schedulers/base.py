@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from sim.cost.base import CostModel
+from sim.cost.base import IDLE_AFTER_S, CostModel
 from sim.cost.steps import LinearStepEnds, StepEnds  # noqa: F401 (re-exported)
 from sim.kv import KvCacheManager
 from sim.request import Request
@@ -116,6 +116,7 @@ class Scheduler(ABC):
         self.on_finish = on_finish
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        self.last_step_end_s = -math.inf      # set by the replica as each segment ends
 
     # -- admission -------------------------------------------------------------
     def reject_reason(self, req: Request) -> str | None:
@@ -176,6 +177,12 @@ class Scheduler(ABC):
         return list(self.running) + list(self.waiting)
 
     # -- the step loop ----------------------------------------------------------
+    def wake_s(self, now_s: float) -> float:
+        """What the cost model adds to a step starting at ``now_s`` after the engine sat
+        idle (no step since IDLE_AFTER_S or more; a new replica counts as idle)."""
+        extra = self.cost.after_idle_s
+        return extra if extra and now_s - self.last_step_end_s >= IDLE_AFTER_S else 0.0
+
     @abstractmethod
     def next_segment(self, now_s: float) -> Segment | float | None: ...
 

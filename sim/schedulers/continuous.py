@@ -277,6 +277,7 @@ class ContinuousScheduler(Scheduler):
         num_seqs = plan.num_decode + len(plan.prefill)
         time_s, flops, moved = self.cost.step_scalar(
             num_tokens, float(num_seqs), prefill_work, decode_kv, kv_read)
+        time_s += self.wake_s(now_s)
         return Segment.single_step(time_s, num_seqs, num_tokens, flops, moved, plan)
 
     def _fast_forward(self, plan: _Plan) -> Segment:

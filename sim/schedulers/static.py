@@ -87,7 +87,9 @@ class StaticScheduler(Scheduler):
         )
         cost = self.cost.step(shape)
         tokens = np.asarray(shape.num_tokens)
-        return Segment(StepEnds(np.cumsum(cost.time_s)), n, tokens=(0.0, 0.0), flops=(0.0, 0.0),
+        times = np.array(cost.time_s, dtype=np.float64)
+        times[0] += self.wake_s(now_s)
+        return Segment(StepEnds(np.cumsum(times)), n, tokens=(0.0, 0.0), flops=(0.0, 0.0),
                        bytes=(0.0, 0.0), payload=batch, step_tokens=tokens,
                        totals_all=(float(tokens.sum()), float(np.sum(cost.flops)),
                                    float(np.sum(cost.bytes))))
