@@ -39,7 +39,8 @@ held back from a first fit to report the error on steps the fit has not seen.
 The grid never depends on the workloads being validated.
 
 ``sequential_steps`` does the same for ``model.generate`` one request at a time
-(prefill, then one decode per token; stamps from a streamer).
+(prefill, then one decode per token; stamps from a streamer), with the per-key
+table reduced to one knot: a cost per key and new token.
 
 The validation passes over the grid several times, between replays of the
 workload, and fits once on every pass: this machine's speed drifts by several
@@ -315,7 +316,10 @@ def sequential_steps(engine: SequentialEngine, shape, quick: bool = False,
 
 def fit_sequential(profile: dict, steps: list[tuple[int, EngineStep]], log=print) -> EngineFit:
     rows = StepRows.from_steps(steps)
-    fit = fit_rows(profile, rows, int(rows.num_tokens.max()))
+    # one sequence per step and the profile's own attention: a per-key table over new
+    # tokens would give each calibration prompt its own knot and leave the scale free;
+    # one knot (a cost per key and new token) is all the held-back prompts support
+    fit = fit_rows(profile, rows, 1)
     log(f"generate() fit: {len({g for g, _ in steps})} calibration requests, {len(fit.rows)} "
         f"steps; the profile's terms x{fit.engine[MODEL_SCALE]:.3g} on this machine now; held-back step error median {_pct(fit.held_back, 'median')}, max "
         f"{_pct(fit.held_back, 'max')} (the plain profile: median "
