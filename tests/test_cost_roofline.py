@@ -191,3 +191,39 @@ def test_step_time_never_decreases_with_more_work(base, field, extra):
     after = float(cost.step_time_s(BatchShape(**values)))
     assert after >= before
     assert before >= cost.cfg.step_overhead
+
+
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "mixtral-8x7b"])
+@pytest.mark.parametrize("num_seqs,kv_first,num_steps", [(1, 129, 3), (7, 3000, 50),
+                                                          (256, 100_000, 400)])
+def test_decode_run_closed_form_equals_each_steps_scalar_cost(model, num_seqs, kv_first,
+                                                              num_steps):
+    """The roofline's fast-forward line (cost at no KV, kept per batch size, plus the exact
+    cost per KV token) gives each step's time, FLOPs and bytes as ``step_scalar`` does."""
+    cost = make_cost_model(model=model, tp=2)
+    for _ in range(2):                       # the second run reads the kept line
+        run = cost.decode_run(num_seqs, float(kv_first), num_steps)
+        prev = 0.0
+        for i in range(num_steps):
+            t, f, b = cost.step_scalar(float(num_seqs), float(num_seqs), 0.0,
+                                       float(kv_first + i * num_seqs))
+            assert run.step_end_s[i] - prev == pytest.approx(t, rel=1e-9)
+            assert run.flops_first + run.flops_slope * i == pytest.approx(f, rel=1e-12)
+            assert run.bytes_first + run.bytes_slope * i == pytest.approx(b, rel=1e-12)
+            prev = run.step_end_s[i]
+
+
+@settings(max_examples=300, deadline=None)
+@given(first=st.floats(1e-5, 1.0), slope=st.sampled_from([0.0, 1e-9, 1e-6, 1e-4]),
+       n=st.integers(1, 3000), where=st.floats(-0.1, 1.2), at_an_end=st.booleans())
+def test_linear_step_ends_count_before_equals_a_search_of_the_ends(first, slope, n, where,
+                                                                   at_an_end):
+    """The closed-form count of ends before a time equals bisecting the materialised ends,
+    at and between ends, inclusive or not."""
+    from bisect import bisect_left, bisect_right
+    from sim.cost.steps import LinearStepEnds
+    ends = LinearStepEnds(first, slope, n)
+    listed = [ends[i] for i in range(n)]
+    x = listed[min(int(abs(where) * n), n - 1)] if at_an_end else where * listed[-1]
+    assert ends.count_before(x, inclusive=True) == bisect_right(listed, x)
+    assert ends.count_before(x, inclusive=False) == bisect_left(listed, x)

@@ -16,8 +16,9 @@ from pydantic import Field
 
 from sim.config.common import Fraction, Seconds, StrictModel
 from sim.config.profiles import BYTES_PER_ELEMENT, HardwareSpec, ModelSpec
-from sim.cost.base import CostModel
+from sim.cost.base import CostModel, DecodeRun
 from sim.cost.shape import ArrayLike, BatchShape
+from sim.cost.steps import LinearStepEnds
 
 ACTIVATION_BYTES = 2.0  # bf16 activations
 
@@ -63,6 +64,12 @@ class RooflineCostModel(CostModel):
         self._head_bytes = model.hidden_size * model.vocab_size * w_bytes / tp
         self._peak_flops = hardware.compute_flops_per_s(weight_dtype)
         self._peak_bw = hardware.hbm_bandwidth
+        # a decode-only step of n sequences is its cost at no KV plus these per KV token read
+        layers = self.num_layers
+        self._decode_per_kv = (layers * self._kv_bytes_per_token_layer / self._bw_bytes_per_s,
+                               layers * 4.0 * model.num_heads * model.head_dim,
+                               layers * self._kv_bytes_per_token_layer * tp)
+        self._decode_at_no_kv: dict[int, tuple[float, float, float]] = {}
 
     # -- terms (seconds, one layer, one shard) -------------------------------
     def overhead_s(self, num_seqs: ArrayLike) -> ArrayLike:
@@ -134,6 +141,22 @@ class RooflineCostModel(CostModel):
         flops = (layers * (dense_flops + attn_flops + decode_flops) + head_flops) * tp
         moved = (layers * (dense_bytes + kv_bytes) + self._head_bytes) * tp
         return time_s, flops, moved
+
+    def decode_run(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> DecodeRun:
+        """As ``CostModel.decode_run``, from the batch's cost at no KV (kept per batch size)
+        and the exact cost per KV token read, without evaluating any step."""
+        base = self._decode_at_no_kv.get(num_seqs)
+        if base is None:
+            n = float(num_seqs)
+            base = self._decode_at_no_kv[num_seqs] = self.step_scalar(n, n, 0.0, 0.0)
+        t_kv, f_kv, b_kv = self._decode_per_kv
+        return DecodeRun(step_end_s=LinearStepEnds(base[0] + t_kv * kv_tokens_first,
+                                                   t_kv * num_seqs, num_steps),
+                         tokens_per_step=float(num_seqs),
+                         flops_first=base[1] + f_kv * kv_tokens_first,
+                         flops_slope=f_kv * num_seqs,
+                         bytes_first=base[2] + b_kv * kv_tokens_first,
+                         bytes_slope=b_kv * num_seqs)
 
     # -- work for MFU / MBU -------------------------------------------------
     def work(self, shape: BatchShape) -> tuple[ArrayLike, ArrayLike]:

@@ -1,6 +1,7 @@
 """Cumulative step end times of a segment: an array, or a closed form."""
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 
 import numpy as np
@@ -46,11 +47,33 @@ class LinearStepEnds:
         return (i + 1) * self.first + self.slope * (i * (i + 1) / 2.0)
 
     def count_before(self, elapsed_s: float, inclusive: bool) -> int:
-        lo, hi = 0, self.n            # ends are increasing: binary search
+        """Steps ending before ``elapsed_s``: the root of the quadratic end(m - 1) = elapsed,
+        then moved to the exact boundary of the ends as ``__getitem__`` computes them."""
+        n, first, slope = self.n, self.first, self.slope
+
+        def before(i: int) -> bool:
+            end = (i + 1) * first + slope * (i * (i + 1) / 2.0)
+            return end < elapsed_s or (inclusive and end == elapsed_s)
+
+        # end(i) = (slope/2)·m² + (first − slope/2)·m with m = i + 1
+        b = first - slope / 2.0
+        if slope == 0.0:
+            m = elapsed_s / first if first > 0 else float(n)
+        else:
+            disc = b * b + 2.0 * slope * elapsed_s
+            m = (-b + math.sqrt(disc)) / slope if disc >= 0 else float(n)
+        k = min(max(int(m), 0), n) if math.isfinite(m) else n
+        for _ in range(4):            # the root is off by rounding only: a step or two
+            if k > 0 and not before(k - 1):
+                k -= 1
+            elif k < n and before(k):
+                k += 1
+            else:
+                return k
+        lo, hi = 0, n                 # ends are increasing: binary search
         while lo < hi:
             mid = (lo + hi) // 2
-            end = self[mid]
-            if end < elapsed_s or (inclusive and end == elapsed_s):
+            if before(mid):
                 lo = mid + 1
             else:
                 hi = mid

@@ -22,6 +22,9 @@ class RoundRobinRouter(Router):
     def pick(self, req: Request, ready: Sequence[Replica], has_room: HasRoom) -> Replica | None:
         n = len(ready)
         start = self._next % n
+        if has_room is None:
+            self._next = start + 1
+            return ready[start]
         order = (ready[(start + k) % n] for k in range(n))
         replica = self.first_with_room(order, has_room)
         if replica is not None:
