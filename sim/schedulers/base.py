@@ -37,7 +37,7 @@ class Segment:
     """
 
     __slots__ = ("step_end_s", "num_seqs", "tokens", "flops", "bytes", "interruptible",
-                 "payload", "step_tokens", "totals_all")
+                 "payload", "step_tokens", "totals_all", "num_steps")
 
     def __init__(self, step_end_s, num_seqs: int, *, tokens: tuple[float, float],
                  flops: tuple[float, float], bytes: tuple[float, float],
@@ -53,16 +53,13 @@ class Segment:
         self.payload = payload
         self.step_tokens = step_tokens
         self.totals_all = totals_all
+        self.num_steps: int = len(step_end_s)
 
     @classmethod
     def single_step(cls, time_s: float, num_seqs: int, tokens: float, flops: float,
                     bytes_: float, payload: Any) -> "Segment":
         return cls(StepEnds([time_s]), num_seqs, tokens=(tokens, 0.0), flops=(flops, 0.0),
                    bytes=(bytes_, 0.0), payload=payload)
-
-    @property
-    def num_steps(self) -> int:
-        return len(self.step_end_s)
 
     def steps_done_by(self, elapsed_s: float) -> int:
         """Steps completed once the step running at ``elapsed_s`` has ended."""

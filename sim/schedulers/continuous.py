@@ -96,7 +96,7 @@ class ContinuousScheduler(Scheduler):
 
     @property
     def num_running(self) -> int:
-        return len(self.cohort) + len(self.prefilling)
+        return len(self.cohort.members) + len(self.prefilling)
 
     def open_requests(self) -> list[Request]:
         return self.cohort.materialise(self.step) + self.prefilling + list(self.waiting)
@@ -169,17 +169,18 @@ class ContinuousScheduler(Scheduler):
         cohort, kv = self.cohort, self.kv
         preempted = False
         if self._by_priority:
-            while cohort and cohort.blocks_at(self.step + 1) - cohort.blocks_held \
+            while cohort.members and cohort.blocks_at(self.step + 1) - cohort.blocks_held \
                     > kv.num_free_blocks:
                 self._preempt(self._priority_victim())
                 preempted = True
-            need = cohort.blocks_at(self.step + 1) - cohort.blocks_held if cohort else 0
+            need = cohort.blocks_at(self.step + 1) - cohort.blocks_held if cohort.members else 0
             kv.take(need)
             cohort.blocks_held += need
             return preempted, False
         taken = 0
         stopped = False
-        while cohort:
+        members = cohort.members
+        while members:
             need = cohort.blocks_at(self.step + 1) - cohort.blocks_held
             more = min(need - taken, kv.num_free_blocks)
             if more > 0:
@@ -204,7 +205,7 @@ class ContinuousScheduler(Scheduler):
     def _schedule(self, now_s: float) -> tuple[_Plan, bool]:
         self._now_s = now_s
         preempted, stopped = self._allocate_decode_step()
-        num_decode = len(self.cohort)
+        num_decode = len(self.cohort.members)
         budget = self.cfg.max_num_batched_tokens - num_decode
         prefill: list[tuple[Request, int]] = []
         i = 0
