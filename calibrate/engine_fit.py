@@ -27,7 +27,8 @@ comes near are left out. For an engine that attends over the packed batch the
 per-key table replaces the profile's per-sequence attention terms.
 A step that follows an idle engine is slower on this machine (its caches have
 gone cold: a 100-token prefill after a second idle took about 1.5 times its
-time in a busy run), so every other calibration run starts after a pause.
+time in a busy run), so every other calibration run starts after a pause of
+0.5 or 2 s.
 ``profile`` is the profile's own step time and ``model_scale`` how much slower
 the machine runs it now than when the profile was measured: a virtual machine's
 speed on the same GEMMs changes from hour to hour (by a factor of two on the
@@ -240,7 +241,9 @@ def continuous_grid(limits: ContinuousLimits, quick: bool = False
     batches = (1, 2, 4, 8, 16, 32) if not quick else (1, 4, 16)
     for context in contexts:
         for batch in batches:
-            if batch > max_batch or batch * context > 4096 or \
+            # up to 8,192 prompt tokens a batch: full batches then decode over several
+            # thousand keys, as a busy engine does
+            if batch > max_batch or batch * context > 8192 or \
                     batch * (context + out_tokens + limits.page_size) > capacity:
                 continue
             runs.append([EngineRequest(0.0, context, out_tokens)] * batch)
@@ -254,7 +257,14 @@ def continuous_grid(limits: ContinuousLimits, quick: bool = False
     return runs
 
 
-IDLE_PAUSE_S = 0.5      # before every other calibration run: its first step after idle
+# before every other calibration run, in turn: its first step follows an idle engine
+# (a longer idle costs more; the pauses span the idle gaps of a lightly loaded engine)
+IDLE_PAUSES_S = (0.5, 2.0)
+
+
+def _pause(i: int) -> None:
+    if i % 2:
+        time.sleep(IDLE_PAUSES_S[(i // 2) % len(IDLE_PAUSES_S)])
 
 
 def continuous_steps(engine: ContinuousEngine, limits: ContinuousLimits, quick: bool = False,
@@ -263,8 +273,7 @@ def continuous_steps(engine: ContinuousEngine, limits: ContinuousLimits, quick: 
     (numbered from ``first_group``, so that several passes over the grid stay apart)."""
     steps: list[tuple[int, EngineStep]] = []
     for i, run in enumerate(continuous_grid(limits, quick)):
-        if i % 2:
-            time.sleep(IDLE_PAUSE_S)
+        _pause(i)
         engine.run(run)
         steps.extend((first_group + i, s) for s in engine.steps)
     return steps
@@ -301,8 +310,7 @@ def sequential_steps(engine: SequentialEngine, shape, quick: bool = False,
     last_end = -np.inf
     for i, prompt in enumerate(sequential_prompts(quick)):
         ids = rng.integers(1, shape.vocab_size, prompt).tolist()
-        if i % 2:
-            time.sleep(IDLE_PAUSE_S)
+        _pause(i)
         start = time.perf_counter()
         times = engine.generate(ids, SEQUENTIAL_OUT_TOKENS)
         ends = [start] + times
