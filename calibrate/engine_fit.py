@@ -59,10 +59,10 @@ from calibrate.engine import (ContinuousEngine, ContinuousLimits, EngineRequest,
                               SequentialEngine)
 from calibrate.fit import error_summary, nnls, predict_steps
 
-from sim.cost.calibrated import ENGINE_PER_KEY as PER_KEY
-from sim.cost.calibrated import ENGINE_REPLACES_ATTENTION as REPLACES_ATTENTION
 from sim.cost.base import IDLE_AFTER_S
 from sim.cost.calibrated import ENGINE_MODEL_SCALE as MODEL_SCALE
+from sim.cost.calibrated import ENGINE_PER_KEY as PER_KEY
+from sim.cost.calibrated import ENGINE_REPLACES_ATTENTION as REPLACES_ATTENTION
 from sim.cost.calibrated import ENGINE_SCALARS
 
 

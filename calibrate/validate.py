@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import yaml
 
 from calibrate import bench
@@ -367,7 +368,6 @@ def compare_workload(w: Workload, served: list[tuple[list[EngineRecord], list]],
             for r in rec:
                 out.writerow([i + 1, f"{r.arrival_s:.6f}", f"{r.first_token_s:.6f}",
                               f"{r.finish_s:.6f}", r.prompt_tokens, r.output_tokens])
-    import pandas as pd
     req = pd.concat([q.assign(replay=i + 1) for i, q in enumerate(sims)], ignore_index=True)
     req.to_csv(work / "sim_requests.csv", index=False)
     log(f"{name}: {len(served)} replays; TTFT p50 measured {measured['ttft_p50_s']:.3f} s, "
@@ -550,7 +550,8 @@ def write_report(report: ValidationReport) -> None:
                             "step_error_without_engine_terms": f.without_engine}
                         for k, f in report.fits.items()},
         "workloads": [{"name": r.name, "engine": r.kind, "requests": r.num_requests,
-                       "replays": r.replays, "engine_wall_s": round(r.wall_s, 2), "measured": r.measured,
+                       "replays": r.replays, "engine_wall_s": round(r.wall_s, 2),
+                       "measured": r.measured,
                        "predicted": r.predicted, "rel_error": r.errors,
                        "step_error": r.step_error} for r in report.results],
     }

@@ -329,7 +329,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("results") / "validate"
     try:
         report = validate(args.scenarios, out, force=args.force, recalibrate=args.recalibrate,
-                          quick_fit=args.quick, replays=args.replays, log=(lambda _m: None) if args.quiet else print)
+                          quick_fit=args.quick, replays=args.replays,
+                          log=(lambda _m: None) if args.quiet else print)
     except ValidationError as exc:
         raise ScenarioError(str(exc)) from None
     except RuntimeError as exc:              # the engine itself failed or hung

@@ -16,8 +16,8 @@ attention that spans the whole packed batch, as transformers' continuous
 batching computes it on CPU), as a constant, a cost per sequence, a cost per
 step that computes prompt tokens (admitting a request, or ``generate()``
 setting one up), a cost of a step that starts after the engine sat idle for
-``IDLE_AFTER_S`` (its caches gone cold), and a cost per key read (Σ context + new tokens over the batch) that depends on the
-step's new tokens: a table over new tokens, interpolated linearly in log new
+``IDLE_AFTER_S`` (its caches gone cold), and a cost per key read (Σ context +
+new tokens over the batch) that depends on the step's new tokens: a table over new tokens, interpolated linearly in log new
 tokens, growing in proportion to new tokens past its last point (each new
 token meets every key). With ``replaces_attention: true`` that per-key cost
 is all of the step's attention (the engine attends over the packed batch

@@ -52,7 +52,7 @@ class LinearStepEnds:
         n, first, slope = self.n, self.first, self.slope
 
         def before(i: int) -> bool:
-            end = (i + 1) * first + slope * (i * (i + 1) / 2.0)
+            end = self[i]
             return end < elapsed_s or (inclusive and end == elapsed_s)
 
         # end(i) = (slope/2)·m² + (first − slope/2)·m with m = i + 1
