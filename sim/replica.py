@@ -28,6 +28,7 @@ class Replica:
         self.scheduler = scheduler
         self.recorder = recorder
         self._gen = 0                   # bumps whenever a pending timeout is superseded
+        self._timer_fn = None           # what the latest timeout calls
         self._seg: Segment | None = None
         self._seg_start_s = 0.0
         self._seg_steps = 0             # steps of the running segment that will be applied
@@ -56,10 +57,15 @@ class Replica:
 
     # -- the loop -------------------------------------------------------------------
     def _after(self, delay_s: float, fn) -> None:
+        """Call ``fn`` in ``delay_s`` unless another ``_after`` comes first: the
+        timeout carries its generation as its value, and only the latest counts."""
         self._gen += 1
-        gen = self._gen
-        event = self.env.timeout(delay_s)
-        event.callbacks.append(lambda _e: gen == self._gen and fn())
+        self._timer_fn = fn
+        self.env.timeout(delay_s, self._gen).callbacks.append(self._on_timer)
+
+    def _on_timer(self, event) -> None:
+        if event._value == self._gen:
+            self._timer_fn()
 
     def _kick(self) -> None:
         """Plan at this instant, after the other events of the instant."""

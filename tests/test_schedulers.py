@@ -469,3 +469,20 @@ def test_without_chunked_prefill_an_oversized_request_is_rejected(trace_stream, 
     assert d.loc[0, "status"] == "rejected"
     assert d.loc[0, "reject_reason"] == "exceeds_token_budget"
     assert d.loc[1, "status"] == "completed"
+
+
+@pytest.mark.parametrize("limits, longest, reason", [
+    (dict(num_blocks=8, max_model_len=100), 100, "exceeds_max_model_len"),
+    (dict(num_blocks=4, max_model_len=1000), 64, "exceeds_kv_capacity"),
+    (dict(num_blocks=64, max_model_len=1000, chunked_prefill=False,
+          max_num_batched_tokens=300), 300, "exceeds_token_budget"),
+])
+def test_reject_reason_holds_at_each_limit_and_refuses_one_token_more(limits, longest, reason):
+    """The longest servable sequence is the tightest of the model length, the
+    cache (16-token blocks) and, without chunking, the step budget: a sequence
+    of exactly that length passes, one token more is refused for that limit."""
+    sched = make_continuous_scheduler(block_size_tokens=16, **limits)
+    ok = make_request(request_id=0, prompt_tokens=longest - 10, max_output_tokens=10)
+    over = make_request(request_id=1, prompt_tokens=longest - 9, max_output_tokens=10)
+    assert sched.reject_reason(ok) is None
+    assert sched.reject_reason(over) == reason

@@ -13,7 +13,8 @@ class StepEnds:
     __slots__ = ("_ends",)
 
     def __init__(self, ends) -> None:
-        self._ends = ends.tolist() if isinstance(ends, np.ndarray) else list(ends)
+        self._ends = (ends if type(ends) is list
+                      else ends.tolist() if isinstance(ends, np.ndarray) else list(ends))
 
     def __len__(self) -> int:
         return len(self._ends)

@@ -114,10 +114,13 @@ class Scheduler(ABC):
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.last_step_end_s = -math.inf      # set by the replica as each segment ends
+        self._servable: int | None = None     # see _servable_tokens
 
     # -- admission -------------------------------------------------------------
     def reject_reason(self, req: Request) -> str | None:
         """Why ``req`` can never be served here, or None."""
+        if req.prompt_tokens + req.max_output_tokens <= self._servable_tokens():
+            return None
         if req.total_tokens > self.limits.max_model_len:
             return "exceeds_max_model_len"
         if not self.kv.fits_ever(req.total_tokens):
@@ -128,6 +131,18 @@ class Scheduler(ABC):
             # without chunking, a preempted request recomputes prompt + output in one step
             return "exceeds_token_budget"
         return None
+
+    def _servable_tokens(self) -> int:
+        """The longest sequence that passes every check of ``reject_reason``."""
+        limit = self._servable
+        if limit is None:
+            limit = min(self.limits.max_model_len,
+                        self.kv.num_blocks * self.kv.block_size_tokens)
+            cfg = getattr(self, "cfg", None)
+            if cfg is not None and getattr(cfg, "chunked_prefill", True) is False:
+                limit = min(limit, cfg.max_num_batched_tokens)
+            self._servable = limit
+        return limit
 
     def admit_head(self, budget: int, chunked_prefill: bool, chunk_cap: int,
                    now_s: float) -> tuple[Request, int] | None:

@@ -343,7 +343,8 @@ class ContinuousScheduler(Scheduler):
             self._gap_max.pop()
         self._gap_seg.append(self._segments_done)
         self._gap_max.append(longest)
-        finished = cohort.pop_finished(self.step)
+        heap = cohort.finish_heap
+        finished = cohort.pop_finished(self.step) if heap and heap[0][0] <= self.step else []
         for req in finished:
             self._stop_decoding(req, end_s)
             cohort.remove(req, self.step)
