@@ -51,11 +51,6 @@ class LinearStepEnds:
         """Steps ending before ``elapsed_s``: the root of the quadratic end(m - 1) = elapsed,
         then moved to the exact boundary of the ends as ``__getitem__`` computes them."""
         n, first, slope = self.n, self.first, self.slope
-
-        def before(i: int) -> bool:
-            end = self[i]
-            return end < elapsed_s or (inclusive and end == elapsed_s)
-
         # end(i) = (slope/2)·m² + (first − slope/2)·m with m = i + 1
         b = first - slope / 2.0
         if slope == 0.0:
@@ -64,6 +59,17 @@ class LinearStepEnds:
             disc = b * b + 2.0 * slope * elapsed_s
             m = (-b + math.sqrt(disc)) / slope if disc >= 0 else float(n)
         k = min(max(int(m), 0), n) if math.isfinite(m) else n
+        # usually exact: step k-1 ends before elapsed and step k does not (same
+        # expression as __getitem__)
+        if 0 < k < n and not inclusive:
+            if (k * first + slope * ((k - 1) * k / 2.0) < elapsed_s
+                    and not (k + 1) * first + slope * (k * (k + 1) / 2.0) < elapsed_s):
+                return k
+
+        def before(i: int) -> bool:
+            end = self[i]
+            return end < elapsed_s or (inclusive and end == elapsed_s)
+
         for _ in range(4):            # the root is off by rounding only: a step or two
             if k > 0 and not before(k - 1):
                 k -= 1
