@@ -7,7 +7,9 @@ when whatever is still open ends as ``unfinished``.
 """
 from __future__ import annotations
 
+import gc
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -22,6 +24,7 @@ from sim.request import Request, Status
 from sim.workload import RequestArrivals, generate_arrivals
 
 ProgressFn = Callable[[float, float], None]
+GC_YOUNG_THRESHOLD = 100_000      # allocations between collections of the youngest generation
 
 
 class Simulation:
@@ -208,11 +211,12 @@ class Simulation:
         env.process(self._cap(limit_s))
         if progress is not None:
             env.process(self._progress(progress, limit_s))
-        env.run(until=self._stop)
-        if env.now < self.scenario.duration:
-            # everything finished early: the fleet is still there (and billed), and
-            # the time series goes on, until the end of the arrival window
-            env.run(until=self.scenario.duration)
+        with fewer_gc_passes():
+            env.run(until=self._stop)
+            if env.now < self.scenario.duration:
+                # everything finished early: the fleet is still there (and billed), and
+                # the time series goes on, until the end of the arrival window
+                env.run(until=self.scenario.duration)
         # SimPy numbers events from one counter; its next value is the count so far.
         self.events_scheduled = next(env._eid)
         self.end_s = max(env.now, self.scenario.duration)
@@ -228,6 +232,25 @@ class Simulation:
         if progress is not None:
             progress(limit_s, limit_s)
         return self
+
+
+@contextmanager
+def fewer_gc_passes(young_threshold: int = GC_YOUNG_THRESHOLD):
+    """Run with the cyclic collector's youngest generation collected every
+    ``young_threshold`` allocations instead of Python's 700, and the older
+    ones correspondingly rarely; restored afterwards.
+
+    The event loop allocates and frees (by reference count) millions of
+    short-lived objects, and each full collection walks every live object of
+    a large fleet: with the defaults a 512-replica run spends about a tenth
+    of its time in the collector. Cycles are still collected, only in fewer
+    passes."""
+    before = gc.get_threshold()
+    gc.set_threshold(young_threshold, 50, 100)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 def run_resolved(resolved: Resolved, base_dir: Path,
