@@ -227,3 +227,23 @@ def test_linear_step_ends_count_before_equals_a_search_of_the_ends(first, slope,
     x = listed[min(int(abs(where) * n), n - 1)] if at_an_end else where * listed[-1]
     assert ends.count_before(x, inclusive=True) == bisect_right(listed, x)
     assert ends.count_before(x, inclusive=False) == bisect_left(listed, x)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {}, {"model": "llama-3.1-70b", "tp": 4}, {"model": "mixtral-8x7b", "hardware": "H200"},
+    {"weight_dtype": "fp8", "kv_dtype": "fp8"},
+])
+def test_scalar_step_equals_the_vectorised_step(kwargs):
+    """``step_scalar`` (the simulator's hot path, its terms folded into plain
+    floats) gives the time, FLOPs and bytes of the array evaluation, for
+    prefill, decode and mixed steps, dense and mixture-of-experts, TP 1 and 4."""
+    cost = make_cost_model(**kwargs)
+    shapes = _random_shapes(50, seed=3)
+    vec = cost.step(shapes)
+    for i in range(50):
+        t, f, b = cost.step_scalar(float(shapes.num_tokens[i]), float(shapes.num_seqs[i]),
+                                   float(shapes.prefill_attn_work[i]),
+                                   float(shapes.decode_kv_tokens[i]))
+        assert t == pytest.approx(vec.time_s[i], rel=1e-12)
+        assert f == pytest.approx(vec.flops[i], rel=1e-12)
+        assert b == pytest.approx(vec.bytes[i], rel=1e-12)

@@ -70,6 +70,14 @@ class RooflineCostModel(CostModel):
                                layers * 4.0 * model.num_heads * model.head_dim,
                                layers * self._kv_bytes_per_token_layer * tp)
         self._decode_at_no_kv: dict[int, tuple[float, float, float]] = {}
+        # the same terms as plain floats for step_scalar (no attribute chains there)
+        self._act_bytes_per_token = 4.0 * model.hidden_size * ACTIVATION_BYTES
+        self._tp_latency_s = 2.0 * self._allreduce_latency_s if tp > 1 else 0.0
+        self._tp_s_per_token = (2.0 * 2.0 * (tp - 1) / tp * model.hidden_size * ACTIVATION_BYTES
+                                / self._link_bytes_per_s)
+        self._head_memory_s = self._head_bytes / self._bw_bytes_per_s
+        self._decode_flops_per_kv = 4.0 * model.num_heads * model.head_dim / tp
+        self._overheads_s = (cfg.step_overhead, cfg.per_seq_overhead)
 
     # -- terms (seconds, one layer, one shard) -------------------------------
     def overhead_s(self, num_seqs: ArrayLike) -> ArrayLike:
@@ -115,30 +123,32 @@ class RooflineCostModel(CostModel):
                     decode_kv_tokens: float, kv_read_tokens: float | None = None
                     ) -> tuple[float, float, float]:
         """The same sums as ``step_time_s`` and ``work`` without numpy overhead."""
-        model, cfg, tp = self.model, self.cfg, self.tp
-        e, k = model.num_experts, model.experts_per_token
-        touched = 1.0 if e == 1 else e * (1.0 - (1.0 - k / e) ** num_tokens)
-        dense_bytes = (self._attn_weight_bytes + touched * self._expert_weight_bytes
-                       + 4.0 * num_tokens * model.hidden_size * ACTIVATION_BYTES)
+        e = self.model.num_experts
+        if e == 1:
+            weight_bytes = self._attn_weight_bytes + self._expert_weight_bytes
+        else:
+            k = self.model.experts_per_token
+            weight_bytes = (self._attn_weight_bytes
+                            + e * (1.0 - (1.0 - k / e) ** num_tokens) * self._expert_weight_bytes)
+        dense_bytes = weight_bytes + self._act_bytes_per_token * num_tokens
         dense_flops = self._active_flops_per_token * num_tokens
+        bw = self._bw_bytes_per_s
         if num_tokens > 0:
-            dense = max(dense_flops / self._gemm_flops_per_s, dense_bytes / self._bw_bytes_per_s)
+            dense = max(dense_flops / self._gemm_flops_per_s, dense_bytes / bw)
         else:
             dense = 0.0
         attn_flops = self._attn_flops_per_work * prefill_attn_work
         kv_bytes = self._kv_bytes_per_token_layer * decode_kv_tokens
-        per_layer = (dense + attn_flops / self._attn_flops_per_s + kv_bytes / self._bw_bytes_per_s)
-        if tp > 1:
-            msg_bytes = num_tokens * model.hidden_size * ACTIVATION_BYTES
-            per_layer += 2.0 * (self._allreduce_latency_s
-                                + 2.0 * (tp - 1) / tp * msg_bytes / self._link_bytes_per_s)
+        per_layer = (dense + attn_flops / self._attn_flops_per_s + kv_bytes / bw
+                     + self._tp_latency_s + self._tp_s_per_token * num_tokens)
         head_flops = self._head_flops_per_seq * num_seqs
-        head = max(head_flops / self._gemm_flops_per_s, self._head_bytes / self._bw_bytes_per_s)
-        time_s = (cfg.step_overhead + cfg.per_seq_overhead * num_seqs
-                  + self.num_layers * per_layer + head)
+        head = max(head_flops / self._gemm_flops_per_s, self._head_memory_s)
+        step_overhead, per_seq_overhead = self._overheads_s
         layers = self.num_layers
-        decode_flops = 4.0 * model.num_heads * model.head_dim / tp * decode_kv_tokens
-        flops = (layers * (dense_flops + attn_flops + decode_flops) + head_flops) * tp
+        time_s = step_overhead + per_seq_overhead * num_seqs + layers * per_layer + head
+        tp = self.tp
+        flops = (layers * (dense_flops + attn_flops + self._decode_flops_per_kv * decode_kv_tokens)
+                 + head_flops) * tp
         moved = (layers * (dense_bytes + kv_bytes) + self._head_bytes) * tp
         return time_s, flops, moved
 

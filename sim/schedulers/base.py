@@ -58,8 +58,18 @@ class Segment:
     @classmethod
     def single_step(cls, time_s: float, num_seqs: int, tokens: float, flops: float,
                     bytes_: float, payload: Any) -> "Segment":
-        return cls(StepEnds([time_s]), num_seqs, tokens=(tokens, 0.0), flops=(flops, 0.0),
-                   bytes=(bytes_, 0.0), payload=payload)
+        seg = cls.__new__(cls)          # the hot path: no keyword parsing, no len()
+        seg.step_end_s = StepEnds([time_s])
+        seg.num_seqs = num_seqs
+        seg.tokens = (tokens, 0.0)
+        seg.flops = (flops, 0.0)
+        seg.bytes = (bytes_, 0.0)
+        seg.interruptible = False
+        seg.payload = payload
+        seg.step_tokens = None
+        seg.totals_all = None
+        seg.num_steps = 1
+        return seg
 
     def steps_done_by(self, elapsed_s: float) -> int:
         """Steps completed once the step running at ``elapsed_s`` has ended."""
@@ -73,6 +83,8 @@ class Segment:
         """(tokens, FLOPs, bytes) of the first ``num_steps`` steps."""
         if self.totals_all is not None and num_steps == self.num_steps:
             return self.totals_all
+        if num_steps == 1:
+            return self.tokens[0], self.flops[0], self.bytes[0]
         tri = num_steps * (num_steps - 1) / 2.0
         return (num_steps * self.tokens[0] + self.tokens[1] * tri,
                 num_steps * self.flops[0] + self.flops[1] * tri,

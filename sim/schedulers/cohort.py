@@ -23,6 +23,10 @@ import heapq
 from sim.request import Request
 
 
+def _admission_order(req: Request) -> int:
+    return req.seq
+
+
 class DecodeCohort:
     def __init__(self, block_size_tokens: int) -> None:
         self.bs = block_size_tokens
@@ -122,7 +126,8 @@ class DecodeCohort:
             req = self.members.get(seq)
             if req is not None:
                 done.append(req)
-        done.sort(key=lambda r: r.seq)
+        if len(done) > 1:
+            done.sort(key=_admission_order)
         return done
 
     def materialise(self, step: int) -> list[Request]:
