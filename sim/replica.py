@@ -64,7 +64,7 @@ class Replica:
         self.env.timeout(delay_s, self._gen).callbacks.append(self._on_timer)
 
     def _on_timer(self, event) -> None:
-        if event._value == self._gen:
+        if event.value == self._gen:
             self._timer_fn()
 
     def _kick(self) -> None:
