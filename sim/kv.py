@@ -77,9 +77,14 @@ class KvCacheManager:
         if req.prefix_blocks:
             self.release_prefix(req)
 
+    @property
+    def capacity_tokens(self) -> int:
+        """The longest sequence an empty cache holds."""
+        return self.num_blocks * self.block_size_tokens
+
     def fits_ever(self, num_tokens: int) -> bool:
         """Whether a sequence of ``num_tokens`` could fit in an empty cache."""
-        return blocks_for(num_tokens, self.block_size_tokens) <= self.num_blocks
+        return num_tokens <= self.capacity_tokens
 
     # -- prefix cache ---------------------------------------------------------------
     def hit_blocks(self, req: Request) -> int:

@@ -76,7 +76,6 @@ class RooflineCostModel(CostModel):
         self._tp_s_per_token = (2.0 * 2.0 * (tp - 1) / tp * model.hidden_size * ACTIVATION_BYTES
                                 / self._link_bytes_per_s)
         self._head_memory_s = self._head_bytes / self._bw_bytes_per_s
-        self._decode_flops_per_kv = 4.0 * model.num_heads * model.head_dim / tp
         self._overheads_s = (cfg.step_overhead, cfg.per_seq_overhead)
 
     # -- terms (seconds, one layer, one shard) -------------------------------
@@ -147,7 +146,8 @@ class RooflineCostModel(CostModel):
         layers = self.num_layers
         time_s = step_overhead + per_seq_overhead * num_seqs + layers * per_layer + head
         tp = self.tp
-        flops = (layers * (dense_flops + attn_flops + self._decode_flops_per_kv * decode_kv_tokens)
+        # a decode token meets each key as a prefill query does: the same FLOPs per pair
+        flops = (layers * (dense_flops + attn_flops + self._attn_flops_per_work * decode_kv_tokens)
                  + head_flops) * tp
         moved = (layers * (dense_bytes + kv_bytes) + self._head_bytes) * tp
         return time_s, flops, moved

@@ -59,12 +59,9 @@ class LinearStepEnds:
             disc = b * b + 2.0 * slope * elapsed_s
             m = (-b + math.sqrt(disc)) / slope if disc >= 0 else float(n)
         k = min(max(int(m), 0), n) if math.isfinite(m) else n
-        # usually exact: step k-1 ends before elapsed and step k does not (same
-        # expression as __getitem__)
-        if 0 < k < n and not inclusive:
-            if (k * first + slope * ((k - 1) * k / 2.0) < elapsed_s
-                    and not (k + 1) * first + slope * (k * (k + 1) / 2.0) < elapsed_s):
-                return k
+        # usually exact: step k-1 ends before elapsed and step k does not
+        if 0 < k < n and not inclusive and self[k - 1] < elapsed_s and not self[k] < elapsed_s:
+            return k
 
         def before(i: int) -> bool:
             end = self[i]

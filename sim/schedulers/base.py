@@ -16,6 +16,7 @@ import math
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable
 
 import numpy as np
@@ -58,18 +59,8 @@ class Segment:
     @classmethod
     def single_step(cls, time_s: float, num_seqs: int, tokens: float, flops: float,
                     bytes_: float, payload: Any) -> "Segment":
-        seg = cls.__new__(cls)          # the hot path: no keyword parsing, no len()
-        seg.step_end_s = StepEnds([time_s])
-        seg.num_seqs = num_seqs
-        seg.tokens = (tokens, 0.0)
-        seg.flops = (flops, 0.0)
-        seg.bytes = (bytes_, 0.0)
-        seg.interruptible = False
-        seg.payload = payload
-        seg.step_tokens = None
-        seg.totals_all = None
-        seg.num_steps = 1
-        return seg
+        return cls(StepEnds([time_s]), num_seqs, tokens=(tokens, 0.0), flops=(flops, 0.0),
+                   bytes=(bytes_, 0.0), payload=payload)
 
     def steps_done_by(self, elapsed_s: float) -> int:
         """Steps completed once the step running at ``elapsed_s`` has ended."""
@@ -83,8 +74,6 @@ class Segment:
         """(tokens, FLOPs, bytes) of the first ``num_steps`` steps."""
         if self.totals_all is not None and num_steps == self.num_steps:
             return self.totals_all
-        if num_steps == 1:
-            return self.tokens[0], self.flops[0], self.bytes[0]
         tri = num_steps * (num_steps - 1) / 2.0
         return (num_steps * self.tokens[0] + self.tokens[1] * tri,
                 num_steps * self.flops[0] + self.flops[1] * tri,
@@ -126,35 +115,31 @@ class Scheduler(ABC):
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.last_step_end_s = -math.inf      # set by the replica as each segment ends
-        self._servable: int | None = None     # see _servable_tokens
 
     # -- admission -------------------------------------------------------------
     def reject_reason(self, req: Request) -> str | None:
         """Why ``req`` can never be served here, or None."""
-        if req.prompt_tokens + req.max_output_tokens <= self._servable_tokens():
+        total = req.prompt_tokens + req.max_output_tokens
+        if total <= self._servable_tokens:
             return None
-        if req.total_tokens > self.limits.max_model_len:
-            return "exceeds_max_model_len"
-        if not self.kv.fits_ever(req.total_tokens):
-            return "exceeds_kv_capacity"
-        cfg = getattr(self, "cfg", None)
-        if cfg is not None and getattr(cfg, "chunked_prefill", True) is False \
-                and req.total_tokens > cfg.max_num_batched_tokens:
-            # without chunking, a preempted request recomputes prompt + output in one step
-            return "exceeds_token_budget"
-        return None
+        return next(reason for reason, most in self._token_limits() if total > most)
 
+    def _token_limits(self) -> list[tuple[str, int]]:
+        """(reason, longest sequence allowed) of each limit a request is refused for,
+        in the order they are reported."""
+        limits = [("exceeds_max_model_len", self.limits.max_model_len),
+                  ("exceeds_kv_capacity", self.kv.capacity_tokens)]
+        cfg = getattr(self, "cfg", None)
+        if cfg is not None and getattr(cfg, "chunked_prefill", True) is False:
+            # without chunking, a preempted request recomputes prompt + output in one step
+            limits.append(("exceeds_token_budget", cfg.max_num_batched_tokens))
+        return limits
+
+    @cached_property
     def _servable_tokens(self) -> int:
-        """The longest sequence that passes every check of ``reject_reason``."""
-        limit = self._servable
-        if limit is None:
-            limit = min(self.limits.max_model_len,
-                        self.kv.num_blocks * self.kv.block_size_tokens)
-            cfg = getattr(self, "cfg", None)
-            if cfg is not None and getattr(cfg, "chunked_prefill", True) is False:
-                limit = min(limit, cfg.max_num_batched_tokens)
-            self._servable = limit
-        return limit
+        """The longest sequence that passes every limit (the schedulers' limits
+        are fixed once they are built)."""
+        return min(most for _, most in self._token_limits())
 
     def admit_head(self, budget: int, chunked_prefill: bool, chunk_cap: int,
                    now_s: float) -> tuple[Request, int] | None:

@@ -36,7 +36,7 @@ class DecodeCohort:
         self.residues = [0] * block_size_tokens     # count of decode_base % bs
         self.sum_prefix_blocks = 0                  # blocks members hold via the prefix cache
         self.blocks_held = 0                        # KV blocks owned by the cohort (private)
-        self.finish_heap: list[tuple[int, int]] = []   # (finish step, seq)
+        self._finish_heap: list[tuple[int, int]] = []  # (finish step, seq)
         self._last_heap: list[int] = []                # -seq, for the latest admitted
         self._last_heap_slack = 64                     # stale entries kept before a rebuild
 
@@ -67,7 +67,7 @@ class DecodeCohort:
         return self.sum_base + len(self.members) * step
 
     def next_finish_step(self) -> int | None:
-        heap = self.finish_heap
+        heap = self._finish_heap
         while heap and heap[0][1] not in self.members:
             heapq.heappop(heap)            # stale entry of a preempted member
         return heap[0][0] if heap else None
@@ -84,7 +84,7 @@ class DecodeCohort:
         self.residues[base % self.bs] += 1
         self.sum_prefix_blocks += req.prefix_blocks
         self.blocks_held += blocks
-        heapq.heappush(self.finish_heap,
+        heapq.heappush(self._finish_heap,
                        (step + req.max_output_tokens - req.num_output_tokens, req.seq))
         heapq.heappush(self._last_heap, -req.seq)
 
@@ -118,9 +118,12 @@ class DecodeCohort:
         return self.members[-heap[0]]
 
     def pop_finished(self, step: int) -> list[Request]:
-        """Members whose last output token came with ``step``, in admission order."""
+        """Members whose last output token came with ``step``, in admission order
+        (a new list: the caller may add to it)."""
+        heap = self._finish_heap
+        if not heap or heap[0][0] > step:
+            return []                      # most steps: nobody finishes
         done = []
-        heap = self.finish_heap
         while heap and heap[0][0] <= step:
             _, seq = heapq.heappop(heap)
             req = self.members.get(seq)

@@ -302,12 +302,12 @@ class ContinuousScheduler(Scheduler):
         (step 1's blocks are already held)."""
         cohort, free = self.cohort, self.kv.num_free_blocks
         held = cohort.blocks_held
-        if cohort.blocks_at(self.step + max_steps) - held <= free:
-            return max_steps            # the usual case: the run reaches the next finish
 
         def extra(j: int) -> int:
             return cohort.blocks_at(self.step + j) - held
 
+        if extra(max_steps) <= free:
+            return max_steps
         lo, hi = 1, max_steps  # extra(lo) <= free < extra(hi)
         while hi - lo > 1:
             mid = (lo + hi) // 2
@@ -343,8 +343,7 @@ class ContinuousScheduler(Scheduler):
             self._gap_max.pop()
         self._gap_seg.append(self._segments_done)
         self._gap_max.append(longest)
-        heap = cohort.finish_heap
-        finished = cohort.pop_finished(self.step) if heap and heap[0][0] <= self.step else []
+        finished = cohort.pop_finished(self.step)
         for req in finished:
             self._stop_decoding(req, end_s)
             cohort.remove(req, self.step)
