@@ -88,21 +88,24 @@ STEP_COLUMNS = {
 }
 
 
-class Codes:
-    """Interns strings (team names, statuses, reasons) as small integer codes."""
+class Codes(dict):
+    """Interns strings (team names, statuses, reasons) as small integer codes:
+    ``codes[name]`` is the name's code, given on its first lookup (a plain dict
+    lookup once known, which is what the recorder's hot path does)."""
 
     def __init__(self, initial: tuple[str, ...] = ()) -> None:
+        super().__init__()
         self.names: list[str] = []
-        self._index: dict[str, int] = {}
         for name in initial:
-            self.code(name)
+            self[name]
+
+    def __missing__(self, name: str) -> int:
+        idx = self[name] = len(self.names)
+        self.names.append(name)
+        return idx
 
     def code(self, name: str) -> int:
-        idx = self._index.get(name)
-        if idx is None:
-            idx = self._index[name] = len(self.names)
-            self.names.append(name)
-        return idx
+        return self[name]
 
     def decode(self, codes: np.ndarray) -> pd.Categorical:
         return pd.Categorical.from_codes(codes.astype(np.int64), categories=self.names)
@@ -123,10 +126,10 @@ class Recorder:
 
     def record_request(self, req, stream_index: int) -> None:
         self.requests.append(
-            req.request_id, stream_index, self.teams.code(req.team), self.models.code(req.model),
-            self.pools.code(req.pool), req.replica, req.priority, req.arrival_s, req.admitted_s,
+            req.request_id, stream_index, self.teams[req.team], self.models[req.model],
+            self.pools[req.pool], req.replica, req.priority, req.arrival_s, req.admitted_s,
             req.first_token_s, req.finish_s, req.prompt_tokens, req.cached_prompt_tokens,
-            req.num_output_tokens, req.max_output_tokens, self.statuses.code(req.status),
-            self.reasons.code(req.reject_reason), req.preemptions, req.attempts,
-            req.max_itl_s, req.kv_transfer_s, self.keys.code(req.api_key),
-            self.served.code(req.served_model))
+            req.num_output_tokens, req.max_output_tokens, self.statuses[req.status],
+            self.reasons[req.reject_reason], req.preemptions, req.attempts,
+            req.max_itl_s, req.kv_transfer_s, self.keys[req.api_key],
+            self.served[req.served_model])

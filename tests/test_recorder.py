@@ -29,3 +29,13 @@ def test_a_row_with_a_missing_field_is_an_error_not_a_shifted_column(monkeypatch
     table.append(1, 2)
     with pytest.raises(ValueError, match="2 fields"):
         table.append(3)
+
+
+def test_codes_intern_each_name_once_in_first_seen_order_and_decode_back():
+    codes = recorder.Codes(("completed", "rejected"))
+    assert codes["completed"] == 0 and codes["rejected"] == 1
+    assert codes["team-b"] == 2 and codes["team-a"] == 3
+    assert codes["team-b"] == 2 and codes.code("team-a") == 3     # known names keep their code
+    assert codes.names == ["completed", "rejected", "team-b", "team-a"]
+    decoded = codes.decode(np.array([3, 0, 2], dtype=np.int32))
+    assert list(decoded) == ["team-a", "completed", "team-b"]

@@ -63,13 +63,15 @@ class ContinuousConfig(StrictModel):
 
 
 class _Plan:
-    __slots__ = ("prefill", "num_decode", "step", "fast_forward")
+    __slots__ = ("prefill", "num_decode", "fast_forward")
 
-    def __init__(self, prefill, num_decode, step, fast_forward):
+    def __init__(self, prefill, num_decode, fast_forward):
         self.prefill: list[tuple[Request, int]] = prefill
         self.num_decode: int = num_decode
-        self.step: int = step          # steps completed when the plan was made
         self.fast_forward: bool = fast_forward
+
+
+_NO_PREFILL: list[tuple[Request, int]] = []      # shared by decode-only plans; never mutated
 
 
 class ContinuousScheduler(Scheduler):
@@ -253,11 +255,21 @@ class ContinuousScheduler(Scheduler):
                 admitted = True
         fast = (not prefill and not preempted and not admitted and num_decode > 0
                 and not self.cfg.exact_steps)
-        return _Plan(prefill, num_decode, self.step, fast), preempted
+        return _Plan(prefill, num_decode, fast), preempted
 
     def next_segment(self, now_s: float) -> Segment | None:
-        if not self.num_running and not self.waiting:
-            return None
+        cohort = self.cohort
+        if not self.prefilling and not self.waiting:
+            if not cohort.members:
+                return None
+            need = cohort.blocks_at(self.step + 1) - cohort.blocks_held
+            if need <= self.kv.num_free_blocks and not self.cfg.exact_steps:
+                # only decoders, and their next blocks are free: the fast-forward
+                # ``_schedule`` would plan, without walking its queues
+                if need > 0:
+                    self.kv.take(need)
+                    cohort.blocks_held += need
+                return self._fast_forward(_Plan(_NO_PREFILL, len(cohort.members), True))
         plan, _ = self._schedule(now_s)
         if not plan.prefill and not plan.num_decode:
             return None
@@ -283,11 +295,11 @@ class ContinuousScheduler(Scheduler):
 
     def _fast_forward(self, plan: _Plan) -> Segment:
         """Plan every identical decode step up to a finish or a KV shortfall."""
-        cohort = self.cohort
+        cohort, step = self.cohort, self.step
         finish = cohort.next_finish_step()
-        num_steps = self._steps_within_free_blocks(finish - self.step)
+        num_steps = self._steps_within_free_blocks(finish - step)
         n = plan.num_decode
-        kv_first = float(cohort.kv_tokens_at(self.step + 1))
+        kv_first = float(cohort.kv_tokens_at(step + 1))
         if num_steps == 1:
             time_s, flops, moved = self.cost.step_scalar(float(n), float(n), 0.0, kv_first)
             return Segment.single_step(time_s, n, float(n), flops, moved, plan)
@@ -302,12 +314,11 @@ class ContinuousScheduler(Scheduler):
         (step 1's blocks are already held)."""
         cohort, free = self.cohort, self.kv.num_free_blocks
         held = cohort.blocks_held
+        if cohort.blocks_at(self.step + max_steps) - held <= free:
+            return max_steps
 
         def extra(j: int) -> int:
             return cohort.blocks_at(self.step + j) - held
-
-        if extra(max_steps) <= free:
-            return max_steps
         lo, hi = 1, max_steps  # extra(lo) <= free < extra(hi)
         while hi - lo > 1:
             mid = (lo + hi) // 2
