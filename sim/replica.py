@@ -61,7 +61,7 @@ class Replica:
         timeout carries its generation as its value, and only the latest counts."""
         self._gen += 1
         self._timer_fn = fn
-        self.env.timeout(delay_s, self._gen).callbacks.append(self._on_timer)
+        simpy.Timeout(self.env, delay_s, self._gen).callbacks.append(self._on_timer)
 
     def _on_timer(self, event) -> None:
         if event.value == self._gen:
@@ -100,7 +100,7 @@ class Replica:
         seg, steps, start_s = self._seg, self._seg_steps, self._seg_start_s
         self._seg = None
         self.scheduler.last_step_end_s = self.env.now
-        self._record(seg, steps, start_s)
+        self._record(seg, steps, start_s, start_s + float(seg.step_end_s[steps - 1]))
         self.scheduler.finish_segment(seg, steps, start_s)
         self._plan()
 
@@ -132,16 +132,16 @@ class Replica:
         start_s, now = self._seg_start_s, self.env.now
         done = seg.steps_ended_by(now - start_s)
         if seg.interruptible and 0 < done < self._seg_steps:
-            self._record(seg, done, start_s)
+            end_s = start_s + float(seg.step_end_s[done - 1])
+            self._record(seg, done, start_s, end_s)
             self.scheduler.finish_segment(seg, done, start_s)
-            start_s += float(seg.step_end_s[done - 1])
+            start_s = end_s
         self._seg = None
         self._gen += 1
         if now > start_s:
             self.usage.add(start_s, now, 0, seg.num_seqs, 0.0, 0.0, 0.0)
 
-    def _record(self, seg: Segment, num_steps: int, start_s: float) -> None:
-        end_s = start_s + float(seg.step_end_s[num_steps - 1])
+    def _record(self, seg: Segment, num_steps: int, start_s: float, end_s: float) -> None:
         tokens, flops, moved = seg.totals(num_steps)
         self.usage.add(start_s, end_s, num_steps, seg.num_seqs, tokens, flops, moved)
         steps = self.recorder.steps

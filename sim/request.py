@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+_NAN = math.nan
+
 
 class Status:
     COMPLETED = "completed"
@@ -44,9 +46,9 @@ class Request:
         self.num_output_tokens = 0
         self.num_computed_tokens = 0
         self.num_blocks = 0
-        self.admitted_s = math.nan
-        self.first_token_s = math.nan
-        self.finish_s = math.nan
+        self.admitted_s = _NAN
+        self.first_token_s = _NAN
+        self.finish_s = _NAN
         self.preemptions = 0
         self.status: str | None = None
         self.reject_reason = ""
@@ -61,9 +63,9 @@ class Request:
         self.prefix_group: str | None = None   # shared-prefix key for prefix-affinity routing
         self.prefix_tokens = 0                 # length of that shared prefix
         self.prefix_blocks = 0                 # KV blocks held through the prefix cache
-        self.max_itl_s = math.nan              # longest gap between two output tokens
+        self.max_itl_s = _NAN                  # longest gap between two output tokens
         self.join_seg = 0                      # segments done when it last began decoding
-        self.last_token_s = math.nan           # when it last stopped decoding
+        self.last_token_s = _NAN               # when it last stopped decoding
         self.handoff = None                    # (decode pool, output tokens, link) when disaggregated
         self.kv_transfer_s = 0.0               # time its KV spent between pools
         self.api_key = ""                      # key id it came with

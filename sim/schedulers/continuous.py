@@ -71,7 +71,7 @@ class _Plan:
         self.fast_forward: bool = fast_forward
 
 
-_NO_PREFILL: list[tuple[Request, int]] = []      # shared by decode-only plans; never mutated
+_NO_PREFILL: list[tuple[Request, int]] = []      # the payload of decode-only segments; never mutated
 
 
 class ContinuousScheduler(Scheduler):
@@ -269,12 +269,12 @@ class ContinuousScheduler(Scheduler):
                 if need > 0:
                     self.kv.take(need)
                     cohort.blocks_held += need
-                return self._fast_forward(_Plan(_NO_PREFILL, len(cohort.members), True))
+                return self._fast_forward(len(cohort.members))
         plan, _ = self._schedule(now_s)
         if not plan.prefill and not plan.num_decode:
             return None
         if plan.fast_forward:
-            return self._fast_forward(plan)
+            return self._fast_forward(plan.num_decode)
         num_tokens = float(plan.num_decode)
         prefill_work = 0.0
         decode_kv = float(self.cohort.kv_tokens_at(self.step + 1))
@@ -291,23 +291,23 @@ class ContinuousScheduler(Scheduler):
         time_s, flops, moved = self.cost.step_scalar(
             num_tokens, float(num_seqs), prefill_work, decode_kv, kv_read)
         time_s += self.wake_s(now_s)
-        return Segment.single_step(time_s, num_seqs, num_tokens, flops, moved, plan)
+        return Segment.single_step(time_s, num_seqs, num_tokens, flops, moved, plan.prefill)
 
-    def _fast_forward(self, plan: _Plan) -> Segment:
-        """Plan every identical decode step up to a finish or a KV shortfall."""
+    def _fast_forward(self, n: int) -> Segment:
+        """Plan every identical decode step of the ``n`` decoders up to a finish or
+        a KV shortfall (their first step's blocks are taken)."""
         cohort, step = self.cohort, self.step
         finish = cohort.next_finish_step()
         num_steps = self._steps_within_free_blocks(finish - step)
-        n = plan.num_decode
         kv_first = float(cohort.kv_tokens_at(step + 1))
         if num_steps == 1:
             time_s, flops, moved = self.cost.step_scalar(float(n), float(n), 0.0, kv_first)
-            return Segment.single_step(time_s, n, float(n), flops, moved, plan)
+            return Segment.single_step(time_s, n, float(n), flops, moved, _NO_PREFILL)
         run = self.cost.decode_run(n, kv_first, num_steps)
         return Segment(run.step_end_s, n, tokens=(run.tokens_per_step, 0.0),
                        flops=(run.flops_first, run.flops_slope),
                        bytes=(run.bytes_first, run.bytes_slope),
-                       interruptible=True, payload=plan)
+                       interruptible=True, payload=_NO_PREFILL)
 
     def _steps_within_free_blocks(self, max_steps: int) -> int:
         """Largest j <= max_steps whose steps 2..j need at most the free blocks
@@ -337,7 +337,7 @@ class ContinuousScheduler(Scheduler):
 
     # -- applying a finished segment ----------------------------------------------------
     def finish_segment(self, seg: Segment, num_steps: int, start_s: float) -> None:
-        plan: _Plan = seg.payload
+        prefill: list[tuple[Request, int]] = seg.payload      # the step's prefill chunks
         cohort = self.cohort
         end_s = start_s + float(seg.step_end_s[num_steps - 1])
         if num_steps > 1:
@@ -360,7 +360,7 @@ class ContinuousScheduler(Scheduler):
             cohort.remove(req, self.step)
         joined: list[Request] = []
         kv = self.kv
-        for req, n in plan.prefill:
+        for req, n in prefill:
             req.num_computed_tokens += n
             if req.prefix_group is not None:
                 kv.register_prefix(req)
@@ -370,8 +370,11 @@ class ContinuousScheduler(Scheduler):
                     req.first_token_s = end_s
                 joined.append(req)
         if joined:
-            keep = set(map(id, joined))
-            self.prefilling = [r for r in self.prefilling if id(r) not in keep]
+            if len(joined) == len(self.prefilling):
+                self.prefilling = []           # usually every prefill finished
+            else:
+                keep = set(map(id, joined))
+                self.prefilling = [r for r in self.prefilling if id(r) not in keep]
             for req in joined:
                 if req.last_token_s == req.last_token_s:           # resumed after preemption
                     gap = end_s - req.last_token_s
