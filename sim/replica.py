@@ -87,7 +87,7 @@ class Replica:
         self._seg = plan
         self._seg_start_s = env.now
         self._seg_steps = plan.num_steps
-        self._after(float(plan.step_end_s[-1]), self._end_segment)
+        self._after(plan.duration_s, self._end_segment)
 
     def _cut(self, seg: Segment) -> None:
         elapsed_s = self.env.now - self._seg_start_s
@@ -100,7 +100,7 @@ class Replica:
         seg, steps, start_s = self._seg, self._seg_steps, self._seg_start_s
         self._seg = None
         self.scheduler.last_step_end_s = self.env.now
-        self._record(seg, steps, start_s, start_s + float(seg.step_end_s[steps - 1]))
+        self._record(seg, steps, start_s, start_s + seg.end_offset_s(steps))
         self.scheduler.finish_segment(seg, steps, start_s)
         self._plan()
 
@@ -132,7 +132,7 @@ class Replica:
         start_s, now = self._seg_start_s, self.env.now
         done = seg.steps_ended_by(now - start_s)
         if seg.interruptible and 0 < done < self._seg_steps:
-            end_s = start_s + float(seg.step_end_s[done - 1])
+            end_s = start_s + seg.end_offset_s(done)
             self._record(seg, done, start_s, end_s)
             self.scheduler.finish_segment(seg, done, start_s)
             start_s = end_s

@@ -2,10 +2,11 @@
 
 The replica asks ``next_segment(now)`` and gets one of:
 - a ``Segment``: one or more engine iterations to run back to back. The
-  replica waits ``step_end_s[-1]`` and then calls ``finish_segment``. An
-  interruptible segment (fast-forwarded identical decode steps) may be cut
-  short at the first step boundary after a new request arrives, exactly as
-  the step-by-step loop would have admitted it there;
+  replica waits ``duration_s`` (the last step's end) and then calls
+  ``finish_segment``. An interruptible segment (fast-forwarded identical
+  decode steps) may be cut short at the first step boundary after a new
+  request arrives, exactly as the step-by-step loop would have admitted it
+  there;
 - a float: nothing to run before that simulated time (a static batch waiting
   to fill) unless a request arrives first;
 - ``None``: idle until a request arrives.
@@ -38,9 +39,9 @@ class Segment:
     """
 
     __slots__ = ("step_end_s", "num_seqs", "tokens", "flops", "bytes", "interruptible",
-                 "payload", "step_tokens", "totals_all", "num_steps")
+                 "payload", "step_tokens", "totals_all", "num_steps", "duration_s")
 
-    def __init__(self, step_end_s, num_seqs: int, *, tokens: tuple[float, float],
+    def __init__(self, step_end_s, num_seqs: int, tokens: tuple[float, float],
                  flops: tuple[float, float], bytes: tuple[float, float],
                  interruptible: bool = False, payload: Any = None,
                  step_tokens: np.ndarray | None = None,
@@ -55,12 +56,19 @@ class Segment:
         self.step_tokens = step_tokens
         self.totals_all = totals_all
         self.num_steps: int = len(step_end_s)
+        self.duration_s = float(step_end_s[-1])
 
     @classmethod
     def single_step(cls, time_s: float, num_seqs: int, tokens: float, flops: float,
                     bytes_: float, payload: Any) -> "Segment":
-        return cls(StepEnds([time_s]), num_seqs, tokens=(tokens, 0.0), flops=(flops, 0.0),
-                   bytes=(bytes_, 0.0), payload=payload)
+        return cls(StepEnds([time_s]), num_seqs, (tokens, 0.0), (flops, 0.0), (bytes_, 0.0),
+                   False, payload)
+
+    def end_offset_s(self, num_steps: int) -> float:
+        """When the first ``num_steps`` steps end, from the segment's start."""
+        if num_steps == self.num_steps:
+            return self.duration_s
+        return float(self.step_end_s[num_steps - 1])
 
     def steps_done_by(self, elapsed_s: float) -> int:
         """Steps completed once the step running at ``elapsed_s`` has ended."""

@@ -304,10 +304,9 @@ class ContinuousScheduler(Scheduler):
             time_s, flops, moved = self.cost.step_scalar(float(n), float(n), 0.0, kv_first)
             return Segment.single_step(time_s, n, float(n), flops, moved, _NO_PREFILL)
         run = self.cost.decode_run(n, kv_first, num_steps)
-        return Segment(run.step_end_s, n, tokens=(run.tokens_per_step, 0.0),
-                       flops=(run.flops_first, run.flops_slope),
-                       bytes=(run.bytes_first, run.bytes_slope),
-                       interruptible=True, payload=_NO_PREFILL)
+        return Segment(run.step_end_s, n, (run.tokens_per_step, 0.0),
+                       (run.flops_first, run.flops_slope), (run.bytes_first, run.bytes_slope),
+                       True, _NO_PREFILL)
 
     def _steps_within_free_blocks(self, max_steps: int) -> int:
         """Largest j <= max_steps whose steps 2..j need at most the free blocks
@@ -339,7 +338,7 @@ class ContinuousScheduler(Scheduler):
     def finish_segment(self, seg: Segment, num_steps: int, start_s: float) -> None:
         prefill: list[tuple[Request, int]] = seg.payload      # the step's prefill chunks
         cohort = self.cohort
-        end_s = start_s + float(seg.step_end_s[num_steps - 1])
+        end_s = start_s + seg.end_offset_s(num_steps)
         if num_steps > 1:
             # fast-forwarded decode: step 1's blocks are held, the rest now
             extra = cohort.blocks_at(self.step + num_steps) - cohort.blocks_held
