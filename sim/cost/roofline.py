@@ -160,13 +160,12 @@ class RooflineCostModel(CostModel):
             n = float(num_seqs)
             base = self._decode_at_no_kv[num_seqs] = self.step_scalar(n, n, 0.0, 0.0)
         t_kv, f_kv, b_kv = self._decode_per_kv
-        return DecodeRun(step_end_s=LinearStepEnds(base[0] + t_kv * kv_tokens_first,
-                                                   t_kv * num_seqs, num_steps),
-                         tokens_per_step=float(num_seqs),
-                         flops_first=base[1] + f_kv * kv_tokens_first,
-                         flops_slope=f_kv * num_seqs,
-                         bytes_first=base[2] + b_kv * kv_tokens_first,
-                         bytes_slope=b_kv * num_seqs)
+        # (step ends, tokens per step, FLOPs first and slope, bytes first and slope)
+        return DecodeRun(LinearStepEnds(base[0] + t_kv * kv_tokens_first, t_kv * num_seqs,
+                                        num_steps),
+                         float(num_seqs),
+                         base[1] + f_kv * kv_tokens_first, f_kv * num_seqs,
+                         base[2] + b_kv * kv_tokens_first, b_kv * num_seqs)
 
     # -- work for MFU / MBU -------------------------------------------------
     def work(self, shape: BatchShape) -> tuple[ArrayLike, ArrayLike]:

@@ -72,11 +72,11 @@ class Segment:
 
     def steps_done_by(self, elapsed_s: float) -> int:
         """Steps completed once the step running at ``elapsed_s`` has ended."""
-        return min(self.step_end_s.count_before(elapsed_s, inclusive=False) + 1, self.num_steps)
+        return min(self.step_end_s.count_before(elapsed_s, False) + 1, self.num_steps)
 
     def steps_ended_by(self, elapsed_s: float) -> int:
         """Steps whose end is at or before ``elapsed_s``."""
-        return self.step_end_s.count_before(elapsed_s, inclusive=True)
+        return self.step_end_s.count_before(elapsed_s, True)
 
     def totals(self, num_steps: int) -> tuple[float, float, float]:
         """(tokens, FLOPs, bytes) of the first ``num_steps`` steps."""

@@ -168,6 +168,8 @@ class ContinuousScheduler(Scheduler):
         never a decoder that already took its block. The priority policy
         preempts the largest (priority, arrival) until every decoder fits.
         """
+        if not self.cohort.members or self._take_next_decode_blocks():
+            return False, False                       # usually: every decoder's block is free
         cohort, kv = self.cohort, self.kv
         preempted = False
         if self._by_priority:
@@ -203,6 +205,18 @@ class ContinuousScheduler(Scheduler):
                 break
         cohort.blocks_held += taken
         return preempted, stopped
+
+    def _take_next_decode_blocks(self) -> bool:
+        """Take the blocks every decoder needs for the coming step, if that many
+        are free (nobody is preempted); False, with nothing taken, if not."""
+        cohort = self.cohort
+        need = cohort.blocks_at(self.step + 1) - cohort.blocks_held
+        if need > self.kv.num_free_blocks:
+            return False
+        if need > 0:
+            self.kv.take(need)
+            cohort.blocks_held += need
+        return True
 
     def _schedule(self, now_s: float) -> tuple[_Plan, bool]:
         self._now_s = now_s
@@ -262,13 +276,9 @@ class ContinuousScheduler(Scheduler):
         if not self.prefilling and not self.waiting:
             if not cohort.members:
                 return None
-            need = cohort.blocks_at(self.step + 1) - cohort.blocks_held
-            if need <= self.kv.num_free_blocks and not self.cfg.exact_steps:
+            if not self.cfg.exact_steps and self._take_next_decode_blocks():
                 # only decoders, and their next blocks are free: the fast-forward
                 # ``_schedule`` would plan, without walking its queues
-                if need > 0:
-                    self.kv.take(need)
-                    cohort.blocks_held += need
                 return self._fast_forward(len(cohort.members))
         plan, _ = self._schedule(now_s)
         if not plan.prefill and not plan.num_decode:
