@@ -40,3 +40,31 @@ def test_fast_forward_equals_exact_steps(path):
     for col in ("admitted_s", "first_token_s", "finish_s"):
         np.testing.assert_allclose(a[col], b[col], rtol=1e-9, atol=0, err_msg=col)
     assert ff.extra["steps"] == exact.extra["steps"]
+
+
+def test_between_steps_the_cohort_holds_exactly_the_blocks_of_its_tokens(monkeypatch):
+    """What the O(1) block count of the next decode step rests on: after every applied
+    segment (admissions, fast-forwards, finishes, preemptions under a small KV cache,
+    priority and FCFS) the decoders hold the blocks covering their tokens, no more."""
+    from simfactories import (KV_HEAVY_NAME, continuous, lognormal, make_pool,
+                              poisson_stream, run_scenario)
+
+    from sim.schedulers.continuous import ContinuousScheduler
+    checked = []
+    original = ContinuousScheduler.finish_segment
+
+    def checking(self, seg, num_steps, start_s):
+        original(self, seg, num_steps, start_s)
+        assert self.cohort.blocks_held == self.cohort.blocks_at(self.step)
+        checked.append(num_steps)
+
+    monkeypatch.setattr(ContinuousScheduler, "finish_segment", checking)
+    for policy in ("fcfs", "priority"):
+        results = run_scenario(
+            stream=poisson_stream(rate=20.0, prompt_tokens=lognormal(300, max=1000),
+                                  output_tokens=lognormal(120, max=400)),
+            pool=make_pool(model=KV_HEAVY_NAME, kv_cache_bytes="1GiB",
+                           scheduler=continuous(policy=policy)),
+            duration=30.0)
+        assert (results.requests["preemptions"] > 0).any()      # the cache was short
+    assert len(checked) > 1000 and max(checked) > 1

@@ -62,6 +62,12 @@ class DecodeCohort:
             total += sum(self.residues[self.bs + 1 - m:])
         return total
 
+    def blocks_entering(self, step: int) -> int:
+        """``blocks_at(step) - blocks_at(step - 1)``: one block for each member whose
+        context before ``step`` fills its last block (decode_base + step - 1 ≡ 0
+        mod bs), counted from the histogram in O(1)."""
+        return self.residues[(1 - step) % self.bs]
+
     def kv_tokens_at(self, step: int) -> int:
         """Σ (decode_base + step): the context every member attends over."""
         return self.sum_base + len(self.members) * step

@@ -208,9 +208,13 @@ class ContinuousScheduler(Scheduler):
 
     def _take_next_decode_blocks(self) -> bool:
         """Take the blocks every decoder needs for the coming step, if that many
-        are free (nobody is preempted); False, with nothing taken, if not."""
+        are free (nobody is preempted); False, with nothing taken, if not.
+
+        Between steps the cohort holds exactly the blocks covering this step's
+        tokens, so the coming step needs one block per member that reaches a
+        block boundary."""
         cohort = self.cohort
-        need = cohort.blocks_at(self.step + 1) - cohort.blocks_held
+        need = cohort.blocks_entering(self.step + 1)
         if need > self.kv.num_free_blocks:
             return False
         if need > 0:

@@ -30,3 +30,27 @@ def test_admission_heap_stays_bounded_and_last_is_the_latest_member():
         assert cohort.last() is max(live, key=lambda r: r.seq)
     assert len(cohort) == len(live) == 5
     assert len(cohort._last_heap) < 200    # not one entry per member ever admitted
+
+
+def test_blocks_entering_a_step_is_the_difference_of_blocks_held_around_it():
+    """The O(1) count of new blocks a step needs equals blocks_at(step) - blocks_at(step - 1)
+    counted member by member, for contexts on and off block boundaries, with shared
+    prefix blocks, across several block lengths, while members join and leave."""
+    import random
+    rng = random.Random(7)
+    for bs in (1, 2, 16):
+        cohort = DecodeCohort(block_size_tokens=bs)
+        members: list[Request] = []
+        for seq in range(60):
+            step = seq * 3
+            req = make_request(seq, prompt_tokens=rng.randint(1, 5 * bs + 1))
+            req.prefix_blocks = rng.choice([0, 0, 1]) if req.prompt_tokens > bs else 0
+            cohort.add(req, step=step, blocks=0)
+            members.append(req)
+            if len(members) > 8:
+                cohort.remove(members.pop(rng.randrange(len(members))), step=step)
+            for later in range(step + 1, step + 2 * bs + 2):
+                by_member = sum(-(-(r.decode_base + later) // bs) - -(-(r.decode_base + later - 1) // bs)
+                                for r in members)
+                assert cohort.blocks_entering(later) == by_member
+                assert cohort.blocks_at(later) - cohort.blocks_at(later - 1) == by_member
