@@ -27,6 +27,10 @@ class PoolUsage:
         self.serving_s: list[float] = []
         self._serving = 0
         self._serving_since_s = 0.0
+        # the bin the latest run ended in, [start, end): most runs fall inside it
+        self._bin = 0
+        self._bin_start_s = 0.0
+        self._bin_end_s = -1.0
 
     def _grow(self, last_bin: int) -> None:
         extra = last_bin + 1 - len(self.busy_s)
@@ -64,10 +68,16 @@ class PoolUsage:
         self.num_steps += num_steps
         if num_seqs > self.max_seqs:
             self.max_seqs = num_seqs
+        if self._bin_start_s <= start_s and end_s < self._bin_end_s:
+            b = self._bin
+            self.busy_s[b] += dur
+            self.tokens[b] += tokens
+            return
         w = self.interval_s
         b0, b1 = int(start_s // w), int(end_s // w)
         if b1 >= len(self.busy_s):
             self._grow(b1)
+        self._bin, self._bin_start_s, self._bin_end_s = b1, b1 * w, (b1 + 1) * w
         if b0 == b1 or dur <= 0:
             self.busy_s[b0] += dur
             self.tokens[b0] += tokens

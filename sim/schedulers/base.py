@@ -82,6 +82,8 @@ class Segment:
         """(tokens, FLOPs, bytes) of the first ``num_steps`` steps."""
         if self.totals_all is not None and num_steps == self.num_steps:
             return self.totals_all
+        if num_steps == 1:
+            return self.tokens[0], self.flops[0], self.bytes[0]
         tri = num_steps * (num_steps - 1) / 2.0
         return (num_steps * self.tokens[0] + self.tokens[1] * tri,
                 num_steps * self.flops[0] + self.flops[1] * tri,
