@@ -27,8 +27,8 @@ class Replica:
         self.index = index
         self.scheduler = scheduler
         self.recorder = recorder
-        self._gen = 0                   # bumps whenever a pending timeout is superseded
-        self._timer_fn = None           # what the latest timeout calls
+        self._timer = None              # the latest timeout; any earlier one is superseded
+        self._timer_fn = None           # what it calls
         self._seg: Segment | None = None
         self._seg_start_s = 0.0
         self._seg_steps = 0             # steps of the running segment that will be applied
@@ -57,14 +57,14 @@ class Replica:
 
     # -- the loop -------------------------------------------------------------------
     def _after(self, delay_s: float, fn) -> None:
-        """Call ``fn`` in ``delay_s`` unless another ``_after`` comes first: the
-        timeout carries its generation as its value, and only the latest counts."""
-        self._gen += 1
+        """Call ``fn`` in ``delay_s`` unless another ``_after`` comes first: only
+        the latest timeout counts (SimPy cannot take one back)."""
         self._timer_fn = fn
-        simpy.Timeout(self.env, delay_s, self._gen).callbacks.append(self._on_timer)
+        timer = self._timer = simpy.Timeout(self.env, delay_s)
+        timer.callbacks.append(self._on_timer)
 
     def _on_timer(self, event) -> None:
-        if event.value == self._gen:
+        if event is self._timer:
             self._timer_fn()
 
     def _kick(self) -> None:
@@ -77,15 +77,15 @@ class Replica:
         self._kick_pending = False
         if self._seg is not None:
             return                        # a segment is running; its end plans the next
-        env = self.env
-        plan = self.scheduler.next_segment(env.now)
+        now = self.env.now
+        plan = self.scheduler.next_segment(now)
         if plan is None:
             return
         if isinstance(plan, float):
-            self._after(plan - env.now, self._plan)
+            self._after(plan - now, self._plan)
             return
         self._seg = plan
-        self._seg_start_s = env.now
+        self._seg_start_s = now
         self._seg_steps = plan.num_steps
         self._after(plan.duration_s, self._end_segment)
 
@@ -100,7 +100,8 @@ class Replica:
         seg, steps, start_s = self._seg, self._seg_steps, self._seg_start_s
         self._seg = None
         self.scheduler.last_step_end_s = self.env.now
-        self._record(seg, steps, start_s, start_s + seg.end_offset_s(steps))
+        self._record(seg, steps, start_s, start_s + (seg.duration_s if steps == seg.num_steps
+                                                     else seg.step_end_s[steps - 1]))
         self.scheduler.finish_segment(seg, steps, start_s)
         self._plan()
 
@@ -115,7 +116,7 @@ class Replica:
     def abandon(self) -> list[Request]:
         """The replica is gone (spot preemption): stop, and hand back its open
         requests with their progress lost."""
-        self._gen += 1
+        self._timer = None
         self._seg = None
         lost = self.scheduler.open_requests()
         self.scheduler.reset()
@@ -137,7 +138,7 @@ class Replica:
             self.scheduler.finish_segment(seg, done, start_s)
             start_s = end_s
         self._seg = None
-        self._gen += 1
+        self._timer = None
         if now > start_s:
             self.usage.add(start_s, now, 0, seg.num_seqs, 0.0, 0.0, 0.0)
 

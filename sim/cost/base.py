@@ -104,8 +104,10 @@ class CostModel(ABC):
         if self.decode_time_linear:
             ends = LinearStepEnds(t0, t1 - t0, num_steps)
         else:
-            ends = StepEnds(np.cumsum(self.decode_run_s(num_seqs, kv_tokens_first, num_steps)))
-        return DecodeRun(step_end_s=ends, tokens_per_step=n, flops_first=f0,
+            ends = StepEnds(np.cumsum(
+                self.decode_run_s(num_seqs, kv_tokens_first, num_steps)).tolist())
+        return DecodeRun(step_end_s=ends, duration_s=float(ends[num_steps - 1]),
+                         tokens_per_step=n, flops_first=f0,
                          flops_slope=f1 - f0, bytes_first=b0, bytes_slope=b1 - b0)
 
     def decode_run_s(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> np.ndarray:
@@ -121,12 +123,13 @@ class CostModel(ABC):
 class DecodeRun:
     """Cumulative step ends and linear work of a fast-forwarded decode run."""
 
-    __slots__ = ("step_end_s", "tokens_per_step", "flops_first", "flops_slope",
+    __slots__ = ("step_end_s", "duration_s", "tokens_per_step", "flops_first", "flops_slope",
                  "bytes_first", "bytes_slope")
 
-    def __init__(self, step_end_s, tokens_per_step, flops_first, flops_slope, bytes_first,
-                 bytes_slope) -> None:
+    def __init__(self, step_end_s, duration_s, tokens_per_step, flops_first, flops_slope,
+                 bytes_first, bytes_slope) -> None:
         self.step_end_s = step_end_s
+        self.duration_s = duration_s             # the last step's end
         self.tokens_per_step = tokens_per_step
         self.flops_first = flops_first
         self.flops_slope = flops_slope

@@ -160,10 +160,9 @@ class RooflineCostModel(CostModel):
             n = float(num_seqs)
             base = self._decode_at_no_kv[num_seqs] = self.step_scalar(n, n, 0.0, 0.0)
         t_kv, f_kv, b_kv = self._decode_per_kv
-        # (step ends, tokens per step, FLOPs first and slope, bytes first and slope)
-        return DecodeRun(LinearStepEnds(base[0] + t_kv * kv_tokens_first, t_kv * num_seqs,
-                                        num_steps),
-                         float(num_seqs),
+        ends = LinearStepEnds(base[0] + t_kv * kv_tokens_first, t_kv * num_seqs, num_steps)
+        # (step ends, duration, tokens per step, FLOPs first and slope, bytes first and slope)
+        return DecodeRun(ends, ends.last_s, float(num_seqs),
                          base[1] + f_kv * kv_tokens_first, f_kv * num_seqs,
                          base[2] + b_kv * kv_tokens_first, b_kv * num_seqs)
 

@@ -4,27 +4,18 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 
-import numpy as np
 
 
-class StepEnds:
-    """Cumulative end offsets of a segment's steps, as a list of floats."""
+class StepEnds(list):
+    """Cumulative end offsets of a segment's steps: a list of floats (built from
+    a list, ``np.cumsum(...).tolist()`` for an array), so indexing and ``len``
+    cost what they cost on a list."""
 
-    __slots__ = ("_ends",)
-
-    def __init__(self, ends) -> None:
-        self._ends = (ends if type(ends) is list
-                      else ends.tolist() if isinstance(ends, np.ndarray) else list(ends))
-
-    def __len__(self) -> int:
-        return len(self._ends)
-
-    def __getitem__(self, i: int) -> float:
-        return self._ends[i]
+    __slots__ = ()
 
     def count_before(self, elapsed_s: float, inclusive: bool) -> int:
         """Steps ending before ``elapsed_s`` (at or before it when ``inclusive``)."""
-        return (bisect_right if inclusive else bisect_left)(self._ends, elapsed_s)
+        return (bisect_right if inclusive else bisect_left)(self, elapsed_s)
 
 
 class LinearStepEnds:
@@ -34,10 +25,12 @@ class LinearStepEnds:
     time is linear in the KV tokens read (the roofline) take this form.
     """
 
-    __slots__ = ("first", "slope", "n")
+    __slots__ = ("first", "slope", "n", "last_s")
 
     def __init__(self, first_s: float, slope_s: float, num_steps: int) -> None:
         self.first, self.slope, self.n = first_s, slope_s, num_steps
+        i = num_steps - 1
+        self.last_s = (i + 1) * first_s + slope_s * (i * (i + 1) / 2.0)   # self[i]
 
     def __len__(self) -> int:
         return self.n

@@ -41,11 +41,13 @@ class Segment:
     __slots__ = ("step_end_s", "num_seqs", "tokens", "flops", "bytes", "interruptible",
                  "payload", "step_tokens", "totals_all", "num_steps", "duration_s")
 
-    def __init__(self, step_end_s, num_seqs: int, tokens: tuple[float, float],
-                 flops: tuple[float, float], bytes: tuple[float, float],
-                 interruptible: bool = False, payload: Any = None,
+    def __init__(self, step_end_s, num_steps: int, duration_s: float, num_seqs: int,
+                 tokens: tuple[float, float], flops: tuple[float, float],
+                 bytes: tuple[float, float], interruptible: bool = False, payload: Any = None,
                  step_tokens: np.ndarray | None = None,
                  totals_all: tuple[float, float, float] | None = None) -> None:
+        """``num_steps`` and ``duration_s`` (the last step's end) are
+        ``len(step_end_s)`` and ``step_end_s[-1]``, which the caller knows."""
         self.step_end_s = step_end_s
         self.num_seqs = num_seqs
         self.tokens = tokens
@@ -55,14 +57,14 @@ class Segment:
         self.payload = payload
         self.step_tokens = step_tokens
         self.totals_all = totals_all
-        self.num_steps: int = len(step_end_s)
-        self.duration_s = float(step_end_s[-1])
+        self.num_steps = num_steps
+        self.duration_s = duration_s
 
     @classmethod
     def single_step(cls, time_s: float, num_seqs: int, tokens: float, flops: float,
                     bytes_: float, payload: Any) -> "Segment":
-        return cls(StepEnds([time_s]), num_seqs, (tokens, 0.0), (flops, 0.0), (bytes_, 0.0),
-                   False, payload)
+        return cls(StepEnds((time_s,)), 1, time_s, num_seqs, (tokens, 0.0), (flops, 0.0),
+                   (bytes_, 0.0), False, payload)
 
     def end_offset_s(self, num_steps: int) -> float:
         """When the first ``num_steps`` steps end, from the segment's start."""

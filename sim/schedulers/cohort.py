@@ -27,6 +27,12 @@ def _admission_order(req: Request) -> int:
     return req.seq
 
 
+# The finish heap holds plain ints, finish step · 2^SEQ_BITS + seq, which order as
+# (finish step, seq) tuples would and compare faster.
+SEQ_BITS = 32
+_SEQ_MASK = (1 << SEQ_BITS) - 1
+
+
 class DecodeCohort:
     def __init__(self, block_size_tokens: int) -> None:
         self.bs = block_size_tokens
@@ -36,7 +42,7 @@ class DecodeCohort:
         self.residues = [0] * block_size_tokens     # count of decode_base % bs
         self.sum_prefix_blocks = 0                  # blocks members hold via the prefix cache
         self.blocks_held = 0                        # KV blocks owned by the cohort (private)
-        self._finish_heap: list[tuple[int, int]] = []  # (finish step, seq)
+        self._finish_heap: list[int] = []              # finish step << SEQ_BITS | seq
         self._last_heap: list[int] = []                # -seq, for the latest admitted
         self._last_heap_slack = 64                     # stale entries kept before a rebuild
 
@@ -74,9 +80,9 @@ class DecodeCohort:
 
     def next_finish_step(self) -> int | None:
         heap = self._finish_heap
-        while heap and heap[0][1] not in self.members:
+        while heap and heap[0] & _SEQ_MASK not in self.members:
             heapq.heappop(heap)            # stale entry of a preempted member
-        return heap[0][0] if heap else None
+        return heap[0] >> SEQ_BITS if heap else None
 
     # -- membership -------------------------------------------------------------
     def add(self, req: Request, step: int, blocks: int) -> None:
@@ -90,9 +96,11 @@ class DecodeCohort:
         self.residues[base % self.bs] += 1
         self.sum_prefix_blocks += req.prefix_blocks
         self.blocks_held += blocks
+        seq = req.seq
+        assert 0 <= seq <= _SEQ_MASK, "admission number out of the finish heap's range"
         heapq.heappush(self._finish_heap,
-                       (step + req.max_output_tokens - req.num_output_tokens, req.seq))
-        heapq.heappush(self._last_heap, -req.seq)
+                       (step + req.max_output_tokens - req.num_output_tokens) << SEQ_BITS | seq)
+        heapq.heappush(self._last_heap, -seq)
 
     def remove(self, req: Request, step: int, alloc_step: int | None = None) -> int:
         """Take ``req`` out with its counters brought up to ``step``; its own blocks
@@ -127,12 +135,12 @@ class DecodeCohort:
         """Members whose last output token came with ``step``, in admission order
         (a new list: the caller may add to it)."""
         heap = self._finish_heap
-        if not heap or heap[0][0] > step:
+        bound = (step + 1) << SEQ_BITS      # every entry finishing at ``step`` or before
+        if not heap or heap[0] >= bound:
             return []                      # most steps: nobody finishes
         done = []
-        while heap and heap[0][0] <= step:
-            _, seq = heapq.heappop(heap)
-            req = self.members.get(seq)
+        while heap and heap[0] < bound:
+            req = self.members.get(heapq.heappop(heap) & _SEQ_MASK)
             if req is not None:
                 done.append(req)
         if len(done) > 1:

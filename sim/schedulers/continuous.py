@@ -318,7 +318,7 @@ class ContinuousScheduler(Scheduler):
             time_s, flops, moved = self.cost.step_scalar(float(n), float(n), 0.0, kv_first)
             return Segment.single_step(time_s, n, float(n), flops, moved, _NO_PREFILL)
         run = self.cost.decode_run(n, kv_first, num_steps)
-        return Segment(run.step_end_s, n, (run.tokens_per_step, 0.0),
+        return Segment(run.step_end_s, num_steps, run.duration_s, n, (run.tokens_per_step, 0.0),
                        (run.flops_first, run.flops_slope), (run.bytes_first, run.bytes_slope),
                        True, _NO_PREFILL)
 
@@ -352,7 +352,8 @@ class ContinuousScheduler(Scheduler):
     def finish_segment(self, seg: Segment, num_steps: int, start_s: float) -> None:
         prefill: list[tuple[Request, int]] = seg.payload      # the step's prefill chunks
         cohort = self.cohort
-        end_s = start_s + seg.end_offset_s(num_steps)
+        end_s = start_s + (seg.duration_s if num_steps == seg.num_steps
+                           else seg.step_end_s[num_steps - 1])
         if num_steps > 1:
             # fast-forwarded decode: step 1's blocks are held, the rest now
             extra = cohort.blocks_at(self.step + num_steps) - cohort.blocks_held
@@ -362,11 +363,12 @@ class ContinuousScheduler(Scheduler):
         self.step += num_steps
         self._segments_done += 1
         longest = seg.step_end_s[0] if num_steps == 1 else seg.max_step_s(num_steps)
-        while self._gap_max and self._gap_max[-1] <= longest:
-            self._gap_seg.pop()
-            self._gap_max.pop()
-        self._gap_seg.append(self._segments_done)
-        self._gap_max.append(longest)
+        gap_max, gap_seg = self._gap_max, self._gap_seg
+        while gap_max and gap_max[-1] <= longest:
+            gap_seg.pop()
+            gap_max.pop()
+        gap_seg.append(self._segments_done)
+        gap_max.append(longest)
         finished = cohort.pop_finished(self.step)
         for req in finished:
             self._stop_decoding(req, end_s)

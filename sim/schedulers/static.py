@@ -89,7 +89,8 @@ class StaticScheduler(Scheduler):
         tokens = np.asarray(shape.num_tokens)
         times = np.array(cost.time_s, dtype=np.float64)
         times[0] += self.wake_s(now_s)
-        return Segment(StepEnds(np.cumsum(times)), n, tokens=(0.0, 0.0), flops=(0.0, 0.0),
+        ends = StepEnds(np.cumsum(times).tolist())
+        return Segment(ends, len(ends), ends[-1], n, tokens=(0.0, 0.0), flops=(0.0, 0.0),
                        bytes=(0.0, 0.0), payload=batch, step_tokens=tokens,
                        totals_all=(float(tokens.sum()), float(np.sum(cost.flops)),
                                    float(np.sum(cost.bytes))))
