@@ -31,6 +31,7 @@ class Replica:
         self._timer_fn = None           # what it calls
         self._seg: Segment | None = None
         self._seg_start_s = 0.0
+        self._seg_end_s = 0.0           # when its steps that will be applied end
         self._seg_steps = 0             # steps of the running segment that will be applied
         self._kick_pending = False
         self.state = "ready"              # set by the pool: starting/ready/draining/released
@@ -86,6 +87,7 @@ class Replica:
             return
         self._seg = plan
         self._seg_start_s = now
+        self._seg_end_s = now + plan.duration_s
         self._seg_steps = plan.num_steps
         self._after(plan.duration_s, self._end_segment)
 
@@ -93,16 +95,17 @@ class Replica:
         elapsed_s = self.env.now - self._seg_start_s
         steps = seg.steps_done_by(elapsed_s)
         if steps < seg.num_steps:
+            end_offset_s = float(seg.step_end_s[steps - 1])
             self._seg_steps = steps
-            self._after(float(seg.step_end_s[steps - 1]) - elapsed_s, self._end_segment)
+            self._seg_end_s = self._seg_start_s + end_offset_s
+            self._after(end_offset_s - elapsed_s, self._end_segment)
 
     def _end_segment(self) -> None:
-        seg, steps, start_s = self._seg, self._seg_steps, self._seg_start_s
+        seg, steps, start_s, end_s = self._seg, self._seg_steps, self._seg_start_s, self._seg_end_s
         self._seg = None
         self.scheduler.last_step_end_s = self.env.now
-        self._record(seg, steps, start_s, start_s + (seg.duration_s if steps == seg.num_steps
-                                                     else seg.step_end_s[steps - 1]))
-        self.scheduler.finish_segment(seg, steps, start_s)
+        self._record(seg, steps, start_s, end_s)
+        self.scheduler.finish_segment(seg, steps, start_s, end_s)
         self._plan()
 
     def kv_used_blocks(self) -> int:
@@ -135,7 +138,7 @@ class Replica:
         if seg.interruptible and 0 < done < self._seg_steps:
             end_s = start_s + seg.end_offset_s(done)
             self._record(seg, done, start_s, end_s)
-            self.scheduler.finish_segment(seg, done, start_s)
+            self.scheduler.finish_segment(seg, done, start_s, end_s)
             start_s = end_s
         self._seg = None
         self._timer = None

@@ -166,9 +166,9 @@ class ReferenceContinuousScheduler(Scheduler):
                                    float(cost.flops[0]), float(cost.bytes[0]), scheduled)
 
     # -- applying a finished segment ---------------------------------------------
-    def finish_segment(self, seg: Segment, num_steps: int, start_s: float) -> None:
+    def finish_segment(self, seg: Segment, num_steps: int, start_s: float,
+                       end_s: float) -> None:
         scheduled: list[tuple[Request, int]] = seg.payload
-        end_s = start_s + seg.step_end_s[num_steps - 1]
         finished: list[Request] = []
         for req, n in scheduled:
             assert num_steps == 1

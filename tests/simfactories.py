@@ -167,7 +167,7 @@ def run_step(sched, now_s: float = 0.0):
     """Plan and apply one segment in full; returns the segment (or None/float)."""
     seg = sched.next_segment(now_s)
     if seg is not None and not isinstance(seg, float):
-        sched.finish_segment(seg, seg.num_steps, now_s)
+        sched.finish_segment(seg, seg.num_steps, now_s, now_s + seg.duration_s)
     return seg
 
 

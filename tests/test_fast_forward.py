@@ -53,8 +53,8 @@ def test_between_steps_the_cohort_holds_exactly_the_blocks_of_its_tokens(monkeyp
     checked = []
     original = ContinuousScheduler.finish_segment
 
-    def checking(self, seg, num_steps, start_s):
-        original(self, seg, num_steps, start_s)
+    def checking(self, seg, num_steps, start_s, end_s):
+        original(self, seg, num_steps, start_s, end_s)
         assert self.cohort.blocks_held == self.cohort.blocks_at(self.step)
         checked.append(num_steps)
 

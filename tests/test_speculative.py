@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from simfactories import (hardware_spec, make_continuous_scheduler, make_cost_model,
-                          make_request, make_scenario)
+                          make_request, make_scenario, run_step)
 from sim.config.profiles import ModelSpec
 from sim.config.resolve import resolve
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
@@ -62,7 +62,7 @@ def drive(sched, reqs, *, before=None, after=None) -> float:
             continue
         if before is not None:
             before(sched, seg)
-        sched.finish_segment(seg, seg.num_steps, now)
+        sched.finish_segment(seg, seg.num_steps, now, now + seg.duration_s)
         now += float(seg.step_end_s[-1])
         if after is not None:
             after(sched, seg)
@@ -286,7 +286,7 @@ def test_drafts_cut_by_budget_and_by_remaining_output():
     sched.add(b)
     seg = sched.next_segment(0.0)                    # both prompts in one step
     assert seg.tokens[0] == 4 and seg.num_seqs == 2
-    sched.finish_segment(seg, 1, 0.0)
+    sched.finish_segment(seg, 1, 0.0, seg.duration_s)
     seg = sched.next_segment(1.0)
     assert [(i.num_new, i.drafts) for i in seg.payload] == [(5, 4), (1, 0)]
     assert seg.tokens[0] == 6
@@ -295,7 +295,7 @@ def test_drafts_cut_by_budget_and_by_remaining_output():
     req = make_request(prompt_tokens=10, max_output_tokens=3)
     short.add(req)
     seg = short.next_segment(0.0)
-    short.finish_segment(seg, 1, 0.0)                 # prefill samples token 1 of 3
+    short.finish_segment(seg, 1, 0.0, seg.duration_s)   # prefill samples token 1 of 3
     seg = short.next_segment(1.0)
     assert seg.tokens[0] == 2                         # the last token + 1 draft
     assert req.num_blocks == blocks_for(10 + 1 + 2, 16)
@@ -310,7 +310,7 @@ def test_ngram_proposer_adds_a_fixed_cpu_cost():
                       ngram_cost_s="1ms")
     req = make_request(prompt_tokens=100, max_output_tokens=50)
     sched.add(req)
-    sched.finish_segment(sched.next_segment(0.0), 1, 0.0)
+    run_step(sched, 0.0)
     seg = sched.next_segment(1.0)
     target = TARGET.step_scalar(4.0, 4.0, 3.0 * (101 + 1.5), 101.0)[0]
     assert float(seg.step_end_s[0]) == pytest.approx(target + 1e-3)
@@ -322,7 +322,7 @@ def test_draft_model_cost_is_sequential_draft_steps():
     sched = make_spec(acceptance_rate=0.5, num_speculative_tokens=3)
     req = make_request(prompt_tokens=100, max_output_tokens=50)
     sched.add(req)
-    sched.finish_segment(sched.next_segment(0.0), 1, 0.0)
+    run_step(sched, 0.0)
     seg = sched.next_segment(1.0)
     expected = TARGET.step_scalar(4.0, 4.0, 3.0 * (101 + 1.5), 101.0)[0] + sum(
         DRAFT.step_scalar(1.0, 1.0, 0.0, 101.0 + i)[0] for i in range(3))

@@ -77,6 +77,8 @@ class RooflineCostModel(CostModel):
                                 / self._link_bytes_per_s)
         self._head_memory_s = self._head_bytes / self._bw_bytes_per_s
         self._overheads_s = (cfg.step_overhead, cfg.per_seq_overhead)
+        self._num_experts = model.num_experts
+        self._dense_weight_bytes = self._attn_weight_bytes + self._expert_weight_bytes
 
     # -- terms (seconds, one layer, one shard) -------------------------------
     def overhead_s(self, num_seqs: ArrayLike) -> ArrayLike:
@@ -122,9 +124,9 @@ class RooflineCostModel(CostModel):
                     decode_kv_tokens: float, kv_read_tokens: float | None = None
                     ) -> tuple[float, float, float]:
         """The same sums as ``step_time_s`` and ``work`` without numpy overhead."""
-        e = self.model.num_experts
+        e = self._num_experts
         if e == 1:
-            weight_bytes = self._attn_weight_bytes + self._expert_weight_bytes
+            weight_bytes = self._dense_weight_bytes
         else:
             k = self.model.experts_per_token
             weight_bytes = (self._attn_weight_bytes
@@ -133,7 +135,10 @@ class RooflineCostModel(CostModel):
         dense_flops = self._active_flops_per_token * num_tokens
         bw = self._bw_bytes_per_s
         if num_tokens > 0:
-            dense = max(dense_flops / self._gemm_flops_per_s, dense_bytes / bw)
+            # max(compute, memory), without the call
+            dense, memory = dense_flops / self._gemm_flops_per_s, dense_bytes / bw
+            if memory > dense:
+                dense = memory
         else:
             dense = 0.0
         attn_flops = self._attn_flops_per_work * prefill_attn_work
@@ -141,7 +146,9 @@ class RooflineCostModel(CostModel):
         per_layer = (dense + attn_flops / self._attn_flops_per_s + kv_bytes / bw
                      + self._tp_latency_s + self._tp_s_per_token * num_tokens)
         head_flops = self._head_flops_per_seq * num_seqs
-        head = max(head_flops / self._gemm_flops_per_s, self._head_memory_s)
+        head = head_flops / self._gemm_flops_per_s
+        if self._head_memory_s > head:
+            head = self._head_memory_s
         step_overhead, per_seq_overhead = self._overheads_s
         layers = self.num_layers
         time_s = step_overhead + per_seq_overhead * num_seqs + layers * per_layer + head

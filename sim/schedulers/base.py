@@ -212,7 +212,11 @@ class Scheduler(ABC):
         return self.kv.num_used_blocks
 
     @abstractmethod
-    def finish_segment(self, seg: Segment, num_steps: int, start_s: float) -> None: ...
+    def finish_segment(self, seg: Segment, num_steps: int, start_s: float,
+                       end_s: float) -> None:
+        """Apply the first ``num_steps`` steps of ``seg``, run from ``start_s`` to
+        ``end_s`` (= start_s + seg.end_offset_s(num_steps), which the replica
+        has computed already)."""
 
     def _complete(self, req: Request, finish_s: float) -> None:
         self.kv.free(req)

@@ -349,11 +349,10 @@ class ContinuousScheduler(Scheduler):
                 - self.cohort.blocks_held)
 
     # -- applying a finished segment ----------------------------------------------------
-    def finish_segment(self, seg: Segment, num_steps: int, start_s: float) -> None:
+    def finish_segment(self, seg: Segment, num_steps: int, start_s: float,
+                       end_s: float) -> None:
         prefill: list[tuple[Request, int]] = seg.payload      # the step's prefill chunks
         cohort = self.cohort
-        end_s = start_s + (seg.duration_s if num_steps == seg.num_steps
-                           else seg.step_end_s[num_steps - 1])
         if num_steps > 1:
             # fast-forwarded decode: step 1's blocks are held, the rest now
             extra = cohort.blocks_at(self.step + num_steps) - cohort.blocks_held

@@ -268,10 +268,10 @@ class SpeculativeScheduler(Scheduler):
         return Segment.single_step(time_s, num_seqs, num_tokens, flops, moved, scheduled)
 
     # -- applying a finished segment ---------------------------------------------------
-    def finish_segment(self, seg: Segment, num_steps: int, start_s: float) -> None:
+    def finish_segment(self, seg: Segment, num_steps: int, start_s: float,
+                       end_s: float) -> None:
         assert num_steps == 1
         scheduled: list[_Item] = seg.payload
-        end_s = start_s + float(seg.step_end_s[0])
         self.num_steps += 1
         decoding = [item for item in scheduled if item.decoding]
         if decoding:

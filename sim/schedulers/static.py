@@ -95,7 +95,8 @@ class StaticScheduler(Scheduler):
                        totals_all=(float(tokens.sum()), float(np.sum(cost.flops)),
                                    float(np.sum(cost.bytes))))
 
-    def finish_segment(self, seg: Segment, num_steps: int, start_s: float) -> None:
+    def finish_segment(self, seg: Segment, num_steps: int, start_s: float,
+                       end_s: float) -> None:
         batch: list[Request] = seg.payload
         first_token_s = start_s + seg.step_end_s[0]
         for req in batch:
