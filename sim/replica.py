@@ -11,6 +11,7 @@ ignore superseded ones, keep this to about one event per segment.
 from __future__ import annotations
 
 import simpy
+from simpy import Timeout
 
 from sim.recorder import Recorder
 from sim.request import Request
@@ -28,7 +29,6 @@ class Replica:
         self.scheduler = scheduler
         self.recorder = recorder
         self._timer = None              # the latest timeout; any earlier one is superseded
-        self._timer_fn = None           # what it calls
         self._seg: Segment | None = None
         self._seg_start_s = 0.0
         self._seg_end_s = 0.0           # when its steps that will be applied end
@@ -57,22 +57,21 @@ class Replica:
             self._cut(seg)
 
     # -- the loop -------------------------------------------------------------------
-    def _after(self, delay_s: float, fn) -> None:
-        """Call ``fn`` in ``delay_s`` unless another ``_after`` comes first: only
-        the latest timeout counts (SimPy cannot take one back)."""
-        self._timer_fn = fn
-        timer = self._timer = simpy.Timeout(self.env, delay_s)
-        timer.callbacks.append(self._on_timer)
+    def _after(self, delay_s: float, callback) -> None:
+        """Call ``callback(timeout)`` in ``delay_s``; only the latest timeout counts
+        (SimPy cannot take one back), which each callback checks first."""
+        timer = self._timer = Timeout(self.env, delay_s)
+        timer.callbacks.append(callback)
 
-    def _on_timer(self, event) -> None:
+    def _on_plan_timer(self, event) -> None:
         if event is self._timer:
-            self._timer_fn()
+            self._plan()
 
     def _kick(self) -> None:
         """Plan at this instant, after the other events of the instant."""
         if not self._kick_pending:
             self._kick_pending = True
-            self._after(0.0, self._plan)
+            self._after(0.0, self._on_plan_timer)
 
     def _plan(self) -> None:
         self._kick_pending = False
@@ -83,7 +82,7 @@ class Replica:
         if plan is None:
             return
         if isinstance(plan, float):
-            self._after(plan - now, self._plan)
+            self._after(plan - now, self._on_plan_timer)
             return
         self._seg = plan
         self._seg_start_s = now
@@ -100,7 +99,9 @@ class Replica:
             self._seg_end_s = self._seg_start_s + end_offset_s
             self._after(end_offset_s - elapsed_s, self._end_segment)
 
-    def _end_segment(self) -> None:
+    def _end_segment(self, event) -> None:
+        if event is not self._timer:
+            return                        # superseded by a cut, or the replica is gone
         seg, steps, start_s, end_s = self._seg, self._seg_steps, self._seg_start_s, self._seg_end_s
         self._seg = None
         self.scheduler.last_step_end_s = self.env.now

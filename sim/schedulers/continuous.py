@@ -89,6 +89,8 @@ class ContinuousScheduler(Scheduler):
         # Longest step per applied segment, as a stack of suffix maxima: a
         # decoder's longest gap between tokens is the longest step since it joined.
         self._segments_done = 0
+        # (step, blocks_at(step)) at the end of the fast-forward planned last, if it fits
+        self._planned_blocks = (-1, 0)
         self._gap_seg: list[int] = []
         self._gap_max: list[float] = []
         self._by_priority = cfg.policy == "priority"
@@ -107,6 +109,7 @@ class ContinuousScheduler(Scheduler):
         super().reset()
         self.cohort = DecodeCohort(self.kv.block_size_tokens)
         self.prefilling = []
+        self._planned_blocks = (-1, 0)
 
     # -- planning -------------------------------------------------------------------
     def _running(self, req: Request) -> bool:
@@ -327,8 +330,13 @@ class ContinuousScheduler(Scheduler):
         (step 1's blocks are already held)."""
         cohort, free = self.cohort, self.kv.num_free_blocks
         held = cohort.blocks_held
-        if cohort.blocks_at(self.step + max_steps) - held <= free:
+        end_step = self.step + max_steps
+        end_blocks = cohort.blocks_at(end_step)
+        if end_blocks - held <= free:
+            # finish_segment needs them again when the run is not cut
+            self._planned_blocks = (end_step, end_blocks)
             return max_steps
+        self._planned_blocks = (-1, 0)
 
         def extra(j: int) -> int:
             return cohort.blocks_at(self.step + j) - held
@@ -355,7 +363,10 @@ class ContinuousScheduler(Scheduler):
         cohort = self.cohort
         if num_steps > 1:
             # fast-forwarded decode: step 1's blocks are held, the rest now
-            extra = cohort.blocks_at(self.step + num_steps) - cohort.blocks_held
+            end_step = self.step + num_steps
+            planned_step, planned_blocks = self._planned_blocks
+            extra = ((planned_blocks if planned_step == end_step else cohort.blocks_at(end_step))
+                     - cohort.blocks_held)
             assert extra <= self.kv.num_free_blocks, "fast-forward overran the free blocks"
             self.kv.take(extra)
             cohort.blocks_held += extra
