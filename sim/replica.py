@@ -5,18 +5,18 @@ next segment and schedules one SimPy timeout for its end. New requests wake
 an idle replica (after the events of the current instant, so simultaneous
 arrivals share a step) and cut a fast-forwarded segment at the first step
 boundary after the arrival, exactly where the step-by-step loop would have
-admitted them. Callbacks on plain timeouts, with a generation number to
-ignore superseded ones, keep this to about one event per segment.
+admitted them. Callbacks on bare wake-ups (``sim.wakeup``), the superseded
+one cancelled, keep this to about one event per segment.
 """
 from __future__ import annotations
 
 import simpy
-from simpy import Timeout
 
 from sim.recorder import Recorder
 from sim.request import Request
 from sim.schedulers.base import Scheduler, Segment
 from sim.usage import PoolUsage
+from sim.wakeup import WakeUp, call_after
 
 
 class Replica:
@@ -28,7 +28,9 @@ class Replica:
         self.index = index
         self.scheduler = scheduler
         self.recorder = recorder
-        self._timer = None              # the latest timeout; any earlier one is superseded
+        self._timer: WakeUp | None = None   # the latest wake-up; any earlier one is cancelled
+        self._end_calls = (self._end_segment,)
+        self._plan_calls = (self._on_plan_timer,)
         self._seg: Segment | None = None
         self._seg_start_s = 0.0
         self._seg_end_s = 0.0           # when its steps that will be applied end
@@ -57,11 +59,13 @@ class Replica:
             self._cut(seg)
 
     # -- the loop -------------------------------------------------------------------
-    def _after(self, delay_s: float, callback) -> None:
-        """Call ``callback(timeout)`` in ``delay_s``; only the latest timeout counts
-        (SimPy cannot take one back), which each callback checks first."""
-        timer = self._timer = Timeout(self.env, delay_s)
-        timer.callbacks.append(callback)
+    def _after(self, delay_s: float, calls) -> None:
+        """Call ``calls`` in ``delay_s``; only the latest wake-up counts: an earlier
+        one still pending is cancelled (and each callback checks it is the latest)."""
+        timer = self._timer
+        if timer is not None and timer.callbacks:
+            timer.callbacks = ()
+        self._timer = call_after(self.env, delay_s, calls)
 
     def _on_plan_timer(self, event) -> None:
         if event is self._timer:
@@ -71,7 +75,7 @@ class Replica:
         """Plan at this instant, after the other events of the instant."""
         if not self._kick_pending:
             self._kick_pending = True
-            self._after(0.0, self._on_plan_timer)
+            self._after(0.0, self._plan_calls)
 
     def _plan(self) -> None:
         self._kick_pending = False
@@ -82,13 +86,13 @@ class Replica:
         if plan is None:
             return
         if isinstance(plan, float):
-            self._after(plan - now, self._on_plan_timer)
+            self._after(plan - now, self._plan_calls)
             return
         self._seg = plan
         self._seg_start_s = now
         self._seg_end_s = now + plan.duration_s
         self._seg_steps = plan.num_steps
-        self._after(plan.duration_s, self._end_segment)
+        self._after(plan.duration_s, self._end_calls)
 
     def _cut(self, seg: Segment) -> None:
         elapsed_s = self.env.now - self._seg_start_s
@@ -97,7 +101,7 @@ class Replica:
             end_offset_s = float(seg.step_end_s[steps - 1])
             self._seg_steps = steps
             self._seg_end_s = self._seg_start_s + end_offset_s
-            self._after(end_offset_s - elapsed_s, self._end_segment)
+            self._after(end_offset_s - elapsed_s, self._end_calls)
 
     def _end_segment(self, event) -> None:
         if event is not self._timer:
@@ -120,6 +124,8 @@ class Replica:
     def abandon(self) -> list[Request]:
         """The replica is gone (spot preemption): stop, and hand back its open
         requests with their progress lost."""
+        if self._timer is not None:
+            self._timer.cancel()
         self._timer = None
         self._seg = None
         lost = self.scheduler.open_requests()

@@ -21,6 +21,7 @@ from sim.gateway.service import Gateway
 from sim.pool import Pool
 from sim.recorder import Recorder
 from sim.request import Request, Status
+from sim.wakeup import call_after
 from sim.workload import RequestArrivals, generate_arrivals
 
 ProgressFn = Callable[[float, float], None]
@@ -136,7 +137,7 @@ class Simulation:
     def _start_arrivals(self) -> None:
         """Release the pre-generated arrivals in time order, one timeout each.
 
-        A chain of callbacks rather than a generator process: the hot path of
+        A chain of wake-ups rather than a generator process: the hot path of
         a large run is one event per request.
         """
         arr = self.arrivals
@@ -149,6 +150,7 @@ class Simulation:
         self._prefix = [(name, streams[name].prefix.tokens) if streams[name].prefix else None
                         for name in arr.stream_names]
         self._arr_next = 0
+        self._release_calls = (self._release_due,)
         self._release_due()
 
     def _release_due(self, _event=None) -> None:
@@ -175,7 +177,7 @@ class Simulation:
             i += 1
         self._arr_next = i
         if i < n:
-            env.timeout(times[i] - now).callbacks.append(self._release_due)
+            call_after(env, times[i] - now, self._release_calls)
             return
         self._arrivals_done = True
         if self._open == 0 and not self._stop.triggered:

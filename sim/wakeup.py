@@ -1,0 +1,55 @@
+"""The lightest timed call the SimPy clock takes: a slotted wake-up.
+
+A large run schedules millions of plain "call me at t" events (every
+replica's segment ends, every arrival). A ``simpy.Timeout`` costs an object
+with an attribute dict and a fresh callbacks list each; a ``WakeUp`` is a
+one-slot object whose callbacks are a tuple the caller keeps and reuses.
+It goes on SimPy's own queue through the public ``Environment.schedule``,
+so it is ordered with every other event exactly as a ``Timeout`` of the same
+delay scheduled at the same moment would be.
+
+What SimPy's event loop (``Environment.step``) asks of an event it processes:
+``callbacks`` (read, then set to None, then each called with the event) and
+``_ok`` (True: a wake-up never fails). ``tests/test_wakeup.py`` checks that
+contract against the installed SimPy.
+
+A wake-up that is no longer wanted is ``cancel``-led: it stays on the queue
+(SimPy cannot take an event back) but calls nothing when its time comes.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import simpy
+from simpy.events import NORMAL
+
+Callbacks = tuple[Callable[["WakeUp"], None], ...]
+_NOTHING: Callbacks = ()
+
+
+class WakeUp:
+    __slots__ = ("callbacks",)
+    _ok = True                  # SimPy's loop checks this after the callbacks
+
+    def __init__(self, callbacks: Callbacks) -> None:
+        self.callbacks: Callbacks | None = callbacks
+
+    @property
+    def pending(self) -> bool:
+        """Not yet processed (or cancelled)."""
+        return bool(self.callbacks)
+
+    def cancel(self) -> None:
+        """Call nothing when the time comes (a no-op once processed)."""
+        if self.callbacks is not None:
+            self.callbacks = _NOTHING
+
+
+def call_after(env: simpy.Environment, delay_s: float, callbacks: Callbacks) -> WakeUp:
+    """Call each of ``callbacks`` with the wake-up ``delay_s`` from now, after
+    the events already scheduled for that instant."""
+    if delay_s < 0:
+        raise ValueError(f"negative delay {delay_s}")
+    wake = WakeUp(callbacks)
+    env.schedule(wake, NORMAL, delay_s)
+    return wake
