@@ -29,6 +29,9 @@ def blocks_for(num_tokens: int, block_size_tokens: int) -> int:
 
 
 class KvCacheManager:
+    __slots__ = ("num_blocks", "block_size_tokens", "num_free_blocks", "prefix_caching",
+                 "num_cached_blocks", "_chains")
+
     def __init__(self, num_blocks: int, block_size_tokens: int,
                  prefix_caching: bool = False) -> None:
         self.num_blocks = num_blocks

@@ -20,6 +20,10 @@ from sim.wakeup import WakeUp, call_after
 
 
 class Replica:
+    __slots__ = ("env", "usage", "pool_code", "index", "scheduler", "recorder", "_timer",
+                 "_seg", "_seg_start_s", "_seg_end_s", "_seg_steps", "_kick_pending", "state",
+                 "requested_s", "released_s", "_end_calls", "_plan_calls")
+
     def __init__(self, env: simpy.Environment, pool_code: int, index: int,
                  scheduler: Scheduler, recorder: Recorder, usage: PoolUsage) -> None:
         self.env = env

@@ -17,7 +17,6 @@ import math
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, Callable
 
 import numpy as np
@@ -116,7 +115,15 @@ class ReplicaLimits:
 
 
 class Scheduler(ABC):
-    """Base: a FCFS waiting queue, a KV cache and the cost model of the replica."""
+    """Base: a FCFS waiting queue, a KV cache and the cost model of the replica.
+
+    Slotted (as are the replica, its KV cache and the decode cohort): a large
+    fleet's per-replica state is touched once per event, long after it was
+    last used, so each object's attributes lie inline with it rather than in a
+    separate dict."""
+
+    __slots__ = ("kv", "cost", "limits", "on_finish", "waiting", "running", "last_step_end_s",
+                 "_servable")
 
     def __init__(self, kv: KvCacheManager, cost: CostModel, limits: ReplicaLimits,
                  on_finish: Callable[[Request], None]) -> None:
@@ -127,12 +134,17 @@ class Scheduler(ABC):
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.last_step_end_s = -math.inf      # set by the replica as each segment ends
+        self._servable: int | None = None     # the longest sequence every limit passes
 
     # -- admission -------------------------------------------------------------
     def reject_reason(self, req: Request) -> str | None:
         """Why ``req`` can never be served here, or None."""
         total = req.prompt_tokens + req.max_output_tokens
-        if total <= self._servable_tokens:
+        servable = self._servable
+        if servable is None:
+            # the schedulers' limits are fixed once they are built
+            servable = self._servable = min(most for _, most in self._token_limits())
+        if total <= servable:
             return None
         return next(reason for reason, most in self._token_limits() if total > most)
 
@@ -146,12 +158,6 @@ class Scheduler(ABC):
             # without chunking, a preempted request recomputes prompt + output in one step
             limits.append(("exceeds_token_budget", cfg.max_num_batched_tokens))
         return limits
-
-    @cached_property
-    def _servable_tokens(self) -> int:
-        """The longest sequence that passes every limit (the schedulers' limits
-        are fixed once they are built)."""
-        return min(most for _, most in self._token_limits())
 
     def admit_head(self, budget: int, chunked_prefill: bool, chunk_cap: int,
                    now_s: float) -> tuple[Request, int] | None:

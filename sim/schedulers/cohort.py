@@ -34,6 +34,9 @@ _SEQ_MASK = (1 << SEQ_BITS) - 1
 
 
 class DecodeCohort:
+    __slots__ = ("bs", "members", "sum_base", "sum_quot", "residues", "sum_prefix_blocks",
+                 "blocks_held", "_finish_heap", "_last_heap", "_last_heap_slack")
+
     def __init__(self, block_size_tokens: int) -> None:
         self.bs = block_size_tokens
         self.members: dict[int, Request] = {}      # seq -> request

@@ -75,6 +75,10 @@ _NO_PREFILL: list[tuple[Request, int]] = []      # the payload of decode-only se
 
 
 class ContinuousScheduler(Scheduler):
+    __slots__ = ("cfg", "cohort", "prefilling", "step", "_next_seq", "_now_s", "_chunk_cap",
+                 "_segments_done", "_planned_blocks", "_gap_seg", "_gap_max", "_by_priority",
+                 "_victims")
+
     def __init__(self, cfg: ContinuousConfig, **kwargs) -> None:
         super().__init__(**kwargs)
         self.cfg = cfg
