@@ -73,7 +73,7 @@ class Replica:
 
     def _on_plan_timer(self, event) -> None:
         if event is self._timer:
-            self._plan()
+            self._plan(self.env.now)
 
     def _kick(self) -> None:
         """Plan at this instant, after the other events of the instant."""
@@ -81,11 +81,10 @@ class Replica:
             self._kick_pending = True
             self._after(0.0, self._plan_calls)
 
-    def _plan(self) -> None:
+    def _plan(self, now: float) -> None:
         self._kick_pending = False
         if self._seg is not None:
             return                        # a segment is running; its end plans the next
-        now = self.env.now
         plan = self.scheduler.next_segment(now)
         if plan is None:
             return
@@ -112,10 +111,17 @@ class Replica:
             return                        # superseded by a cut, or the replica is gone
         seg, steps, start_s, end_s = self._seg, self._seg_steps, self._seg_start_s, self._seg_end_s
         self._seg = None
-        self.scheduler.last_step_end_s = self.env.now
-        self._record(seg, steps, start_s, end_s)
-        self.scheduler.finish_segment(seg, steps, start_s, end_s)
-        self._plan()
+        now = self.env.now
+        sched = self.scheduler
+        sched.last_step_end_s = now
+        if self.recorder.steps is None:
+            # _record's usual case, inline: once per segment
+            tokens, flops, moved = seg.totals(steps)
+            self.usage.add(start_s, end_s, steps, seg.num_seqs, tokens, flops, moved)
+        else:
+            self._record(seg, steps, start_s, end_s)
+        sched.finish_segment(seg, steps, start_s, end_s)
+        self._plan(now)
 
     def kv_used_blocks(self) -> int:
         """KV blocks in use now, counting the steps of a fast-forward done so far."""

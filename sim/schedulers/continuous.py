@@ -221,12 +221,14 @@ class ContinuousScheduler(Scheduler):
         tokens, so the coming step needs one block per member that reaches a
         block boundary."""
         cohort = self.cohort
-        need = cohort.blocks_entering(self.step + 1)
-        if need > self.kv.num_free_blocks:
+        need = cohort.residues[-self.step % cohort.bs]    # blocks_entering(step + 1), inline
+        if need == 0:
+            return True
+        kv = self.kv
+        if need > kv.num_free_blocks:
             return False
-        if need > 0:
-            self.kv.take(need)
-            cohort.blocks_held += need
+        kv.take(need)
+        cohort.blocks_held += need
         return True
 
     def _schedule(self, now_s: float) -> tuple[_Plan, bool]:
@@ -320,7 +322,7 @@ class ContinuousScheduler(Scheduler):
         cohort, step = self.cohort, self.step
         finish = cohort.next_finish_step()
         num_steps = self._steps_within_free_blocks(finish - step)
-        kv_first = float(cohort.kv_tokens_at(step + 1))
+        kv_first = float(cohort.sum_base + n * (step + 1))     # kv_tokens_at(step + 1)
         if num_steps == 1:
             time_s, flops, moved = self.cost.step_scalar(float(n), float(n), 0.0, kv_first)
             return Segment.single_step(time_s, n, float(n), flops, moved, _NO_PREFILL)
