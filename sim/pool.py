@@ -106,6 +106,7 @@ class Pool:
         self.replicas_max = 0
         self._next_index = 0
         self._queue_seq = 0
+        self._servable: int | None = None        # longest prompt + output a replica serves
         self.autoscaler = (build_autoscaler(self.cfg.autoscaler)
                            if self.cfg.autoscaler is not None else None)
         for _ in range(self.cfg.replicas):
@@ -192,7 +193,7 @@ class Pool:
     # -- requests ------------------------------------------------------------------------
     def _finished(self, req: Request) -> None:
         self.router.on_done(req.replica)
-        replica = self._replica_by_index(req.replica)
+        replica = self._by_index.get(req.replica)
         self._on_finish(req)
         if self.autoscaler is not None and not np.isnan(req.first_token_s):
             self.autoscaler.observe_ttft(self.env.now, req.first_token_s - req.arrival_s)
@@ -201,13 +202,12 @@ class Pool:
         if self.queue:
             self._dispatch()
 
-    def _replica_by_index(self, index: int) -> Replica | None:
-        return self._by_index.get(index)
-
     def submit(self, req: Request) -> None:
-        reason = self.reject_reason(req)
-        if reason is not None:
-            self._on_reject(req, reason)
+        servable = self._servable
+        if servable is None:
+            servable = self._servable = self._probe().servable_tokens()
+        if req.prompt_tokens + req.max_output_tokens > servable:
+            self._on_reject(req, self.reject_reason(req))
             return
         if self.max_outstanding is None and self.ready and not self.queue:
             self.router.pick(req, self.ready, None).submit(req)
@@ -220,11 +220,11 @@ class Pool:
         self._dispatch()
 
     def reject_reason(self, req: Request) -> str | None:
-        # every replica has the same limits: ask a scheduler of the pool's kind
-        probe = self.replicas[0].scheduler if self.replicas else None
-        if probe is None:
-            probe = self._new_probe()
-        return probe.reject_reason(req)
+        return self._probe().reject_reason(req)
+
+    def _probe(self) -> Scheduler:
+        """A scheduler of the pool's kind: every replica has the same limits."""
+        return self.replicas[0].scheduler if self.replicas else self._new_probe()
 
     def _new_probe(self) -> Scheduler:
         kv = KvCacheManager(self.spec.kv.num_blocks, self.spec.kv.block_size_tokens)

@@ -60,7 +60,8 @@ class ColumnTable:
 
     def frame(self) -> pd.DataFrame:
         self._flush()
-        return pd.DataFrame({name: col[: self._n].copy() for name, col in self._cols.items()})
+        # pandas copies the columns of a dict (and the frame does not alias the table)
+        return pd.DataFrame({name: col[: self._n] for name, col in self._cols.items()})
 
 
 REQUEST_COLUMNS = {

@@ -63,14 +63,6 @@ class Replica:
             self._cut(seg)
 
     # -- the loop -------------------------------------------------------------------
-    def _after(self, delay_s: float, calls) -> None:
-        """Call ``calls`` in ``delay_s``; only the latest wake-up counts: an earlier
-        one still pending is cancelled (and each callback checks it is the latest)."""
-        timer = self._timer
-        if timer is not None and timer.callbacks:
-            timer.callbacks = ()
-        self._timer = call_after(self.env, delay_s, calls)
-
     def _on_plan_timer(self, event) -> None:
         if event is self._timer:
             self._plan(self.env.now)
@@ -79,7 +71,7 @@ class Replica:
         """Plan at this instant, after the other events of the instant."""
         if not self._kick_pending:
             self._kick_pending = True
-            self._after(0.0, self._plan_calls)
+            self._timer = call_after(self.env, 0.0, self._plan_calls, self._timer)
 
     def _plan(self, now: float) -> None:
         self._kick_pending = False
@@ -89,22 +81,24 @@ class Replica:
         if plan is None:
             return
         if isinstance(plan, float):
-            self._after(plan - now, self._plan_calls)
+            self._timer = call_after(self.env, plan - now, self._plan_calls, self._timer)
             return
         self._seg = plan
         self._seg_start_s = now
         self._seg_end_s = now + plan.duration_s
         self._seg_steps = plan.num_steps
-        self._after(plan.duration_s, self._end_calls)
+        self._timer = call_after(self.env, plan.duration_s, self._end_calls, self._timer)
 
     def _cut(self, seg: Segment) -> None:
         elapsed_s = self.env.now - self._seg_start_s
-        steps = seg.steps_done_by(elapsed_s)
+        # seg.steps_done_by(elapsed_s), inline: once per arrival
+        steps = seg.step_end_s.count_before(elapsed_s, False) + 1
         if steps < seg.num_steps:
             end_offset_s = float(seg.step_end_s[steps - 1])
             self._seg_steps = steps
             self._seg_end_s = self._seg_start_s + end_offset_s
-            self._after(end_offset_s - elapsed_s, self._end_calls)
+            self._timer = call_after(self.env, end_offset_s - elapsed_s, self._end_calls,
+                                     self._timer)
 
     def _end_segment(self, event) -> None:
         if event is not self._timer:

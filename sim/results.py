@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from sim.config.scenario import Scenario
+from sim.recorder import REQUEST_COLUMNS
 from sim.simulation import Simulation
 from sim.summary import summarise
 from sim.timeseries import build_timeseries
@@ -38,23 +39,28 @@ class Results:
 
 
 def _request_table(sim: Simulation) -> pd.DataFrame:
+    """The recorded columns in request order, codes decoded, latencies derived:
+    numpy all the way, one copy of each column (a long run has millions of rows)."""
     rec = sim.recorder
-    raw = rec.requests.frame().sort_values("request_id", kind="stable").reset_index(drop=True)
-    out = raw.copy()
-    out["stream"] = pd.Categorical.from_codes(raw["stream"].to_numpy(),
+    table = rec.requests
+    order = np.argsort(table.column("request_id"), kind="stable")
+    raw = {name: table.column(name)[order] for name in REQUEST_COLUMNS}
+    out: dict[str, object] = dict(raw)
+    out["stream"] = pd.Categorical.from_codes(raw["stream"].astype(np.int64),
                                               categories=list(sim.arrivals.stream_names))
     for col, codes in (("team", rec.teams), ("model", rec.models), ("pool", rec.pools),
                        ("status", rec.statuses), ("reject_reason", rec.reasons),
                        ("api_key", rec.keys), ("served_model", rec.served)):
-        out[col] = codes.decode(raw[col].to_numpy())
-    out["ttft_s"] = out["first_token_s"] - out["arrival_s"]
-    gaps = (out["output_tokens"] - 1).to_numpy(dtype=np.float64)
-    span = (out["finish_s"] - out["first_token_s"]).to_numpy()
-    out["tpot_s"] = np.divide(span, gaps, out=np.full(len(out), np.nan), where=gaps > 0)
-    out["e2e_s"] = out["finish_s"] - out["arrival_s"]
-    out["queue_s"] = out["admitted_s"] - out["arrival_s"]
-    out["cost_usd"] = 0.0                 # filled in by summarise (a share of its pool's cost)
-    return out[REQUEST_TABLE_COLUMNS]
+        out[col] = codes.decode(raw[col])
+    arrival, first, finish = raw["arrival_s"], raw["first_token_s"], raw["finish_s"]
+    out["ttft_s"] = first - arrival
+    gaps = (raw["output_tokens"] - 1).astype(np.float64)
+    out["tpot_s"] = np.divide(finish - first, gaps, out=np.full(len(gaps), np.nan),
+                              where=gaps > 0)
+    out["e2e_s"] = finish - arrival
+    out["queue_s"] = raw["admitted_s"] - arrival
+    out["cost_usd"] = np.zeros(len(gaps))  # filled in by summarise (a share of its pool's cost)
+    return pd.DataFrame({name: out[name] for name in REQUEST_TABLE_COLUMNS}, copy=False)
 
 
 def collect(sim: Simulation) -> Results:

@@ -28,10 +28,10 @@ def attribute_cost(requests: pd.DataFrame, pool_cost: dict[str, float]) -> np.nd
     work = (requests["prompt_tokens"] - requests["cached_prompt_tokens"]
             + requests["output_tokens"]).where(requests["status"] != Status.REJECTED, 0)
     work = work.to_numpy(dtype=np.float64)
-    pools = requests["pool"].astype(str).to_numpy()
+    pools = requests["pool"]               # categorical: compared by code, not as strings
     out = np.zeros(len(requests))
     for name, cost in pool_cost.items():
-        mask = pools == name
+        mask = (pools == name).to_numpy()
         total = work[mask].sum()
         if total > 0:
             out[mask] = cost * work[mask] / total
@@ -40,7 +40,7 @@ def attribute_cost(requests: pd.DataFrame, pool_cost: dict[str, float]) -> np.nd
 
 def summarise(sim, requests: pd.DataFrame, ts: pd.DataFrame) -> dict:
     end_s = sim.end_s
-    status = requests["status"].astype(str)
+    status = requests["status"]
     done = requests[status == Status.COMPLETED]
     rejected = requests[status == Status.REJECTED]
     by_reason = rejected["reject_reason"].astype(str).value_counts().sort_index()
@@ -89,7 +89,7 @@ def summarise(sim, requests: pd.DataFrame, ts: pd.DataFrame) -> dict:
     requests["cost_usd"] = attribute_cost(requests, pool_cost)
     teams: dict[str, dict] = {}
     for team, rows in requests.groupby("team", observed=True, sort=True):
-        st = rows["status"].astype(str)
+        st = rows["status"]
         ok = rows[st == Status.COMPLETED]
         reasons = rows.loc[st == Status.REJECTED, "reject_reason"].astype(str).value_counts()
         teams[str(team)] = {

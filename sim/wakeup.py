@@ -51,11 +51,15 @@ class WakeUp:
 _new_wakeup = object.__new__
 
 
-def call_after(env: simpy.Environment, delay_s: float, callbacks: Callbacks) -> WakeUp:
+def call_after(env: simpy.Environment, delay_s: float, callbacks: Callbacks,
+               replacing: WakeUp | None = None) -> WakeUp:
     """Call each of ``callbacks`` with the wake-up ``delay_s`` from now, after
-    the events already scheduled for that instant."""
+    the events already scheduled for that instant. ``replacing``, an earlier
+    wake-up of the caller, is cancelled if it is still pending."""
     if delay_s < 0:
         raise ValueError(f"negative delay {delay_s}")
+    if replacing is not None and replacing.callbacks:
+        replacing.callbacks = _NOTHING
     wake = _new_wakeup(WakeUp)
     wake.callbacks = callbacks
     heappush(env._queue, (env._now + delay_s, NORMAL, next(env._eid), wake))

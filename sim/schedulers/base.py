@@ -140,13 +140,17 @@ class Scheduler(ABC):
     def reject_reason(self, req: Request) -> str | None:
         """Why ``req`` can never be served here, or None."""
         total = req.prompt_tokens + req.max_output_tokens
+        if total <= self.servable_tokens():
+            return None
+        return next(reason for reason, most in self._token_limits() if total > most)
+
+    def servable_tokens(self) -> int:
+        """The longest sequence (prompt + output) every limit passes."""
         servable = self._servable
         if servable is None:
             # the schedulers' limits are fixed once they are built
             servable = self._servable = min(most for _, most in self._token_limits())
-        if total <= servable:
-            return None
-        return next(reason for reason, most in self._token_limits() if total > most)
+        return servable
 
     def _token_limits(self) -> list[tuple[str, int]]:
         """(reason, longest sequence allowed) of each limit a request is refused for,

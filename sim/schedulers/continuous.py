@@ -373,9 +373,10 @@ class ContinuousScheduler(Scheduler):
             planned_step, planned_blocks = self._planned_blocks
             extra = ((planned_blocks if planned_step == end_step else cohort.blocks_at(end_step))
                      - cohort.blocks_held)
-            assert extra <= self.kv.num_free_blocks, "fast-forward overran the free blocks"
-            self.kv.take(extra)
-            cohort.blocks_held += extra
+            if extra:
+                assert extra <= self.kv.num_free_blocks, "fast-forward overran the free blocks"
+                self.kv.take(extra)
+                cohort.blocks_held += extra
         self.step += num_steps
         self._segments_done += 1
         longest = seg.step_end_s[0] if num_steps == 1 else seg.max_step_s(num_steps)
