@@ -128,15 +128,13 @@ class ContinuousScheduler(Scheduler):
                 return req
             heapq.heappop(heap)
 
-    def _longest_gap_since(self, segment: int) -> float:
-        """Longest step among the applied segments numbered above ``segment``."""
-        k = bisect_right(self._gap_seg, segment)
-        return self._gap_max[k] if k < len(self._gap_max) else 0.0
-
     def _stop_decoding(self, req: Request, now_s: float) -> None:
-        gap = self._longest_gap_since(req.join_seg)
-        if gap > 0 and not (req.max_itl_s >= gap):
-            req.max_itl_s = gap
+        # the longest step among the applied segments numbered above the one it joined in
+        k = bisect_right(self._gap_seg, req.join_seg)
+        if k < len(self._gap_max):
+            gap = self._gap_max[k]
+            if gap > 0 and not (req.max_itl_s >= gap):
+                req.max_itl_s = gap
         req.last_token_s = now_s
 
     def _preempt(self, victim: Request, alloc_step: int | None = None) -> None:
@@ -265,7 +263,9 @@ class ContinuousScheduler(Scheduler):
             break
         admitted = False
         if not preempted:
-            while self.waiting and budget > 0 and self.num_running < self.cfg.max_num_seqs:
+            max_seqs, members = self.cfg.max_num_seqs, self.cohort.members
+            while (self.waiting and budget > 0
+                   and len(members) + len(self.prefilling) < max_seqs):    # num_running
                 head = self.admit_head(budget, self.cfg.chunked_prefill, self._chunk_cap,
                                        now_s)
                 if head is None:
@@ -396,7 +396,7 @@ class ContinuousScheduler(Scheduler):
             req.num_computed_tokens += n
             if req.prefix_group is not None:
                 kv.register_prefix(req)
-            if req.num_computed_tokens == req.num_tokens:
+            if req.num_computed_tokens == req.prompt_tokens + req.num_output_tokens:  # num_tokens
                 req.num_output_tokens += 1
                 if req.num_output_tokens == 1:
                     req.first_token_s = end_s
