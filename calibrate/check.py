@@ -48,3 +48,30 @@ def measure_forwards(profile: str | Path | dict, prefill: list[int] = (),
                     num_layers=num_layers or shape.num_layers, max_positions=max_pos,
                     seed=settings.seed)
     return bench.time_forwards(net, shapes, timer, seed=settings.seed)
+
+
+def machine_speed(profile: str | Path | dict, tokens: tuple[int, ...] = (1, 16, 128, 512),
+                  rounds: int = 5, point_budget_s: float = 0.3
+                  ) -> tuple[float, list[tuple[int, float, float]]]:
+    """How fast this machine runs the profile's terms now against when the profile was
+    made: its dense layer re-timed at ``tokens`` (token counts it measured) under its
+    own settings. Returns the median of seconds now / seconds recorded (below 1: faster
+    today) and the (tokens, recorded, now) points.
+
+    A shared or throttled CPU drifts as a whole from day to day; a check of whole
+    forwards against the profile divides this out to test what the profile models."""
+    data = profile if isinstance(profile, dict) else load(profile)
+    recorded = {int(x): float(s) for x, s, *_ in data["measured"]["dense"]}
+    missing = [n for n in tokens if n not in recorded]
+    if missing:
+        raise ValueError(f"the profile measured no dense point at {missing} tokens "
+                         f"(it has {sorted(recorded)})")
+    settings = profile_settings(data, rounds=rounds, point_budget_s=point_budget_s)
+    bench.setup(settings)
+    shard = ShardShape(ModelShape.from_mapping(data["model"]), settings.tp)
+    now = bench.bench_dense(shard, settings, list(tokens), bench.Timer(settings))
+    pts = [(int(p.x), recorded[int(p.x)], p.seconds) for p in now]
+    ratios = sorted(t / r for _, r, t in pts)
+    mid = len(ratios) // 2
+    speed = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2.0
+    return speed, pts
