@@ -9,6 +9,7 @@ dtype, thread count and clock as the calibration, fresh measurements.
 from __future__ import annotations
 
 from pathlib import Path
+from statistics import median
 
 import yaml
 
@@ -71,7 +72,4 @@ def machine_speed(profile: str | Path | dict, tokens: tuple[int, ...] = (1, 16, 
     shard = ShardShape(ModelShape.from_mapping(data["model"]), settings.tp)
     now = bench.bench_dense(shard, settings, list(tokens), bench.Timer(settings))
     pts = [(int(p.x), recorded[int(p.x)], p.seconds) for p in now]
-    ratios = sorted(t / r for _, r, t in pts)
-    mid = len(ratios) // 2
-    speed = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2.0
-    return speed, pts
+    return median(now / rec for _, rec, now in pts), pts

@@ -63,7 +63,7 @@ class KvCacheManager:
 
     def blocks_needed(self, req: Request, num_new_tokens: int) -> int:
         """Extra blocks ``req`` needs to hold ``num_new_tokens`` more computed tokens."""
-        total = -(-(req.num_computed_tokens + num_new_tokens) // self.block_size_tokens)
+        total = blocks_for(req.num_computed_tokens + num_new_tokens, self.block_size_tokens)
         return max(total - req.prefix_blocks - req.num_blocks, 0)
 
     def allocate(self, req: Request, num_new_tokens: int) -> bool:

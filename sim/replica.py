@@ -91,7 +91,7 @@ class Replica:
 
     def _cut(self, seg: Segment) -> None:
         elapsed_s = self.env.now - self._seg_start_s
-        # seg.steps_done_by(elapsed_s), inline: once per arrival
+        # steps done once the step running now has ended (more than the segment's: no cut)
         steps = seg.step_end_s.count_before(elapsed_s, False) + 1
         if steps < seg.num_steps:
             end_offset_s = float(seg.step_end_s[steps - 1])

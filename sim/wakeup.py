@@ -31,11 +31,11 @@ _NOTHING: Callbacks = ()
 
 
 class WakeUp:
+    """Made by ``call_after`` (which sets ``callbacks`` without an ``__init__`` frame)."""
+
     __slots__ = ("callbacks",)
     _ok = True                  # SimPy's loop checks this after the callbacks
-
-    def __init__(self, callbacks: Callbacks) -> None:
-        self.callbacks: Callbacks | None = callbacks
+    callbacks: Callbacks | None
 
     @property
     def pending(self) -> bool:

@@ -71,10 +71,6 @@ class Segment:
             return self.duration_s
         return float(self.step_end_s[num_steps - 1])
 
-    def steps_done_by(self, elapsed_s: float) -> int:
-        """Steps completed once the step running at ``elapsed_s`` has ended."""
-        return min(self.step_end_s.count_before(elapsed_s, False) + 1, self.num_steps)
-
     def steps_ended_by(self, elapsed_s: float) -> int:
         """Steps whose end is at or before ``elapsed_s``."""
         return self.step_end_s.count_before(elapsed_s, True)
