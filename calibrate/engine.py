@@ -27,45 +27,17 @@ import math
 import queue
 import threading
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from calibrate.records import ContinuousLimits, EngineRecord, EngineRequest, EngineStep
 from calibrate.spec import ModelShape
 
+__all__ = ["ContinuousEngine", "ContinuousLimits", "EngineRecord", "EngineRequest", "EngineStep",
+           "SequentialEngine", "build_model", "transformers_version"]
+
 ROPE_THETA = 500000.0
-
-
-@dataclass(frozen=True)
-class EngineRequest:
-    arrival_s: float
-    prompt_tokens: int
-    output_tokens: int
-
-
-@dataclass
-class EngineRecord:
-    arrival_s: float          # when the request was handed to the engine
-    first_token_s: float      # when its first output token was produced
-    finish_s: float           # when its last output token was produced
-    prompt_tokens: int
-    output_tokens: int
-
-
-@dataclass(frozen=True)
-class EngineStep:
-    """One engine iteration: its scheduled (new tokens, cached context, is prefill) per
-    sequence (a sequence is prefill while it computes its prompt, whatever its tokens)."""
-
-    start_s: float
-    end_s: float
-    seqs: tuple[tuple[int, int, bool], ...]
-    idle_before_s: float = math.inf     # time since the engine's previous step ended
-
-    @property
-    def seconds(self) -> float:
-        return self.end_s - self.start_s
 
 
 def transformers_version() -> str:
@@ -175,14 +147,6 @@ class _StepLog:
     def unregister(cls, cache) -> None:
         with cls._lock:
             cls._sinks.pop(id(cache), None)
-
-
-@dataclass
-class ContinuousLimits:
-    max_batch_tokens: int
-    max_requests_per_batch: int
-    page_size: int
-    num_blocks: int
 
 
 class ContinuousEngine:

@@ -52,18 +52,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from calibrate.engine import (ContinuousEngine, ContinuousLimits, EngineRequest, EngineStep,
-                              SequentialEngine)
 from calibrate.fit import error_summary, nnls, predict_steps
+from calibrate.records import ContinuousLimits, EngineRequest, EngineStep
 
 from sim.cost.base import IDLE_AFTER_S
 from sim.cost.calibrated import ENGINE_MODEL_SCALE as MODEL_SCALE
 from sim.cost.calibrated import ENGINE_PER_KEY as PER_KEY
 from sim.cost.calibrated import ENGINE_REPLACES_ATTENTION as REPLACES_ATTENTION
 from sim.cost.calibrated import ENGINE_SCALARS
+
+if TYPE_CHECKING:                      # the engines need torch; the fit does not
+    from calibrate.engine import ContinuousEngine, SequentialEngine
 
 
 @dataclass

@@ -20,6 +20,11 @@ For each scenario:
    grid of synthetic batches, never on the workloads);
 4. the measured and predicted figures are compared.
 
+Everything the engine measured for a workload is kept in its
+``engine_log.json.gz`` (``calibrate.engine_log``): ``validate_logs`` (``fleetsim
+validate --from-logs``) redoes steps 3 and 4 and the fit on a recorded run,
+without the engine, and gets the same figures whatever the machine's speed.
+
 The profile must describe this machine: when the scenario's profile was made
 on another CPU (or ``recalibrate`` is asked), this machine is calibrated
 first, into the output folder.
@@ -31,6 +36,7 @@ import os
 import csv
 import json
 import platform
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,13 +45,15 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from calibrate import bench
-from calibrate.engine import (ContinuousEngine, ContinuousLimits, EngineRecord, EngineRequest,
-                              SequentialEngine, transformers_version)
 from calibrate.engine_fit import (EngineFit, StepRows, continuous_steps, fit_continuous,
                                   fit_sequential, sequential_steps, step_errors)
-from calibrate.run import calibrate, write_profile
+from calibrate.engine_log import FILE_NAME as LOG_NAME
+from calibrate.engine_log import EngineLog, EngineLogError, find_logs
+from calibrate.records import ContinuousLimits, EngineRecord, EngineRequest
 from calibrate.spec import ModelShape
+
+# the engines, the calibration and the host's name need torch: imported where they run,
+# so that a recorded run is analysed without it
 
 # metric name -> (what, target relative error or None)
 METRICS = {
@@ -66,6 +74,7 @@ class ValidationError(ValueError):
 @dataclass
 class Workload:
     path: Path
+    raw: dict                        # the scenario as written
     scenario: object                 # sim Scenario
     pool_name: str
     kind: str                        # "continuous" or "single"
@@ -95,6 +104,8 @@ class ValidationReport:
     engine_profiles: dict[str, Path]
     fits: dict[str, EngineFit]
     out_dir: Path
+    host: str | None = None               # the machine the engine ran on
+    engine_version: str | None = None     # transformers' version there
     notes: list[str] = field(default_factory=list)
 
     def rows(self) -> list[dict]:
@@ -114,6 +125,7 @@ def load_workload(path: str | Path) -> Workload:
     import sim
     from sim.config.resolve import resolve
     scenario = sim.load_scenario(path)
+    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     where = f"{path}"
     if len(scenario.workload.streams) != 1 or len(scenario.pools) != 1:
         raise ValidationError(f"{where}: a validation scenario has exactly one stream and one "
@@ -155,7 +167,7 @@ def load_workload(path: str | Path) -> Workload:
                        ffn_size=m.ffn_size, vocab_size=m.vocab_size,
                        num_experts=m.num_experts, experts_per_token=m.experts_per_token,
                        max_model_len=spec.max_model_len)
-    return Workload(Path(path), scenario, pool_name, sched.type, limits, shape)
+    return Workload(Path(path), raw, scenario, pool_name, sched.type, limits, shape)
 
 
 def draw_requests(w: Workload) -> list[EngineRequest]:
@@ -180,6 +192,7 @@ def _made_here(data: dict, shape: ModelShape, host: str) -> bool:
 def host_profile(path: Path, shape: ModelShape) -> Path | None:
     """``path`` if it was made on this CPU, else a profile of the same model made on this
     CPU in a folder under ``path``'s (profiles of several CPU kinds ship side by side)."""
+    from calibrate import bench
     from sim.cost.calibrated import load_profile
     host = bench.device_name("cpu")
     for cand in [path, *sorted(path.parent.glob(f"*/{path.name}"))]:
@@ -193,6 +206,8 @@ def host_profile(path: Path, shape: ModelShape) -> Path | None:
 
 def base_profile(w: Workload, out_dir: Path, recalibrate: bool, log) -> tuple[Path, dict]:
     """The scenario's calibrated profile for this CPU, else a fresh calibration."""
+    from calibrate import bench
+    from calibrate.run import calibrate
     from sim.cost.calibrated import load_profile, resolve_profile_path
     path = resolve_profile_path(w.scenario.pools[w.pool_name].cost_model.profile,
                                 w.path.resolve().parent)
@@ -210,11 +225,13 @@ def base_profile(w: Workload, out_dir: Path, recalibrate: bool, log) -> tuple[Pa
     return result.yaml_path, result.profile
 
 
-def engine_profile(base: dict, fit: EngineFit, engine_name: str, limits, path: Path) -> dict:
+def engine_profile(base: dict, fit: EngineFit, engine_name: str, engine_version: str | None,
+                   limits, path: Path) -> dict:
     """``base`` with the fitted ``engine`` block, written to ``path``; returns it."""
+    from calibrate.run import write_profile
     data = copy.deepcopy(base)
     data["engine"] = {
-        "name": engine_name, "transformers_version": transformers_version(),
+        "name": engine_name, "transformers_version": engine_version,
         **fit.engine,
         "limits": None if limits is None else {
             "max_batch_tokens": limits.max_batch_tokens,
@@ -271,7 +288,7 @@ def simulate(w: Workload, records: list[EngineRecord], profile_path: Path, work_
         out.writerow(["timestamp", "prompt_tokens", "output_tokens"])
         for r in sorted(records, key=lambda r: r.arrival_s):
             out.writerow([f"{r.arrival_s:.6f}", r.prompt_tokens, r.output_tokens])
-    raw = yaml.safe_load(w.path.read_text(encoding="utf-8"))
+    raw = copy.deepcopy(w.raw)
     (stream_name, stream), = raw["workload"]["streams"].items()
     for key in ("arrival", "prompt_tokens", "output_tokens", "start", "end"):
         stream.pop(key, None)
@@ -408,12 +425,12 @@ def _validate_into(workloads: list[Workload], out_dir: Path, recalibrate: bool,
     every pass. This machine's speed drifts by several percent within a minute: calibration
     spread over the same minutes as the replays sees the same drift on average, where one
     pass before one replay can catch the machine fast and serve the workload slow."""
+    from calibrate import bench
+    from calibrate.engine import ContinuousEngine, SequentialEngine, transformers_version
     profile_path, profile = base_profile(workloads[0], out_dir, recalibrate, log)
     threads = int(profile.get("threads") or 1)
-    fits: dict[str, EngineFit] = {}
-    engine_paths: dict[str, Path] = {}
     engines: dict[str, object] = {}
-    results = []
+    analysed = []
     try:
         for w in workloads:
             requests = draw_requests(w)
@@ -437,47 +454,67 @@ def _validate_into(workloads: list[Workload], out_dir: Path, recalibrate: bool,
                 t0 = time.perf_counter()
                 served.append(serve(w, engine, requests, log, replay, replays))
                 wall_s += time.perf_counter() - t0
-            fit = (fit_sequential(profile, calibration, log) if w.kind == "single"
-                   else fit_continuous(profile, w.limits, calibration, log))
-            name = w.scenario.name
-            fits[name] = fit
-            folder = out_dir / "profile"
-            _write_fit_steps(profile, fit, folder / f"{name}-engine-steps.csv")
-            engine_paths[name] = folder / f"{name}-engine.yaml"
-            data = engine_profile(profile, fit, engine.name, w.limits, engine_paths[name])
-            results.append(compare_workload(w, served, engine_paths[name], data, out_dir,
-                                            wall_s, log))
+            elog = EngineLog(
+                workload=w.scenario.name, kind=w.kind, engine=engine.name, limits=w.limits,
+                scenario=w.raw, profile=profile, calibration=calibration, replays=served,
+                meta={"host": bench.device_name("cpu"),
+                      "transformers_version": transformers_version(),
+                      "python": platform.python_version(), "engine_wall_s": wall_s,
+                      "quick_fit": quick_fit, "profile_file": profile_path.name})
+            (out_dir / w.scenario.name).mkdir(parents=True, exist_ok=True)
+            elog.write(out_dir / w.scenario.name / LOG_NAME)
+            analysed.append(_analyse(w, elog, out_dir, log))
     finally:
         for engine in engines.values():
             getattr(engine, "stop", lambda: None)()
-    report = ValidationReport(results, profile_path, engine_paths, fits, out_dir)
+    return _report(analysed, profile_path, out_dir)
+
+
+def _analyse(w: Workload, elog: EngineLog, out_dir: Path, log):
+    """The engine terms fitted on the log's calibration steps and the log's replays against
+    fleetsim's prediction: the part of a validation that needs no engine."""
+    profile = elog.profile
+    fit = (fit_sequential(profile, elog.calibration, log) if w.kind == "single"
+           else fit_continuous(profile, w.limits, elog.calibration, log))
+    name = w.scenario.name
+    folder = out_dir / "profile"
+    _write_fit_steps(profile, fit, folder / f"{name}-engine-steps.csv")
+    path = folder / f"{name}-engine.yaml"
+    data = engine_profile(profile, fit, elog.engine, elog.meta.get("transformers_version"),
+                          w.limits, path)
+    result = compare_workload(w, elog.replays, path, data, out_dir,
+                              float(elog.meta.get("engine_wall_s", float("nan"))), log)
+    return result, fit, path, elog.meta
+
+
+def _report(analysed: list, profile_path: Path, out_dir: Path) -> ValidationReport:
+    metas = [m for *_, m in analysed]
+    report = ValidationReport([r for r, *_ in analysed], profile_path,
+                              {r.name: p for r, _, p, _ in analysed},
+                              {r.name: f for r, f, _, _ in analysed}, out_dir,
+                              host=metas[0].get("host"),
+                              engine_version=metas[0].get("transformers_version"))
     write_report(report)
     return report
 
 
-def validate(paths: list[str | Path], out_dir: str | Path, *, force: bool = False,
-             recalibrate: bool = False, quick_fit: bool = False, replays: int = 3,
-             log=print) -> ValidationReport:
-    """Validate every scenario in ``paths``; results are written to ``out_dir``, which
-    appears complete or not at all (an existing folder is replaced only with ``force``)."""
-    from sim.outputs import write_folder
-    out_dir = Path(out_dir)
-    if replays < 1:
-        raise ValidationError(f"replays: at least 1, got {replays}")
-    workloads = [load_workload(p) for p in paths]
+def _check_workloads(workloads: list[Workload]) -> None:
     if len({w.shape for w in workloads}) != 1:
         raise ValidationError("every validation scenario must serve the same model")
-    profiles_named = {w.scenario.pools[w.pool_name].cost_model.profile for w in workloads}
-    if len(profiles_named) != 1:
-        raise ValidationError(f"every validation scenario must name the same calibrated "
-                              f"profile, got {', '.join(sorted(profiles_named))}")
     names = [w.scenario.name for w in workloads]
     if len(set(names)) != len(names):
         raise ValidationError(f"validation scenarios need distinct names, got {names}")
+
+
+def _built_in(out_dir: Path, force: bool, build) -> ValidationReport:
+    """``build(tmp)`` writes a report into a temporary folder renamed to ``out_dir`` when
+    complete (an existing folder is replaced only with ``force``); paths in the report
+    are moved along."""
+    from sim.outputs import write_folder
     built: list[ValidationReport] = []
 
     def write(tmp: Path) -> list[Path]:
-        built.append(_validate_into(workloads, tmp, recalibrate, quick_fit, replays, log))
+        built.append(build(tmp))
         return [p for p in tmp.rglob("*") if p.is_file()]
 
     write_folder(write, out_dir, force=force)
@@ -494,6 +531,110 @@ def validate(paths: list[str | Path], out_dir: str | Path, *, force: bool = Fals
     report.profile_path = moved(report.profile_path)
     report.engine_profiles = {k: moved(v) for k, v in report.engine_profiles.items()}
     return report
+
+
+def validate(paths: list[str | Path], out_dir: str | Path, *, force: bool = False,
+             recalibrate: bool = False, quick_fit: bool = False, replays: int = 3,
+             log=print) -> ValidationReport:
+    """Validate every scenario in ``paths``; results are written to ``out_dir``, which
+    appears complete or not at all (an existing folder is replaced only with ``force``)."""
+    out_dir = Path(out_dir)
+    if replays < 1:
+        raise ValidationError(f"replays: at least 1, got {replays}")
+    workloads = [load_workload(p) for p in paths]
+    _check_workloads(workloads)
+    profiles_named = {w.scenario.pools[w.pool_name].cost_model.profile for w in workloads}
+    if len(profiles_named) != 1:
+        raise ValidationError(f"every validation scenario must name the same calibrated "
+                              f"profile, got {', '.join(sorted(profiles_named))}")
+    return _built_in(out_dir, force, lambda tmp: _validate_into(
+        workloads, tmp, recalibrate, quick_fit, replays, log))
+
+
+# -- a recorded run, without the engine ------------------------------------------------------
+def _safe_name(name: str, default: str) -> str:
+    name = Path(str(name)).name
+    ok = name and all(c.isalnum() or c in "._-" for c in name) and not name.startswith(".")
+    return name if ok else default
+
+
+def _logged_workload(elog: EngineLog, where: Path, profile_path: Path, work: Path) -> Workload:
+    """The log's validation scenario, written into ``work`` with its pool on the log's
+    profile (and, were its arrivals a trace, the recorded requests as that trace)."""
+    raw = copy.deepcopy(elog.scenario)
+    try:
+        (pool_name, pool), = raw["pools"].items()
+        (_, stream), = raw["workload"]["streams"].items()
+        pool["cost_model"] = {"type": "calibrated",
+                              "profile": os.path.relpath(profile_path, work)}
+        if isinstance(stream.get("arrival"), dict) and stream["arrival"].get("type") == "trace":
+            with open(work / "recorded-requests.csv", "w", newline="", encoding="utf-8") as fh:
+                out = csv.writer(fh)
+                out.writerow(["timestamp", "prompt_tokens", "output_tokens"])
+                for r in sorted(elog.replays[0][0], key=lambda r: r.arrival_s):
+                    out.writerow([f"{r.arrival_s:.6f}", r.prompt_tokens, r.output_tokens])
+            stream["arrival"] = {"type": "trace", "path": "recorded-requests.csv"}
+    except (AttributeError, KeyError, TypeError, ValueError):
+        raise EngineLogError(f"{where}: scenario: not a validation scenario (one stream, one "
+                             f"pool)") from None
+    path = work / "scenario-recorded.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    from sim.errors import ScenarioError
+    try:
+        w = load_workload(path)
+    except (ScenarioError, ValidationError) as exc:
+        raise EngineLogError(f"{where}: scenario: {exc}") from None
+    if w.kind != elog.kind or w.limits != elog.limits:
+        raise EngineLogError(f"{where}: the engine's kind and limits ({elog.kind}, "
+                             f"{elog.limits}) differ from its scenario's ({w.kind}, "
+                             f"{w.limits})")
+    if w.scenario.name != elog.workload:
+        raise EngineLogError(f"{where}: workload: the log names {elog.workload!r}, its "
+                             f"scenario {w.scenario.name!r}")
+    return w
+
+
+def validate_logs(paths: list[str | Path], out_dir: str | Path, *, force: bool = False,
+                  log=print) -> ValidationReport:
+    """The fit and the comparison of ``fleetsim validate``, redone on recorded engine logs
+    (files, or folders ``fleetsim validate`` wrote) with the simulator as it is now; written
+    to ``out_dir`` as ``validate`` writes. No engine runs and nothing is timed."""
+    out_dir = Path(out_dir)
+    files = find_logs(paths)
+    logs = [EngineLog.read(p) for p in files]
+    if len({json.dumps(g.profile, sort_keys=True) for g in logs}) != 1:
+        raise ValidationError("the logs were fitted against different calibrated profiles; "
+                              "analyse them one profile at a time")
+    names = [g.workload for g in logs]
+    if len(set(names)) != len(names):
+        raise ValidationError(f"engine logs of distinct workloads are needed, got {names}")
+
+    def build(tmp: Path) -> ValidationReport:
+        from calibrate.run import write_profile
+        folder = tmp / "profile"
+        folder.mkdir(parents=True, exist_ok=True)
+        profile_path = folder / _safe_name(logs[0].meta.get("profile_file", ""),
+                                           "profile.yaml")
+        write_profile(logs[0].profile, profile_path)
+        analysed = []
+        workloads = []
+        for where, elog in zip(files, logs):
+            work = tmp / elog.workload
+            work.mkdir(parents=True, exist_ok=True)
+            w = _logged_workload(elog, where, profile_path, work)
+            workloads.append(w)
+            _check_workloads(workloads)
+            shutil.copyfile(where, work / LOG_NAME)        # the folder can be analysed again
+            log(f"{elog.workload}: recorded run ({len(elog.replays)} replays, "
+                f"{len({g for g, _ in elog.calibration})} calibration runs) from {where}")
+            analysed.append(_analyse(w, elog, tmp, log))
+        return _report(analysed, profile_path, tmp)
+
+    for name in names:
+        if _safe_name(name, "") != name:
+            raise ValidationError(f"workload name {name!r}: letters, digits, '.', '_' and '-' "
+                                  f"only (it names a folder)")
+    return _built_in(out_dir, force, build)
 
 
 def format_table(report: ValidationReport) -> str:
@@ -540,8 +681,8 @@ def write_report(report: ValidationReport) -> None:
         writer.writeheader()
         writer.writerows(rows)
     meta = {
-        "host": bench.device_name("cpu"), "python": platform.python_version(),
-        "transformers_version": transformers_version(),
+        "host": report.host, "python": platform.python_version(),
+        "transformers_version": report.engine_version,
         "profile": _shown(report.profile_path, out),
         "engine_profiles": {k: _shown(v, out) for k, v in report.engine_profiles.items()},
         "engine_fits": {k: {"terms": f.engine, "steps": len(f.rows),

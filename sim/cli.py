@@ -320,18 +320,32 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    if bool(args.scenarios) == bool(args.from_logs):
+        raise ScenarioError("validate: give validation scenarios (to serve them on the "
+                            "engine) or --from-logs PATH (to analyse a recorded run), not "
+                            "both or neither")
+    if args.from_logs and (args.recalibrate or args.quick or args.replays is not None):
+        raise ScenarioError("validate --from-logs: --recalibrate, --quick and --replays "
+                            "shape the engine's run, which a recorded run has done already")
     try:
-        import transformers  # noqa: F401  (the engine; checked before anything is timed)
-        from calibrate.validate import ValidationError, format_table, validate
+        if not args.from_logs:
+            import transformers  # noqa: F401  (the engine; checked before anything is timed)
+        from calibrate.engine_log import EngineLogError
+        from calibrate.validate import ValidationError, format_table, validate, validate_logs
     except ImportError as exc:
         raise ScenarioError(f"validation needs torch and transformers ({exc}); install them "
                             f"with pip install 'fleetsim[validate]'") from None
-    out = Path(args.out) if args.out else Path("results") / "validate"
+    out = Path(args.out) if args.out else Path("results") / (
+        "validate-from-logs" if args.from_logs else "validate")
+    log = (lambda _m: None) if args.quiet else print
     try:
-        report = validate(args.scenarios, out, force=args.force, recalibrate=args.recalibrate,
-                          quick_fit=args.quick, replays=args.replays,
-                          log=(lambda _m: None) if args.quiet else print)
-    except ValidationError as exc:
+        if args.from_logs:
+            report = validate_logs(args.from_logs, out, force=args.force, log=log)
+        else:
+            report = validate(args.scenarios, out, force=args.force,
+                              recalibrate=args.recalibrate, quick_fit=args.quick,
+                              replays=3 if args.replays is None else args.replays, log=log)
+    except (ValidationError, EngineLogError) as exc:
         raise ScenarioError(str(exc)) from None
     except RuntimeError as exc:              # the engine itself failed or hung
         print(f"error: the engine: {exc}", file=sys.stderr)
@@ -442,14 +456,18 @@ def build_parser() -> argparse.ArgumentParser:
     val = sub.add_parser("validate", help="serve validation scenarios on a real engine "
                                           "(transformers, this CPU) and compare fleetsim's "
                                           "predictions with the measurements")
-    val.add_argument("scenarios", nargs="+", help="validation scenarios (scenarios/validate/)")
+    val.add_argument("scenarios", nargs="*", help="validation scenarios (scenarios/validate/)")
+    val.add_argument("--from-logs", nargs="+", metavar="PATH",
+                     help="redo the fit and the comparison on recorded engine logs (a folder "
+                          "fleetsim validate wrote, or its engine_log.json.gz files) with "
+                          "the simulator as it is now; nothing is served or timed")
     val.add_argument("--out", help="output folder (default: results/validate)")
     val.add_argument("--force", action="store_true", help="replace an existing output folder")
     val.add_argument("--recalibrate", action="store_true",
                      help="calibrate this machine even if a profile made on it exists")
     val.add_argument("--quick", action="store_true",
                      help="a smaller grid for the engine's step-time fit")
-    val.add_argument("--replays", type=_positive_int, default=3,
+    val.add_argument("--replays", type=_positive_int, default=None,
                      help="times the engine serves each workload, each just after a pass "
                           "over the calibration grid (default 3)")
     val.add_argument("--strict", action="store_true",

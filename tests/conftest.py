@@ -6,6 +6,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# The gate gives the same verdict on a slow or busy machine and on every run: no deadline
+# per example, no health check that times data generation, the same examples each time.
+settings.register_profile("gate", deadline=None, derandomize=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("gate")
 
 TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR) not in sys.path:

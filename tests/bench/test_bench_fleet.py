@@ -4,7 +4,8 @@ Prints, measured in this run: simulated requests per wall second, SimPy
 events, peak RSS, for bench-fleet at 8, 64 and 512 replicas (load scaled
 with replicas), and the fast-forward speed-up over ``exact_steps`` on
 decode-heavy traffic, whose per-request results must be identical.
-Targets are printed beside the measurements; nothing here asserts a time.
+Targets are printed beside the measurements, and a missed one fails the benchmark (after
+the figures are printed).
 """
 from __future__ import annotations
 
@@ -57,6 +58,12 @@ def test_bench_fleet_scaling(capsys):
               f"peak RSS {at64.peak_rss_mb} MB (target < 2048 MB)")
         print(f"512 replicas: {at512.requests_per_wall_s} simulated requests per wall second "
               f"(target >= 20,000)")
+    missed = [what for what, ok in (
+        ("64 replicas x 1 h under 60 s", at64.wall_s < 60),
+        ("peak RSS under 2 GiB", table.peak_rss_mb.max() < 2048),
+        ("512 replicas at 20,000 requests per wall second", at512.requests_per_wall_s >= 20_000))
+        if not ok]
+    assert not missed, f"targets missed: {', '.join(missed)}"
 
 
 def test_bench_fast_forward_speedup(capsys, tmp_path):
@@ -77,3 +84,4 @@ def test_bench_fast_forward_speedup(capsys, tmp_path):
         print(f"  fast-forward: {ff['sim_wall_s']:.3f} s wall, {ff['events']:,} events, "
               f"{ff['segments']:,} segments")
         print(f"  speed-up {speedup:.0f}x (target >= 10x), per-request results equal to 1e-9")
+    assert speedup >= 10, f"fast-forward {speedup:.1f}x faster than exact_steps (target 10x)"
