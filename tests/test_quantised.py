@@ -23,12 +23,15 @@ def load(**stream_rates) -> Scenario:
 
 
 def test_fp8_has_more_kv_blocks_in_the_proportion_memory_predicts():
-    """Blocks = (141 GB·0.9 − weights/tp − 2 GB) / (16 · KV bytes/token / tp):
-    fp8 halves both the weights and the KV bytes per token."""
+    """Blocks = (139.81 GiB reported·0.9 − weights/tp − 2 GB) / (16 · KV bytes/token / tp):
+    fp8 halves the layers' weights (the embedding and LM head stay bf16) and the KV bytes
+    per token."""
     r = sim.run(load())
     model = profiles.find_model("llama-3.1-70b")
-    params = model.total_params
-    free = lambda wbytes: 141e9 * 0.9 - params * wbytes / 2 - 2e9  # noqa: E731
+    edge = model.edge_params * 2                                 # bf16 in both
+    layers = model.total_params - model.edge_params
+    free = lambda wbytes: (139.81 * 2 ** 30 * 0.9  # noqa: E731
+                           - (layers * wbytes + edge) / 2 - 2e9)
     per_block = lambda kvbytes: 16 * 2 * 80 * 8 * 128 * kvbytes / 2  # noqa: E731
     pools = r.summary["pools"]
     assert pools["bf16"]["kv_blocks_per_replica"] == int(free(2) // per_block(2))

@@ -31,7 +31,13 @@ class HardwareSpec(StrictModel):
     """One accelerator kind. Figures are per GPU, dense (no sparsity)."""
 
     name: str = Field(description="Display name, e.g. H100-SXM")
-    memory: PositiveBytes = Field(description="Device memory, e.g. 80GB")
+    memory: PositiveBytes = Field(
+        description="Device memory as its maker states it, in the maker's units: HBM "
+                    "capacities are binary, an '80 GB' H100 has 80GiB")
+    reported_memory: PositiveBytes | None = Field(
+        None, description="Total memory the driver reports to an engine (CUDA's total, "
+                          "e.g. 79.1GiB on an 80 GiB H100), of which the engine's memory "
+                          "planner takes gpu_memory_utilization; default: memory")
     hbm_bandwidth: BytesPerS = Field(description="Memory bandwidth, e.g. 3.35TB/s")
     flops: dict[DType, FlopsPerS] = Field(
         description="Peak dense FLOP/s per compute dtype, e.g. {bf16: 989TFLOP/s}")
@@ -46,6 +52,18 @@ class HardwareSpec(StrictModel):
         if "bf16" not in self.flops:
             raise ValueError("flops must give at least a 'bf16' figure")
         return self
+
+    @model_validator(mode="after")
+    def _reported_within_memory(self) -> "HardwareSpec":
+        if self.reported_memory is not None and self.reported_memory > self.memory:
+            raise ValueError(f"reported_memory ({self.reported_memory / 2 ** 30:.2f} GiB) "
+                             f"exceeds memory ({self.memory / 2 ** 30:.2f} GiB)")
+        return self
+
+    @property
+    def planning_memory(self) -> float:
+        """Bytes per GPU an engine's memory planner starts from: what the driver reports."""
+        return self.memory if self.reported_memory is None else self.reported_memory
 
     def compute_flops_per_s(self, weight_dtype: str) -> float:
         """Peak FLOP/s for GEMMs with weights of ``weight_dtype``.
@@ -117,10 +135,26 @@ class ModelSpec(StrictModel):
         layers = self.num_layers * (self.attn_params_per_layer + self.mlp_params_per_layer)
         return layers + self.embedding_params + head
 
+    @property
+    def edge_params(self) -> int:
+        """The embedding and the LM head (one matrix when tied)."""
+        return self.embedding_params * (1 if self.tied_embeddings else 2)
+
+    @staticmethod
+    def edge_dtype(weight_dtype: str) -> str:
+        """The embedding's and LM head's dtype: quantised checkpoints (FP8, INT8, AWQ/GPTQ
+        INT4, FP4) quantise the layers' linear weights and keep these two in bf16."""
+        return "bf16" if BYTES_PER_ELEMENT[weight_dtype] < BYTES_PER_ELEMENT["bf16"] \
+            else weight_dtype
+
     def weight_bytes(self, weight_dtype: str) -> float:
-        if self.weights is not None:
-            return self.weights * BYTES_PER_ELEMENT[weight_dtype] / BYTES_PER_ELEMENT["bf16"]
-        return self.total_params * BYTES_PER_ELEMENT[weight_dtype]
+        """All weights in ``weight_dtype``, the embedding and LM head in ``edge_dtype``
+        (Llama-3.1-8B in fp8: 8.46 GiB, as vLLM loads the published FP8 checkpoint)."""
+        bf16 = BYTES_PER_ELEMENT["bf16"]
+        total_bf16 = self.weights if self.weights is not None else self.total_params * bf16
+        edge_bf16 = min(self.edge_params * bf16, total_bf16)
+        return ((total_bf16 - edge_bf16) * BYTES_PER_ELEMENT[weight_dtype] / bf16
+                + edge_bf16 * BYTES_PER_ELEMENT[self.edge_dtype(weight_dtype)] / bf16)
 
     def kv_bytes_per_token(self, kv_dtype: str) -> float:
         """2 (K and V) x layers x kv heads x head dim x bytes per element."""

@@ -77,6 +77,12 @@ def _check_calibrated(here: Loc, pool: PoolConfig, model, scenario: Scenario,
                          f"pool's weight_dtype is {pool.weight_dtype}; set weight_dtype: "
                          f"{dtype} or calibrate with --dtype {pool.weight_dtype}"))
         return False
+    kv_dtype = data.get("kv_dtype")
+    if kv_dtype is not None and kv_dtype != pool.kv_dtype:
+        problems.append((loc, f"calibrated profile {path} was built for a {kv_dtype} KV "
+                         f"cache, but the pool's kv_dtype is {pool.kv_dtype}; set kv_dtype: "
+                         f"{kv_dtype} or use the profile built for {pool.kv_dtype}"))
+        return False
     return True
 
 
@@ -99,9 +105,7 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
                          f"of one {hw.name} node"))
         return None
     if model.num_heads % tp or model.num_kv_heads % tp and tp % model.num_kv_heads:
-        valid = [t for t in range(1, hw.max_gpus_per_node + 1)
-                 if model.num_heads % t == 0 and (model.num_kv_heads % t == 0
-                                                  or t % model.num_kv_heads == 0)]
+        valid = _valid_tps(model, hw)
         problems.append((here + ("tp",), f"tp={tp} does not divide {model.name}'s "
                          f"{model.num_heads} attention heads / {model.num_kv_heads} KV heads; "
                          f"valid: {', '.join(map(str, valid))}"))
@@ -124,16 +128,10 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
                    activation_reserve_bytes=pool.activation_reserve,
                    kv_cache_bytes=pool.kv_cache_bytes)
     if kv.num_blocks <= 0:
-        usable = hw.memory * pool.gpu_memory_utilization - pool.activation_reserve
-        fits = [t for t in (1, 2, 4, 8) if t <= hw.max_gpus_per_node
-                and model.weight_bytes(pool.weight_dtype) / t < usable]
-        hint = f"; it fits at tp={fits[0]}" if fits else ""
-        what = "the requested kv_cache_bytes do" if pool.kv_cache_bytes else "it does"
-        field = "tp" if "tp" in pool.model_fields_set else "model"
-        problems.append((here + (field,), f"{model.name} ({pool.weight_dtype}, "
-                         f"{model.weight_bytes(pool.weight_dtype) / 1e9:.1f} GB of weights) "
-                         f"leaves no room for a KV cache on {tp} x {hw.name} "
-                         f"({hw.memory / 1e9:.0f} GB each): {what} not fit{hint}"))
+        field, message = _no_room(model, hw, pool)
+        # located at the field at fault when the scenario sets it, else at the model
+        problems.append((here + (field if field in pool.model_fields_set else "model",),
+                         message))
         return None
     if getattr(pool.cost_model, "type", None) == "calibrated" and not _check_calibrated(
             here, pool, model, scenario, problems):
@@ -141,6 +139,49 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
     max_len = min(pool.max_model_len or model.max_model_len, model.max_model_len)
     return ResolvedPool(name=name, cfg=pool, model=model, hardware=hw, kv=kv,
                         max_model_len=max_len, price_per_gpu_hour=price)
+
+
+def _valid_tps(model, hw) -> list[int]:
+    return [t for t in range(1, hw.max_gpus_per_node + 1)
+            if model.num_heads % t == 0 and (model.num_kv_heads % t == 0
+                                             or t % model.num_kv_heads == 0)]
+
+
+def _no_room(model, hw, pool: PoolConfig) -> tuple[str, str]:
+    """The field at fault and the message when a pool's replica has no KV block: the
+    weights do not fit (a larger tp, if one fits, else no tp does), or they fit but the
+    requested kv_cache_bytes or the reserve do not."""
+    gib = 2 ** 30
+    usable = hw.planning_memory * pool.gpu_memory_utilization
+    weights = model.weight_bytes(pool.weight_dtype)
+    per_gpu = weights / pool.tp
+    where = (f"{pool.tp} x {hw.name} ({hw.planning_memory / gib:.1f} GiB each as the driver "
+             f"reports it, x gpu_memory_utilization {pool.gpu_memory_utilization:g} = "
+             f"{usable / gib:.1f} GiB)")
+    left = usable - per_gpu - pool.activation_reserve
+    if per_gpu + pool.activation_reserve < usable:
+        if pool.kv_cache_bytes:                 # the weights fit: the asked KV does not
+            return "kv_cache_bytes", (
+                f"kv_cache_bytes {pool.kv_cache_bytes / gib:.2f} GiB per GPU does not fit on "
+                f"{where} beside {per_gpu / gib:.1f} GiB of {model.name} weights and "
+                f"activation_reserve {pool.activation_reserve / gib:.2f} GiB: at most "
+                f"{left / gib:.2f} GiB is left")
+        return "activation_reserve", (        # a KV block is larger than what is left
+            f"{model.name} on {where} leaves {left / gib:.3f} GiB for the KV cache after "
+            f"{per_gpu / gib:.1f} GiB of weights and activation_reserve "
+            f"{pool.activation_reserve / gib:.2f} GiB: less than one block")
+    larger = [t for t in _valid_tps(model, hw)
+              if t > pool.tp and weights / t + pool.activation_reserve < usable]
+    if larger:
+        hint = f"; it fits at tp={larger[0]}"
+    else:
+        hint = (f"; no tp up to the {hw.max_gpus_per_node} GPUs of one {hw.name} node "
+                f"leaves room: choose a GPU with more memory or smaller weights "
+                f"(weight_dtype fp8 or int4)")
+    return "tp", (f"{model.name} ({pool.weight_dtype}, {weights / gib:.1f} GiB of weights, "
+                  f"{per_gpu / gib:.1f} GiB per GPU at tp={pool.tp}) leaves no room for a KV "
+                  f"cache on {where} with activation_reserve "
+                  f"{pool.activation_reserve / gib:.2f} GiB{hint}")
 
 
 def _check_gateway(scenario: Scenario, problems: list[tuple[Loc, str]]) -> None:
@@ -186,8 +227,8 @@ def _needs_unmet(name: str, served, pool_name: str, scenario: Scenario) -> list[
         out.append(f"'{name}' needs at least tp={served.min_tp}; pool '{pool_name}' has "
                    f"tp={pool.tp}")
     if served.min_gpu_memory is not None and hw is not None and hw.memory < served.min_gpu_memory:
-        out.append(f"'{name}' needs {served.min_gpu_memory / 1e9:.0f} GB per GPU; "
-                   f"{hw.name} has {hw.memory / 1e9:.0f} GB")
+        out.append(f"'{name}' needs {served.min_gpu_memory / 2 ** 30:.0f} GiB per GPU; "
+                   f"{hw.name} has {hw.memory / 2 ** 30:.0f} GiB")
     return out
 
 

@@ -22,7 +22,9 @@ class KvBudget:
 def kv_budget(model: ModelSpec, hardware: HardwareSpec, *, tp: int, weight_dtype: str,
               kv_dtype: str, block_size_tokens: int, gpu_memory_utilization: float,
               activation_reserve_bytes: float, kv_cache_bytes: float | None) -> KvBudget:
-    """Blocks per replica = (memory·utilisation − weights/tp − reserve) / (block · kv/tp).
+    """Blocks per replica = (reported memory·utilisation − weights/tp − reserve)
+    / (block · kv/tp), as vLLM's memory planner counts them (the reported memory is what
+    the driver gives an engine, a little under the card's capacity).
 
     ``kv_cache_bytes`` (per GPU), when given, replaces the computed KV memory,
     like vLLM's ``kv_cache_memory_bytes``; it must still fit beside the weights.
@@ -30,7 +32,8 @@ def kv_budget(model: ModelSpec, hardware: HardwareSpec, *, tp: int, weight_dtype
     the caller turns that into a validation error.
     """
     weight_per_gpu = model.weight_bytes(weight_dtype) / tp
-    free_per_gpu = hardware.memory * gpu_memory_utilization - weight_per_gpu - activation_reserve_bytes
+    free_per_gpu = (hardware.planning_memory * gpu_memory_utilization - weight_per_gpu
+                    - activation_reserve_bytes)
     if kv_cache_bytes is not None:
         free_per_gpu = kv_cache_bytes if kv_cache_bytes <= free_per_gpu else -kv_cache_bytes
     kv_per_token = model.kv_bytes_per_token(kv_dtype)

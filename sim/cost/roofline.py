@@ -61,7 +61,11 @@ class RooflineCostModel(CostModel):
         self._attn_flops_per_work = 4.0 * model.num_heads * model.head_dim / tp
         self._kv_bytes_per_token_layer = 2.0 * model.num_kv_heads * model.head_dim * kv_bytes / tp
         self._head_flops_per_seq = 2.0 * model.hidden_size * model.vocab_size / tp
-        self._head_bytes = model.hidden_size * model.vocab_size * w_bytes / tp
+        # the LM head stays in bf16 in quantised checkpoints, and runs at that rate
+        head_dtype = model.edge_dtype(weight_dtype)
+        self._head_bytes = (model.hidden_size * model.vocab_size
+                            * BYTES_PER_ELEMENT[head_dtype] / tp)
+        self._head_flops_per_s = hardware.compute_flops_per_s(head_dtype) * cfg.flops_efficiency
         self._peak_flops = hardware.compute_flops_per_s(weight_dtype)
         self._peak_bw = hardware.hbm_bandwidth
         # a decode-only step of n sequences is its cost at no KV plus these per KV token read
@@ -79,6 +83,10 @@ class RooflineCostModel(CostModel):
         self._overheads_s = (cfg.step_overhead, cfg.per_seq_overhead)
         self._num_experts = model.num_experts
         self._dense_weight_bytes = self._attn_weight_bytes + self._expert_weight_bytes
+
+    @property
+    def label(self) -> str:
+        return "roofline"
 
     # -- terms (seconds, one layer, one shard) -------------------------------
     def overhead_s(self, num_seqs: ArrayLike) -> ArrayLike:
@@ -116,7 +124,7 @@ class RooflineCostModel(CostModel):
         return 2.0 * (self._allreduce_latency_s + ring)
 
     def lm_head_s(self, num_seqs: ArrayLike) -> ArrayLike:
-        compute = self._head_flops_per_seq * num_seqs / self._gemm_flops_per_s
+        compute = self._head_flops_per_seq * num_seqs / self._head_flops_per_s
         return np.maximum(compute, self._head_bytes / self._bw_bytes_per_s)
 
     # -- one step in plain floats (the hot path of the simulator) ------------------
@@ -146,7 +154,7 @@ class RooflineCostModel(CostModel):
         per_layer = (dense + attn_flops / self._attn_flops_per_s + kv_bytes / bw
                      + self._tp_latency_s + self._tp_s_per_token * num_tokens)
         head_flops = self._head_flops_per_seq * num_seqs
-        head = head_flops / self._gemm_flops_per_s
+        head = head_flops / self._head_flops_per_s
         if self._head_memory_s > head:
             head = self._head_memory_s
         step_overhead, per_seq_overhead = self._overheads_s
