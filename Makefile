@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test bench validate clean install
+.PHONY: demo test bench validate gpu-profiles clean install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ VALIDATION := light saturated long-prompts single
 validate: $(DEV_STAMP)
 	$(VENV)/bin/fleetsim validate $(VALIDATION:%=scenarios/validate/%.yaml) \
 		--out results/validate --force --strict
+
+# the shipped GPU profiles, rebuilt from NVIDIA AIConfigurator's measured kernels (the
+# kernels extra, part of the dev extras); a few minutes, nothing timed
+gpu-profiles: $(DEV_STAMP)
+	$(PY) -m calibrate.gpu_profiles --out profiles/calibrated/gpu
 
 clean:
 	rm -rf $(VENV) results build dist *.egg-info

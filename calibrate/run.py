@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
 from calibrate import bench
 from calibrate.fit import (TERMS, error_summary, fit_overhead, fit_term, held_back_indices,
                            predict_steps, split_per_seq, terms_seconds)
 from calibrate.model import LlamaLike
+from calibrate.profile_io import sig, table_rows, write_profile
 from calibrate.spec import ModelShape, ShardShape, load_model
 
 PROFILE_KIND = "fleetsim-calibrated-step-time"
@@ -85,39 +85,6 @@ class Result:
     log_path: Path
     elapsed_s: float
     errors: dict = field(default_factory=dict)
-
-
-def _sig(x: float, digits: int = 4) -> float:
-    return float(f"{x:.{digits}g}")
-
-
-def _num(x: float):
-    """A table's x as written: exact (distinct sizes must stay distinct)."""
-    x = float(x)
-    return int(x) if x.is_integer() else x
-
-
-def _rows(rows) -> list[list]:
-    return [[_num(r[0])] + [_sig(v) for v in r[1:]] for r in rows]
-
-
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-def _repr_list(dumper, data):
-    flow = len(data) <= 4 and all(isinstance(v, (int, float)) for v in data)
-    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
-
-
-_Dumper.add_representer(list, _repr_list)
-
-
-def write_profile(profile: dict, path: Path) -> None:
-    header = ("# Calibrated step-time profile written by `fleetsim calibrate` (what the "
-              "numbers mean: `note`).\n")
-    text = yaml.dump(profile, Dumper=_Dumper, sort_keys=False, width=96, allow_unicode=True)
-    path.write_text(header + text, encoding="utf-8")
 
 
 def calibrate(model: str | ModelShape, device: str = "cpu", tp: int = 1,
@@ -221,21 +188,21 @@ def calibrate(model: str | ModelShape, device: str = "cpu", tp: int = 1,
         "date": _dt.date.today().isoformat(),
         "quick": quick,
         "note": NOTE,
-        "tables": {t: _rows(tables[t]) for t in TERMS},
+        "tables": {t: table_rows(tables[t]) for t in TERMS},
         "tp_comm_measured": bool(comm_measured),
-        "overhead": {"constant_s": _sig(overhead[0]), "per_seq_s": _sig(overhead[1]),
-                     "attn_decode_per_seq_per_layer_s": _sig(attn_per_seq),
-                     "fitted_per_seq_s": _sig(fitted_per_seq_s)},
+        "overhead": {"constant_s": sig(overhead[0]), "per_seq_s": sig(overhead[1]),
+                     "attn_decode_per_seq_per_layer_s": sig(attn_per_seq),
+                     "fitted_per_seq_s": sig(fitted_per_seq_s)},
         "held_back_error": errors,
         "held_back_note": HELD_BACK_NOTE.format(k=holdback),
         "forward_layers": layers,
-        "forwards": [{**f.as_dict(), "seconds": _sig(f.seconds), "predicted_s": _sig(float(p)),
+        "forwards": [{**f.as_dict(), "seconds": sig(f.seconds), "predicted_s": sig(float(p)),
                       "held_back": i in held_fw}
                      for i, (f, p) in enumerate(zip(forwards, pred))],
-        "measured": {**{t: _rows(fits[t].measured) for t in TERMS},
-                     "attn_decode": _rows(sorted([p.x, p.seconds, p.meta["batch"]]
+        "measured": {**{t: table_rows(fits[t].measured) for t in TERMS},
+                     "attn_decode": table_rows(sorted([p.x, p.seconds, p.meta["batch"]]
                                                  for p in dec))},
-        "held_back_points": {t: _rows(fits[t].held_back) for t in TERMS},
+        "held_back_points": {t: table_rows(fits[t].held_back) for t in TERMS},
         "settings": {"max_tokens": settings.max_tokens, "max_seqs": settings.max_seqs,
                      "warmup": settings.warmup, "rounds": settings.rounds,
                      "min_per_round": settings.min_per_round,

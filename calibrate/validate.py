@@ -228,7 +228,7 @@ def base_profile(w: Workload, out_dir: Path, recalibrate: bool, log) -> tuple[Pa
 def engine_profile(base: dict, fit: EngineFit, engine_name: str, engine_version: str | None,
                    limits, path: Path) -> dict:
     """``base`` with the fitted ``engine`` block, written to ``path``; returns it."""
-    from calibrate.run import write_profile
+    from calibrate.profile_io import write_profile
     data = copy.deepcopy(base)
     data["engine"] = {
         "name": engine_name, "transformers_version": engine_version,
@@ -610,7 +610,7 @@ def validate_logs(paths: list[str | Path], out_dir: str | Path, *, force: bool =
         raise ValidationError(f"engine logs of distinct workloads are needed, got {names}")
 
     def build(tmp: Path) -> ValidationReport:
-        from calibrate.run import write_profile
+        from calibrate.profile_io import write_profile
         folder = tmp / "profile"
         folder.mkdir(parents=True, exist_ok=True)
         profile_path = folder / _safe_name(logs[0].meta.get("profile_file", ""),

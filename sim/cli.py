@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from sim import units
+from sim import profiles, units
 from sim.errors import ScenarioError, format_cli_error
 
 
@@ -297,7 +297,68 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_calibrate_from_kernels(args: argparse.Namespace) -> int:
+    """A profile built from a database of GPU kernels measured on real GPUs."""
+    from calibrate import from_kernels
+    from calibrate.kernel_db import GPU_FOLDERS, KernelDbError
+    from calibrate.spec import load_model
+    from sim.cost.memory import kv_budget
+    if args.gpu is None:
+        raise ScenarioError(f"calibrate --from {args.source}: name the GPU with --gpu "
+                            f"({', '.join(sorted(GPU_FOLDERS))})")
+    hw = profiles.find_hardware(args.gpu)
+    if hw is None:
+        raise ScenarioError(f"--gpu {args.gpu}: unknown GPU; known: "
+                            f"{', '.join(sorted(GPU_FOLDERS))}")
+    dtype, kv_dtype = args.dtype or "bf16", args.kv_dtype or "bf16"
+    try:
+        shape = load_model(args.model)
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
+    spec = profiles.find_model(shape.name)
+    if spec is not None:
+        budget = kv_budget(spec, hw, tp=args.tp, weight_dtype=dtype, kv_dtype=kv_dtype,
+                           block_size_tokens=16, gpu_memory_utilization=0.9,
+                           activation_reserve_bytes=2e9, kv_cache_bytes=None)
+        if budget.num_blocks <= 0:
+            raise ScenarioError(
+                f"{shape.name} in {dtype} ({spec.weight_bytes(dtype) / 2 ** 30:.1f} GiB of "
+                f"weights) leaves no room for a KV cache on {args.tp} x {hw.name} "
+                f"({hw.planning_memory / 2 ** 30:.1f} GiB each)")
+    try:
+        profile = from_kernels.build(shape, hw.name, args.tp, args.engine, dtype, kv_dtype,
+                                     hw.hbm_bandwidth, version=args.engine_version,
+                                     root=args.kernel_db)
+    except KernelDbError as exc:
+        raise ScenarioError(str(exc)) from None
+    out = Path(args.out) if args.out else from_kernels.default_folder(hw.name, args.engine)
+    path = from_kernels.write(profile, out)
+    if not args.quiet:
+        src = profile["source"]
+        print(f"{shape.name} tp={args.tp} {dtype} (KV {kv_dtype}) on {hw.name} from "
+              f"{src['engine']} {src['engine_version']} kernels "
+              f"(aiconfigurator-core {src['package_version']}):")
+        for term, err in profile["fit_error"].items():
+            if err["points"]:
+                held = profile["held_back_error"][term]
+                print(f"  {term:<13} {err['points']:5d} points: median {100 * err['median']:5.1f}%"
+                      f" max {100 * err['max']:6.1f}%; held back: median "
+                      + ("n/a" if held["median"] is None else f"{100 * held['median']:.1f}%"))
+    print(f"wrote {path}")
+    return 0
+
+
 def _cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.source is not None:
+        return _cmd_calibrate_from_kernels(args)
+    for flag, value in (("--gpu", args.gpu), ("--engine-version", args.engine_version),
+                        ("--kv-dtype", args.kv_dtype), ("--kernel-db", args.kernel_db)):
+        if value is not None:
+            raise ScenarioError(f"{flag} is for profiles built from measured kernels "
+                                f"(--from aiconfigurator)")
+    if args.dtype == "fp8":
+        raise ScenarioError("--dtype fp8: torch calibration times fp32, bf16 or fp16; fp8 "
+                            "profiles come from measured kernels (--from aiconfigurator)")
     try:
         from calibrate.run import calibrate
     except ImportError as exc:
@@ -445,8 +506,22 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--out", help="output folder (default: profiles/calibrated/<device>/)")
     cal.add_argument("--quick", action="store_true",
                      help="few points and small sizes (a smoke test, not a usable profile)")
-    cal.add_argument("--dtype", choices=("fp32", "bf16", "fp16"),
-                     help="compute dtype (default: fp32 on cpu, bf16 on cuda)")
+    cal.add_argument("--dtype", choices=("fp32", "bf16", "fp16", "fp8"),
+                     help="compute (weight) dtype (default: fp32 on cpu, bf16 on cuda and "
+                          "from measured kernels)")
+    cal.add_argument("--from", dest="source", choices=("aiconfigurator",),
+                     help="build the profile from GPU kernels measured on real GPUs "
+                          "(NVIDIA AIConfigurator's database, pip install "
+                          "'fleetsim[kernels]') instead of timing this machine")
+    cal.add_argument("--gpu", help="with --from: the GPU (H100-SXM, H200, B200, A100-80GB, "
+                                   "L40S)")
+    cal.add_argument("--engine", choices=("vllm", "sglang", "trtllm"), default="vllm",
+                     help="with --from: the engine whose kernels were timed (default: vllm)")
+    cal.add_argument("--engine-version", help="with --from: that engine's version in the "
+                                              "database (default: its newest)")
+    cal.add_argument("--kv-dtype", choices=("bf16", "fp8"),
+                     help="with --from: KV cache dtype (default: bf16)")
+    cal.add_argument("--kernel-db", help=argparse.SUPPRESS)     # a copy of the database
     cal.add_argument("--threads", type=int, help="CPU threads (default: 1)")
     cal.add_argument("--max-tokens", type=int,
                      help="largest step in tokens (default: 2048 on cpu, 16384 on cuda)")

@@ -65,6 +65,7 @@ def summarise(sim, requests: pd.DataFrame, ts: pd.DataFrame) -> dict:
             "model": spec.model.name,
             "hardware": spec.hardware.name,
             "tp": spec.cfg.tp,
+            "cost_model": pool.cost_model.label,
             "replicas_mean": replicas,
             "replicas_max": pool.replicas_max,
             "kv_blocks_per_replica": spec.kv.num_blocks,

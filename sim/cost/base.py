@@ -34,6 +34,11 @@ class CostModel(ABC):
     # (true of the roofline); fast-forward then needs no per-step evaluation.
     decode_time_linear: bool = False
 
+    @property
+    def label(self) -> str:
+        """Which cost model this is, as the summary reports it."""
+        return type(self).__name__
+
     @abstractmethod
     def overhead_s(self, num_seqs: ArrayLike) -> ArrayLike: ...
 

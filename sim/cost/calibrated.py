@@ -298,6 +298,15 @@ class CalibratedCostModel(CostModel):
         self._comm_from_roofline = tp > 1 and (
             self._comm is None or not self.profile.get("tp_comm_measured", False))
 
+    @property
+    def label(self) -> str:
+        """'calibrated ' and the profile: under profiles/ when shipped, else as named."""
+        shipped = data_dir("profiles").resolve()
+        try:
+            return f"calibrated profiles/{self.path.resolve().relative_to(shipped)}"
+        except ValueError:
+            return f"calibrated {self.cfg.profile}"
+
     # -- terms (seconds, one layer, one shard) -----------------------------------------
     def overhead_s(self, num_seqs: ArrayLike) -> ArrayLike:
         return self._const_s + self._per_seq_s * num_seqs

@@ -1,0 +1,300 @@
+"""GPU kernels measured on real GPUs: NVIDIA AIConfigurator's database.
+
+The PyPI package ``aiconfigurator-core`` (Apache-2.0) ships parquet tables of
+kernels timed on real GPUs under vLLM, SGLang and TensorRT-LLM, laid out as
+``aiconfigurator_core/systems/data/<gpu>/<family>/<engine>/<version>/``:
+
+- ``gemm/.../gemm_perf.parquet``: ``gemm_dtype`` (bfloat16, fp8, ...), ``m``,
+  ``n``, ``k``, ``latency``: one GEMM of an (m x k) by (k x n) product;
+- ``attention/.../context_attention_perf.parquet``: prefill attention of
+  ``batch_size`` sequences of ``isl`` tokens, by ``num_heads``,
+  ``num_key_value_heads``, ``head_dim``, ``kv_cache_dtype``, ``window_size``;
+- ``attention/.../generation_attention_perf.parquet``: one decode token for
+  each of ``batch_size`` sequences holding ``isl + step`` keys;
+- ``comm/<engine>/.../custom_allreduce_perf.parquet``: one all-reduce over
+  ``num_gpus`` GPUs of ``message_size`` bf16 elements (not bytes).
+
+Every ``latency`` is milliseconds for one call (one layer's kernel). Each
+table carries ``kernel_source``: several kernels may be timed for one shape
+(FlashAttention 3 and FlashInfer on H100, say); one is chosen per table.
+
+Only the installed package's files are read (pandas on parquet); nothing is
+downloaded and the package's own code is not run.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+PACKAGE = "aiconfigurator_core"
+INSTALL_HINT = "pip install 'fleetsim[kernels]' (the PyPI package aiconfigurator-core)"
+# fleetsim hardware profile name -> the database's GPU folder
+GPU_FOLDERS = {"H100-SXM": "h100_sxm", "H200": "h200_sxm", "B200": "b200_sxm",
+               "A100-80GB": "a100_sxm", "L40S": "l40s"}
+ENGINES = ("vllm", "sglang", "trtllm")
+GEMM_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "fp8"}
+KV_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "fp8"}
+MS = 1e-3
+
+
+class KernelDbError(ValueError):
+    """The database, or what was asked of it, is not there (named, with what exists)."""
+
+
+def package_root(root: str | Path | None = None) -> Path:
+    """The database's ``systems/data`` folder: under ``root`` when given (a copy or a
+    test fixture laid out the same way), else in the installed package."""
+    if root is not None:
+        path = Path(root)
+        if not path.is_dir():
+            raise KernelDbError(f"kernel database folder {path} does not exist")
+        return path
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise KernelDbError(f"the measured-kernel database is not installed; "
+                            f"{INSTALL_HINT}")
+    path = Path(list(spec.submodule_search_locations)[0]) / "systems" / "data"
+    if not path.is_dir():
+        raise KernelDbError(f"{PACKAGE} is installed but has no kernel tables at {path}")
+    return path
+
+
+def package_version() -> str | None:
+    try:
+        from importlib.metadata import version
+        return version("aiconfigurator-core")
+    except Exception:                     # noqa: BLE001 - a fixture has no package
+        return None
+
+
+def _version_key(v: str) -> tuple:
+    return tuple(int(x) for x in re.findall(r"\d+", v))
+
+
+def _choices(items) -> str:
+    items = sorted(items)
+    return ", ".join(items) if items else "none"
+
+
+@dataclass
+class KernelDb:
+    """One GPU's tables for one engine: the newest version holding GEMMs and attention
+    (or the one asked for), and the all-reduce tables of the same engine."""
+
+    root: Path
+    gpu: str                     # the database's folder name, e.g. h100_sxm
+    engine: str
+    version: str
+    comm_version: str | None
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @staticmethod
+    def open(hardware: str, engine: str, version: str | None = None,
+             root: str | Path | None = None) -> "KernelDb":
+        base = package_root(root)
+        if hardware not in GPU_FOLDERS:
+            raise KernelDbError(f"GPU '{hardware}': the kernel database covers "
+                                f"{_choices(GPU_FOLDERS)}")
+        gpu = GPU_FOLDERS[hardware]
+        if not (base / gpu).is_dir():
+            present = [h for h, f in GPU_FOLDERS.items() if (base / f).is_dir()]
+            raise KernelDbError(f"GPU '{hardware}' ({gpu}) is not in this kernel database; "
+                                f"it has {_choices(present)}")
+        if engine not in ENGINES:
+            raise KernelDbError(f"engine '{engine}': expected one of {', '.join(ENGINES)}")
+        gemm = {p.name for p in (base / gpu / "gemm" / engine).glob("*") if p.is_dir()}
+        attn = {p.name for p in (base / gpu / "attention" / engine).glob("*") if p.is_dir()}
+        both = {v for v in gemm & attn
+                if (base / gpu / "gemm" / engine / v / "gemm_perf.parquet").is_file()
+                and (base / gpu / "attention" / engine / v
+                     / "context_attention_perf.parquet").is_file()}
+        if not both:
+            engines = [e for e in ENGINES if (base / gpu / "gemm" / e).is_dir()]
+            raise KernelDbError(f"the kernel database has no {engine} GEMM and attention "
+                                f"tables for {hardware}; engines with tables there: "
+                                f"{_choices(engines)}")
+        if version is None:
+            version = max(both, key=_version_key)
+        elif version not in both:
+            raise KernelDbError(f"{engine} {version} on {hardware}: the kernel database has "
+                                f"versions {_choices(both)}")
+        comm = [p.parent.name for p in (base / gpu / "comm" / engine).glob(
+            "*/custom_allreduce_perf.parquet")]
+        older = [v for v in comm if _version_key(v) <= _version_key(version)]
+        comm_version = max(older or comm, key=_version_key) if comm else None
+        return KernelDb(base, gpu, engine, version, comm_version)
+
+    # -- tables ------------------------------------------------------------------------------
+    def _table(self, family: str, name: str, version: str):
+        key = (family, name, version)
+        if key not in self._cache:
+            import pandas as pd
+            path = self.root / self.gpu / family / self.engine / version / name
+            try:
+                self._cache[key] = pd.read_parquet(path)
+            except (OSError, ValueError) as exc:
+                raise KernelDbError(f"cannot read {path}: {exc}") from None
+        return self._cache[key]
+
+    def provenance(self) -> dict:
+        return {"database": "AIConfigurator measured kernels (aiconfigurator-core, "
+                            "NVIDIA, Apache-2.0)",
+                "package_version": package_version(), "gpu": self.gpu, "engine": self.engine,
+                "engine_version": self.version, "allreduce_version": self.comm_version}
+
+    def gemm_curves(self, dtype: str) -> "GemmCurves":
+        if dtype not in GEMM_DTYPES:
+            raise KernelDbError(f"weight dtype '{dtype}': the kernel database times GEMMs in "
+                                f"{_choices(GEMM_DTYPES)}")
+        df = self._table("gemm", "gemm_perf.parquet", self.version)
+        rows = df[df["gemm_dtype"] == GEMM_DTYPES[dtype]]
+        if rows.empty:
+            raise KernelDbError(f"{self.gpu} {self.engine} {self.version}: no "
+                                f"{GEMM_DTYPES[dtype]} GEMMs; it has "
+                                f"{_choices(set(df['gemm_dtype']))}")
+        return GemmCurves.from_rows(rows)
+
+    def attention(self, phase: str, heads: int, kv_heads: int, head_dim: int,
+                  kv_dtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+        """(batch, keys per sequence, seconds, kernel) of one layer's attention for one
+        shard's heads: ``phase`` 'context' (keys = the prompt) or 'generation' (keys =
+        isl + step, one new token each)."""
+        name = f"{phase}_attention_perf.parquet"
+        df = self._table("attention", name, self.version)
+        if kv_dtype not in KV_DTYPES:
+            raise KernelDbError(f"kv dtype '{kv_dtype}': expected one of {_choices(KV_DTYPES)}")
+        sel = ((df["num_heads"] == heads) & (df["head_dim"] == head_dim)
+               & (df["kv_cache_dtype"] == KV_DTYPES[kv_dtype]))
+        if "window_size" in df:
+            sel &= df["window_size"] == 0
+        # MHA rows may give 0 KV heads for "as many as the query heads"
+        kv_ok = df["num_key_value_heads"] == kv_heads
+        if kv_heads == heads:
+            kv_ok |= df["num_key_value_heads"] == 0
+        rows = df[sel & kv_ok]
+        if rows.empty:
+            have = df[df["head_dim"] == head_dim][["num_heads", "num_key_value_heads"]]
+            pairs = sorted({f"{a}/{b}" for a, b in have.itertuples(index=False)})
+            raise KernelDbError(
+                f"{self.gpu} {self.engine} {self.version}: no {phase} attention for "
+                f"{heads} heads / {kv_heads} KV heads of {head_dim} in {kv_dtype} KV; "
+                f"heads / KV heads timed at head_dim {head_dim}: {_choices(pairs)}")
+        kernel = _main_kernel(rows)
+        rows = rows[rows["kernel_source"] == kernel] if "kernel_source" in rows else rows
+        keys = rows["isl"].to_numpy(np.float64)
+        if phase == "generation":
+            keys = keys + rows["step"].to_numpy(np.float64)
+        return (rows["batch_size"].to_numpy(np.float64), keys,
+                rows["latency"].to_numpy(np.float64) * MS, kernel)
+
+    def allreduce(self, num_gpus: int) -> tuple[np.ndarray, np.ndarray, str]:
+        """(elements, seconds, kernel) of one all-reduce over ``num_gpus`` GPUs."""
+        if self.comm_version is None:
+            raise KernelDbError(f"{self.gpu}: the kernel database has no {self.engine} "
+                                f"all-reduce table")
+        df = self._table("comm", "custom_allreduce_perf.parquet", self.comm_version)
+        rows = df[df["num_gpus"] == num_gpus]
+        if "kernel_source" in rows:               # CUDA-graph launches, as engines run
+            graph = rows[~rows["kernel_source"].astype(str).str.contains("eager")]
+            rows = graph if not graph.empty else rows
+        if rows.empty:
+            raise KernelDbError(f"{self.gpu} {self.engine} {self.comm_version}: no all-reduce "
+                                f"over {num_gpus} GPUs; it has "
+                                f"{_choices(str(g) for g in set(df['num_gpus']))}")
+        kernel = _main_kernel(rows)
+        rows = rows[rows["kernel_source"] == kernel] if "kernel_source" in rows else rows
+        rows = rows.sort_values("message_size")
+        return (rows["message_size"].to_numpy(np.float64),
+                rows["latency"].to_numpy(np.float64) * MS, kernel)
+
+
+def _main_kernel(rows) -> str:
+    """The kernel timed on the most shapes (ties: the first by name)."""
+    if "kernel_source" not in rows:
+        return "unnamed"
+    counts = rows["kernel_source"].astype(str).value_counts()
+    best = counts.max()
+    return sorted(k for k, c in counts.items() if c == best)[0]
+
+
+class GemmCurves:
+    """GEMM seconds at any (m, n, k) from the measured grid.
+
+    Each measured (n, k) has a curve over m, read linearly in (log m, log seconds)
+    between measured m, the first point's below them and in proportion to m past the
+    last (the GEMM split into as many). A shape off the grid is read by bilinear
+    interpolation of log seconds in (log n, log k) between the four measured shapes
+    around it: exact for a GEMM bound by its weights (time ∝ n·k) or by its FLOPs
+    (∝ m·n·k); past the largest n or k measured it is split into equal parts that are.
+    """
+
+    def __init__(self, curves: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]) -> None:
+        self.curves = curves
+        self.ns = sorted({n for n, _ in curves})
+        self.ks = sorted({k for _, k in curves})
+
+    @staticmethod
+    def from_rows(rows) -> "GemmCurves":
+        curves = {}
+        for (n, k), g in rows.groupby(["n", "k"]):
+            g = g.sort_values("m")
+            m = g["m"].to_numpy(np.float64)
+            t = g["latency"].to_numpy(np.float64) * MS
+            # a shape measured twice at one m: keep the median
+            um = np.unique(m)
+            if len(um) != len(m):
+                t = np.array([np.median(t[m == v]) for v in um])
+                m = um
+            curves[(int(n), int(k))] = (m, t)
+        return GemmCurves(curves)
+
+    def _on_curve(self, n: int, k: int, m: float) -> float:
+        ms, ts = self.curves[(n, k)]
+        if m >= ms[-1]:
+            return float(ts[-1] * m / ms[-1])
+        if m <= ms[0]:
+            return float(ts[0])
+        return float(math.exp(np.interp(math.log(m), np.log(ms), np.log(ts))))
+
+    def seconds(self, m: float, n: int, k: int) -> float:
+        if (n, k) in self.curves:
+            return self._on_curve(n, k, m)
+        n_max, k_max = self.ns[-1], self.ks[-1]
+        if n > n_max:
+            parts = math.ceil(n / n_max)
+            return parts * self.seconds(m, math.ceil(n / parts), k)
+        if k > k_max:
+            parts = math.ceil(k / k_max)
+            return parts * self.seconds(m, n, math.ceil(k / parts))
+        n0, n1 = _bracket(self.ns, n)
+        k0, k1 = _bracket(self.ks, k)
+        corners = {}
+        for a in {n0, n1}:
+            for b in {k0, k1}:
+                if (a, b) not in self.curves:
+                    raise KernelDbError(f"GEMM ({n} x {k}): the database lacks the measured "
+                                        f"shape ({a} x {b}) around it")
+                corners[(a, b)] = math.log(self._on_curve(a, b, m))
+        fn = 0.0 if n1 == n0 else (math.log(n) - math.log(n0)) / (math.log(n1) - math.log(n0))
+        fk = 0.0 if k1 == k0 else (math.log(k) - math.log(k0)) / (math.log(k1) - math.log(k0))
+        low = corners[(n0, k0)] * (1 - fk) + corners[(n0, k1)] * fk
+        high = corners[(n1, k0)] * (1 - fk) + corners[(n1, k1)] * fk
+        return float(math.exp(low * (1 - fn) + high * fn))
+
+    def m_grid(self) -> list[float]:
+        """Every m measured on any shape."""
+        return sorted({float(v) for ms, _ in self.curves.values() for v in ms})
+
+
+def _bracket(grid: list[int], v: int) -> tuple[int, int]:
+    if v <= grid[0]:
+        return grid[0], grid[0]
+    for a, b in zip(grid, grid[1:]):
+        if a <= v <= b:
+            return (a, a) if v == a else (b, b) if v == b else (a, b)
+    return grid[-1], grid[-1]
