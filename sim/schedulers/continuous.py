@@ -29,6 +29,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from sim.config.common import PositiveInt, PositiveSeconds, StrictModel
+from sim.kv import blocks_for
 from sim.request import Request
 from sim.schedulers.base import Scheduler, Segment
 from sim.schedulers.cohort import DecodeCohort
@@ -53,6 +54,13 @@ class ContinuousConfig(StrictModel):
     priority_aging: PositiveSeconds | None = Field(
         None, description="Starvation guard for the priority policy: a waiting request "
                           "gains one priority level per this much waiting")
+    kv_admission: Literal["on_demand", "guaranteed_no_evict"] = Field(
+        "on_demand", description="on_demand (vLLM): KV blocks are taken as tokens are "
+                                 "computed and a request is preempted when they run out; "
+                                 "guaranteed_no_evict (TensorRT-LLM's default capacity "
+                                 "scheduler): a request is admitted only when the cache can "
+                                 "hold its whole prompt and output beside every running "
+                                 "request's, so none is ever preempted")
 
     @model_validator(mode="after")
     def _check(self) -> "ContinuousConfig":
@@ -77,7 +85,7 @@ _NO_PREFILL: list[tuple[Request, int]] = []      # the payload of decode-only se
 class ContinuousScheduler(Scheduler):
     __slots__ = ("cfg", "cohort", "prefilling", "step", "_next_seq", "_now_s", "_chunk_cap",
                  "_segments_done", "_planned_blocks", "_gap_seg", "_gap_max", "_by_priority",
-                 "_victims")
+                 "_victims", "_no_evict", "_reserved_blocks", "_reservations")
 
     def __init__(self, cfg: ContinuousConfig, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -98,6 +106,10 @@ class ContinuousScheduler(Scheduler):
         self._gap_seg: list[int] = []
         self._gap_max: list[float] = []
         self._by_priority = cfg.policy == "priority"
+        # guaranteed_no_evict: blocks promised to running requests, whole sequences each
+        self._no_evict = cfg.kv_admission == "guaranteed_no_evict"
+        self._reserved_blocks = 0
+        self._reservations: dict[int, int] = {}        # request id -> blocks promised
         if self._by_priority:
             self.waiting = PriorityQueue(cfg.priority_aging)
             self._victims: list[tuple[int, float, int, int, Request]] = []  # lazy max-heap
@@ -114,6 +126,17 @@ class ContinuousScheduler(Scheduler):
         self.cohort = DecodeCohort(self.kv.block_size_tokens)
         self.prefilling = []
         self._planned_blocks = (-1, 0)
+        self._reserved_blocks = 0
+        self._reservations.clear()
+
+    def _release(self, req: Request) -> None:
+        """Give back what guaranteed_no_evict promised ``req`` (it finished or left)."""
+        self._reserved_blocks -= self._reservations.pop(req.request_id, 0)
+
+    def _whole_fits(self) -> bool:
+        """guaranteed_no_evict: the head's whole sequence fits beside every promise."""
+        need = blocks_for(self.waiting[0].total_tokens, self.kv.block_size_tokens)
+        return self._reserved_blocks + need <= self.kv.num_blocks
 
     # -- planning -------------------------------------------------------------------
     def _running(self, req: Request) -> bool:
@@ -146,6 +169,8 @@ class ContinuousScheduler(Scheduler):
         self.kv.free(victim)
         victim.num_computed_tokens = 0
         victim.preemptions += 1
+        if self._no_evict:
+            self._release(victim)
         self.waiting.appendleft(victim)
 
     def _victim(self) -> Request:
@@ -266,11 +291,17 @@ class ContinuousScheduler(Scheduler):
             max_seqs, members = self.cfg.max_num_seqs, self.cohort.members
             while (self.waiting and budget > 0
                    and len(members) + len(self.prefilling) < max_seqs):    # num_running
+                if self._no_evict and not self._whole_fits():
+                    break
                 head = self.admit_head(budget, self.cfg.chunked_prefill, self._chunk_cap,
                                        now_s)
                 if head is None:
                     break
                 req, num_new = head
+                if self._no_evict:
+                    need = blocks_for(req.total_tokens, self.kv.block_size_tokens)
+                    self._reservations[req.request_id] = need
+                    self._reserved_blocks += need
                 req.seq = self._next_seq
                 self._next_seq += 1
                 self.prefilling.append(req)
@@ -422,4 +453,6 @@ class ContinuousScheduler(Scheduler):
         if len(finished) > 1:
             finished.sort(key=lambda r: r.seq)       # admission order, as vLLM frees them
         for req in finished:
+            if self._no_evict:
+                self._release(req)
             self._complete(req, end_s)
