@@ -45,6 +45,7 @@ from calibrate.fit import TERMS, error_summary, evaluate, fit_term, split_per_se
 from calibrate.kernel_db import KernelDb, KernelDbError
 from calibrate.profile_io import sig, table_rows, write_profile
 from calibrate.spec import ModelShape, ShardShape
+from sim.cost.measured import profile_name
 
 ACT_BYTES = 2.0                 # activations are bf16 whatever the weights
 ELEMENTWISE_BW_SHARE = 0.8      # the database's model of memory-bound kernels
@@ -181,8 +182,6 @@ def _read_log(xs: np.ndarray, ts: np.ndarray, x: float) -> float:
     return float(np.exp(np.interp(np.log(x), np.log(xs), np.log(ts))))
 
 
-def profile_name(model: str, tp: int, dtype: str, kv_dtype: str) -> str:
-    return f"{model}-tp{tp}-{dtype}" + ("" if kv_dtype == "bf16" else f"-kv{kv_dtype}") + ".yaml"
 
 
 def default_folder(hardware: str, engine: str) -> Path:

@@ -25,6 +25,8 @@ from sim.autoscalers import build_autoscaler
 from sim.config.resolve import ResolvedPool
 from sim.cost.base import CostModel
 from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
+from sim.cost import measured
+from sim.cost.measured import AutoConfig
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.gateway.fair_queue import FairQueue
 from sim.kv import KvCacheManager
@@ -54,6 +56,9 @@ def build_cost_model(pool: ResolvedPool, base_dir=None) -> CostModel:
     calibrated profile's relative path is tried first (then the working directory,
     then the shipped profiles/). Raises ValueError for a missing or mismatched profile."""
     cfg = pool.cfg.cost_model
+    if isinstance(cfg, AutoConfig):
+        return measured.build(pool.model, pool.hardware, pool.cfg.tp, pool.cfg.weight_dtype,
+                              pool.cfg.kv_dtype, cfg)
     if isinstance(cfg, RooflineConfig):
         return RooflineCostModel(pool.model, pool.hardware, pool.cfg.tp,
                                  pool.cfg.weight_dtype, pool.cfg.kv_dtype, cfg)

@@ -83,6 +83,10 @@ def single() -> dict:
 
 def make_pool(*, model: str = "llama-3.1-8b", hardware: str = "H100-SXM",
               scheduler: dict | None = None, **extra) -> dict:
+    """A pool on the roofline unless ``cost_model`` says otherwise: the tests of
+    scheduling price steps with ``make_cost_model``, the same analytic model (a pool
+    left to the default would run on the shipped measured-kernel profile)."""
+    extra.setdefault("cost_model", {"type": "roofline"})
     return {"model": model, "hardware": hardware,
             "scheduler": scheduler if scheduler is not None else continuous(), **extra}
 

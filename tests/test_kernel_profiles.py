@@ -343,3 +343,42 @@ def test_a_scenario_runs_on_a_shipped_gpu_profile():
     _, problems = resolve(make_scenario(pool=bad))
     assert any("built for a bf16 KV cache, but the pool's kv_dtype is fp8" in m
                for _, m in problems)
+
+
+# -- the default: the measured profile when one matches, else the roofline ---------------------
+def _label(pool: dict, **scenario) -> str:
+    import sim
+    from simfactories import make_scenario
+    res = sim.run(make_scenario(pool=pool, duration=5, **scenario))
+    return res.summary["pools"]["p"]["cost_model"]
+
+
+@pytest.mark.parametrize("pool, label", [
+    (dict(model="llama-3.1-8b", hardware="H100-SXM", tp=1),
+     "calibrated profiles/calibrated/gpu/h100-sxm/vllm/llama-3.1-8b-tp1-bf16.yaml"),
+    (dict(model="llama-3.1-70b", hardware="H200", tp=2, weight_dtype="fp8", kv_dtype="fp8"),
+     "calibrated profiles/calibrated/gpu/h200/vllm/llama-3.1-70b-tp2-fp8-kvfp8.yaml"),
+    (dict(model="llama-3.1-8b", hardware="MI300X", tp=1), "roofline"),      # no kernels
+    (dict(model="mixtral-8x7b", hardware="H100-SXM", tp=2), "roofline"),    # MoE
+    (dict(model="llama-3.1-8b", hardware="H100-SXM", tp=1, weight_dtype="int4"), "roofline"),
+])
+def test_a_pool_left_to_the_default_runs_on_the_matching_measured_profile(pool, label):
+    from simfactories import make_pool
+    assert _label(make_pool(**pool, cost_model={"type": "auto"})) == label
+
+
+def test_the_default_cost_model_is_auto_and_roofline_can_be_asked_for():
+    from simfactories import make_pool
+    pool = make_pool()
+    pool.pop("cost_model")                       # as a scenario that does not name one
+    assert _label(pool).startswith("calibrated profiles/calibrated/gpu/h100-sxm/vllm/")
+    assert _label(make_pool(cost_model={"type": "roofline"})) == "roofline"
+
+
+def test_a_model_of_the_scenarios_own_under_a_shipped_name_is_not_matched():
+    """A scenario's own llama-3.1-8b with another shape gets the roofline, not the
+    shipped profile of a different model."""
+    from simfactories import make_pool
+    own = dict(profiles.find_model("llama-3.1-8b").model_dump(), num_layers=16)
+    assert _label(make_pool(cost_model={"type": "auto"}),
+                  models={"llama-3.1-8b": own}) == "roofline"

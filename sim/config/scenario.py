@@ -16,6 +16,7 @@ from sim.config.gateway import GatewayConfig
 from sim.config.profiles import DType, HardwareSpec, ModelSpec
 from sim.config.workload import WorkloadConfig
 from sim.cost.calibrated import CalibratedConfig
+from sim.cost.measured import AutoConfig
 from sim.cost.roofline import RooflineConfig
 from sim.autoscalers import AutoscalerConfig
 from sim.routers import RouterConfig
@@ -27,7 +28,8 @@ from sim.schedulers.static import StaticConfig
 
 SchedulerConfig = Annotated[Union[SingleConfig, StaticConfig, ContinuousConfig,
                                   SpeculativeConfig], Field(discriminator="type")]
-CostModelConfig = Annotated[Union[RooflineConfig, CalibratedConfig], Field(discriminator="type")]
+CostModelConfig = Annotated[Union[AutoConfig, RooflineConfig, CalibratedConfig],
+                            Field(discriminator="type")]
 
 
 class ColdStartConfig(StrictModel):
@@ -95,8 +97,12 @@ class PoolConfig(StrictModel):
                                        description="Batching policy of each replica")
     router: RouterConfig = Field(default_factory=RoundRobinConfig,
                                  description="How the pool picks a replica")
-    cost_model: CostModelConfig = Field(default_factory=RooflineConfig,
-                                        description="Where step times come from")
+    cost_model: CostModelConfig = Field(
+        default_factory=AutoConfig,
+        description="Where step times come from: auto (the shipped profile of kernels "
+                    "measured on real GPUs for this model, GPU, TP and dtypes when one "
+                    "exists, else the roofline), roofline (the datasheet) or calibrated "
+                    "(a profile)")
     autoscaler: AutoscalerConfig | None = Field(
         None, description="Replica count policy; unset = fixed at `replicas`")
     cold_start: ColdStartConfig = Field(default_factory=ColdStartConfig,

@@ -66,7 +66,9 @@ from pydantic import Field, model_validator
 from sim import profiles
 from sim.config.common import PositiveInt, Seconds, StrictModel
 from sim.config.profiles import ModelSpec
+from sim.cost import measured
 from sim.cost.base import CostModel
+from sim.cost.measured import AutoConfig
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.cost.shape import BatchShape
 from sim.kv import blocks_for
@@ -135,6 +137,9 @@ def build_draft_cost(spec: "ResolvedPool", cfg: SpeculativeConfig,
         raise ValueError(f"unknown draft model '{name}'; known models: {', '.join(known)}")
     pool = spec.cfg
     cost_cfg = pool.cost_model
+    if isinstance(cost_cfg, AutoConfig):          # the draft's own measured profile, if any
+        return measured.build(model, spec.hardware, pool.tp, pool.weight_dtype,
+                              pool.kv_dtype, cost_cfg)
     if not isinstance(cost_cfg, RooflineConfig):
         raise TypeError(f"no draft cost model for {type(cost_cfg).__name__}")
     return RooflineCostModel(model, spec.hardware, pool.tp, pool.weight_dtype, pool.kv_dtype,

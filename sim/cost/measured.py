@@ -1,0 +1,60 @@
+"""The default cost model: a shipped profile built from GPU kernels measured on real GPUs
+when one matches the pool, the roofline otherwise.
+
+``profiles/calibrated/gpu/<gpu>/<engine>/<model>-tp<N>-<dtype>[-kv<dtype>].yaml`` are
+built by ``python -m calibrate.gpu_profiles`` from NVIDIA AIConfigurator's database of
+measured kernels. A pool whose model (by name and shape), GPU, TP, weight and KV dtypes
+have one runs on it; any other pool (another GPU, a mixture of experts, a model of the
+scenario's own) on the datasheet roofline. ``summary.json`` says which
+(``pools.NAME.cost_model``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from sim.config.common import StrictModel
+from sim.config.profiles import HardwareSpec, ModelSpec
+from sim.paths import data_dir
+
+
+class AutoConfig(StrictModel):
+    type: Literal["auto"] = "auto"
+    engine: Literal["vllm"] = Field(
+        "vllm", description="The engine whose measured kernels the shipped GPU profiles hold")
+
+
+def profile_name(model: str, tp: int, dtype: str, kv_dtype: str) -> str:
+    return f"{model}-tp{tp}-{dtype}" + ("" if kv_dtype == "bf16" else f"-kv{kv_dtype}") + ".yaml"
+
+
+def build(model: ModelSpec, hardware: HardwareSpec, tp: int, weight_dtype: str,
+          kv_dtype: str, cfg: AutoConfig):
+    """The pool's cost model: calibrated on its shipped profile, else the roofline."""
+    from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
+    from sim.cost.roofline import RooflineConfig, RooflineCostModel
+    path = shipped_profile(model, hardware, tp, weight_dtype, kv_dtype, cfg.engine)
+    if path is None:
+        return RooflineCostModel(model, hardware, tp, weight_dtype, kv_dtype, RooflineConfig())
+    return CalibratedCostModel(model, hardware, tp, weight_dtype, kv_dtype,
+                               CalibratedConfig(profile=str(path)))
+
+
+def shipped_profile(model: ModelSpec, hardware: HardwareSpec, tp: int, weight_dtype: str,
+                    kv_dtype: str, engine: str = "vllm") -> Path | None:
+    """The shipped measured-kernel profile for this pool, or None."""
+    path = (data_dir("profiles") / "calibrated" / "gpu" / hardware.name.lower() / engine
+            / profile_name(model.name, tp, weight_dtype, kv_dtype))
+    if not path.is_file():
+        return None
+    from sim.cost.calibrated import check_profile, load_profile
+    try:
+        data = load_profile(path)
+        check_profile(data, model, tp, str(path))     # a model of the same name, reshaped
+    except (OSError, ValueError):
+        return None
+    if data.get("dtype") != weight_dtype or data.get("kv_dtype", "bf16") != kv_dtype:
+        return None
+    return path
