@@ -74,6 +74,17 @@ def test_engine_terms_vectorised_equal_scalar(tmp_path):
     vec = cost.step_time_s(shape)
     assert vec == pytest.approx([cost.step_scalar(a, a, w, b)[0] for a, w, b in zip(n, work, kv)],
                                 rel=1e-12)
+    for packed in (False, True):          # a fast-forwarded decode run, step by step
+        (tmp_path / f"run-{packed}").mkdir()
+        cost = _cost(_profile_with_engine(tmp_path / f"run-{packed}",
+                                          {**ENGINE, "replaces_attention": packed}))
+        run = cost.decode_run(6, 6 * 250.0, 40)
+        each = [cost.step_scalar(6.0, 6.0, 0.0, 6 * 250.0 + 6 * i)[0] for i in range(40)]
+        assert [run.step_end_s[i] for i in range(40)] == pytest.approx(np.cumsum(each),
+                                                                     rel=1e-12)
+        flops = [cost.step_scalar(6.0, 6.0, 0.0, 6 * 250.0 + 6 * i)[1] for i in (0, 1)]
+        assert (run.flops_first, run.flops_slope) == pytest.approx(
+            (flops[0], flops[1] - flops[0]), rel=1e-9)
 
 
 def test_default_keys_read_are_exact_for_decodes_and_whole_prompts():

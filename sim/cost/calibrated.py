@@ -45,7 +45,8 @@ from pydantic import Field
 
 from sim.config.common import StrictModel
 from sim.config.profiles import HardwareSpec, ModelSpec
-from sim.cost.base import CostModel
+from sim.cost.base import CostModel, DecodeRun
+from sim.cost.steps import StepEnds
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.cost.shape import ArrayLike, BatchShape, default_kv_read
 from sim.paths import data_dir
@@ -295,6 +296,7 @@ class CalibratedCostModel(CostModel):
         # work counters, peaks and (when not measured) the all-reduce come from the roofline
         self._roofline = RooflineCostModel(model, hardware, tp, weight_dtype, kv_dtype,
                                            RooflineConfig())
+        self._decode_fixed_s: dict[int, float] = {}    # a decode step but its keys, by batch
         self._comm_from_roofline = tp > 1 and (
             self._comm is None or not self.profile.get("tp_comm_measured", False))
 
@@ -362,6 +364,29 @@ class CalibratedCostModel(CostModel):
         _, flops, moved = self._roofline.step_scalar(num_tokens, num_seqs, prefill_attn_work,
                                                      decode_kv_tokens)
         return time_s, flops, moved
+
+    def decode_run(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> DecodeRun:
+        """A fast-forwarded decode run: its step times from ``decode_run_s``, its FLOPs and
+        bytes (linear in the keys read) from the roofline's closed form."""
+        work = self._roofline.decode_run(num_seqs, kv_tokens_first, num_steps)
+        ends = StepEnds(np.cumsum(self.decode_run_s(num_seqs, kv_tokens_first,
+                                                    num_steps)).tolist())
+        return DecodeRun(ends, float(ends[num_steps - 1]), float(num_seqs), work.flops_first,
+                         work.flops_slope, work.bytes_first, work.bytes_slope)
+
+    def decode_run_s(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> np.ndarray:
+        """Times of a decode run's steps: every term but the keys read is the same each
+        step, so it is priced once per batch size and only the decode attention (and an
+        engine's per-key cost) is read per step, in one pass over the run."""
+        fixed = self._decode_fixed_s.get(num_seqs)
+        if fixed is None:
+            n = float(num_seqs)
+            fixed = self._decode_fixed_s[num_seqs] = self.step_scalar(n, n, 0.0, 0.0, 0.0)[0]
+        kv = kv_tokens_first + np.arange(num_steps, dtype=np.float64) * float(num_seqs)
+        out = fixed + self.num_layers * self._decode(kv)
+        if self._packed:
+            out = out + kv * self._per_key.scalar(float(num_seqs))
+        return out
 
     # -- work for MFU / MBU --------------------------------------------------------------
     def work(self, shape: BatchShape) -> tuple[ArrayLike, ArrayLike]:
