@@ -291,9 +291,16 @@ def _cmd_lint(args: argparse.Namespace) -> int:
 
 
 def _cmd_profiles(args: argparse.Namespace) -> int:
-    from sim import profiles
+    from sim.paths import data_dir
     print("hardware: " + ", ".join(profiles.hardware_names()))
     print("models:   " + ", ".join(profiles.model_names()))
+    gpu = data_dir("profiles") / "calibrated" / "gpu"
+    found = sorted(gpu.glob("*/*/*.yaml"))
+    engines = sorted({p.parent.name for p in found})
+    gpus = sorted({p.parent.parent.name for p in found})
+    print(f"measured: {len(found)} GPU profiles from measured kernels ({', '.join(engines)} "
+          f"on {', '.join(gpus)}), under profiles/calibrated/gpu/; a pool on a matching "
+          f"model, GPU, TP and dtypes uses its profile by default")
     return 0
 
 

@@ -382,3 +382,11 @@ def test_a_model_of_the_scenarios_own_under_a_shipped_name_is_not_matched():
     own = dict(profiles.find_model("llama-3.1-8b").model_dump(), num_layers=16)
     assert _label(make_pool(cost_model={"type": "auto"}),
                   models={"llama-3.1-8b": own}) == "roofline"
+
+
+def test_profiles_command_lists_the_measured_gpu_profiles(capsys):
+    from sim.cli import main
+    assert main(["profiles"]) == 0
+    out = capsys.readouterr().out
+    assert "measured: 152 GPU profiles from measured kernels (vllm on a100-80gb, b200, " \
+           "h100-sxm, h200, l40s)" in out
