@@ -377,8 +377,8 @@ CASES = [
                "    hardware: H100-SXM"),
               ("      model: llama-3.1-8b", "      model: tiny-llama"))
          + "    cost_model: {type: calibrated, profile: calibrated/cpu/tiny-llama.yaml}\n",
-         27, "pools.main.cost_model.profile", ["measured in fp32", "weight_dtype is bf16",
-                                                "--dtype bf16"]),
+         27, "pools.main.cost_model.profile", ["built for weight_dtype fp32",
+                                                "weight_dtype is bf16", "--dtype bf16"]),
     Case("calibrated-profile-not-a-profile",
          append_to_pool("    cost_model: {type: calibrated, profile: t.csv}\n"), 27,
          "pools.main.cost_model.profile", ["not a calibrated profile"],

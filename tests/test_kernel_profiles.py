@@ -341,7 +341,7 @@ def test_a_scenario_runs_on_a_shipped_gpu_profile():
                                            "llama-3.1-8b-tp1-bf16.yaml"})
     from sim.config.resolve import resolve
     _, problems = resolve(make_scenario(pool=bad))
-    assert any("built for a bf16 KV cache, but the pool's kv_dtype is fp8" in m
+    assert any("built for kv_dtype bf16, but the pool's kv_dtype is fp8" in m
                for _, m in problems)
 
 

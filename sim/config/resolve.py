@@ -71,18 +71,17 @@ def _check_calibrated(here: Loc, pool: PoolConfig, model, scenario: Scenario,
                          f"schedulers; a {pool.scheduler.type} pool needs a profile without "
                          f"them"))
         return False
-    dtype = data.get("dtype")
-    if dtype is not None and dtype != pool.weight_dtype:
-        problems.append((loc, f"calibrated profile {path} was measured in {dtype}, but the "
-                         f"pool's weight_dtype is {pool.weight_dtype}; set weight_dtype: "
-                         f"{dtype} or calibrate with --dtype {pool.weight_dtype}"))
-        return False
-    kv_dtype = data.get("kv_dtype")
-    if kv_dtype is not None and kv_dtype != pool.kv_dtype:
-        problems.append((loc, f"calibrated profile {path} was built for a {kv_dtype} KV "
-                         f"cache, but the pool's kv_dtype is {pool.kv_dtype}; set kv_dtype: "
-                         f"{kv_dtype} or use the profile built for {pool.kv_dtype}"))
-        return False
+    for key, field, wanted, remedy in (
+            ("dtype", "weight_dtype", pool.weight_dtype,
+             f"calibrate with --dtype {pool.weight_dtype}"),
+            ("kv_dtype", "kv_dtype", pool.kv_dtype,
+             f"use the profile built for {pool.kv_dtype}")):
+        made = data.get(key)
+        if made is not None and made != wanted:
+            problems.append((loc, f"calibrated profile {path} was built for {field} {made}, "
+                             f"but the pool's {field} is {wanted}; set {field}: {made} or "
+                             f"{remedy}"))
+            return False
     return True
 
 
