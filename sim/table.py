@@ -98,10 +98,22 @@ def _replicas(p: dict) -> str:
     return f"{p.get('tp', _NONE)} x {mean:.1f} (max {peak})"
 
 
+def _step_times(p: dict) -> str:
+    """Where the pool's step times came from, short: the full name is in summary.json."""
+    label = str(p.get("cost_model", _NONE))
+    if label.startswith("calibrated profiles/calibrated/gpu/"):
+        engine = label.split("/")[-2]
+        return f"measured {engine} kernels"
+    if label.startswith("calibrated "):
+        return "calibrated " + label.rsplit("/", 1)[-1]
+    return label
+
+
 _POOL_ROWS = (
     ("model", lambda p: str(p.get("model", _NONE))),
     ("hardware", lambda p: str(p.get("hardware", _NONE))),
     ("TP x replicas", _replicas),
+    ("step times", _step_times),
     ("GPU-hours", lambda p: _sig(p.get("gpu_hours"))),
     ("cost", lambda p: _usd(p.get("cost_usd"))),
     ("busy", lambda p: _pct(p.get("busy_frac"))),

@@ -390,3 +390,20 @@ def test_profiles_command_lists_the_measured_gpu_profiles(capsys):
     out = capsys.readouterr().out
     assert "measured: 152 GPU profiles from measured kernels (vllm on a100-80gb, b200, " \
            "h100-sxm, h200, l40s)" in out
+
+
+@pytest.mark.parametrize("label, shown", [
+    ("calibrated profiles/calibrated/gpu/h100-sxm/vllm/llama-3.1-8b-tp1-bf16.yaml",
+     "measured vllm kernels"),
+    ("calibrated profiles/calibrated/cpu/tiny-llama.yaml", "calibrated tiny-llama.yaml"),
+    ("roofline", "roofline"),
+])
+def test_the_printed_summary_says_where_step_times_came_from(label, shown):
+    import io
+    from rich.console import Console
+    from sim.table import print_summary
+    buf = io.StringIO()
+    print_summary({"pools": {"p": {"model": "m", "cost_model": label}}},
+                  Console(file=buf, width=200))
+    row = next(line for line in buf.getvalue().splitlines() if "step times" in line)
+    assert row.split("step times", 1)[1].strip() == shown
