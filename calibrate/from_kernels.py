@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -55,12 +54,6 @@ MIN_PREFILL_TOKENS = 16         # shorter "prompts" are decode-like; not a prefi
 # batches of up to this many prompts (many short prompts at once cost more per unit of work)
 PREFILL_MAX_BATCH = 4
 SOURCE = "aiconfigurator"
-
-
-@dataclass
-class KernelProfile:
-    profile: dict
-    path: Path | None = None
 
 
 def elementwise_s(m: float, shard: ShardShape, hbm_bytes_per_s: float) -> float:
@@ -128,7 +121,8 @@ def build(shape: ModelShape, hardware: str, tp: int, engine: str, dtype: str,
     comm_kernel = None
     if tp > 1:
         elems, secs, comm_kernel = db.allreduce(tp)
-        comm_pts = [(m, 2.0 * _read_log(elems, secs, m * shard.hidden)) for m in ms]
+        comm = list(zip(elems, secs))                  # log-log between sizes, as tables are
+        comm_pts = [(m, 2.0 * float(evaluate(comm, m * shard.hidden))) for m in ms]
     else:
         comm_pts = [(m, 0.0) for m in ms]
     points = {"dense": dense_pts, "attn_prefill": prefill_pts, "attn_decode": decode_pts,
@@ -172,16 +166,22 @@ def build(shape: ModelShape, hardware: str, tp: int, engine: str, dtype: str,
     }
 
 
-def _read_log(xs: np.ndarray, ts: np.ndarray, x: float) -> float:
-    """ts at x, linear in log-log between the points, the first below them, in proportion
-    to x past the last."""
-    if x >= xs[-1]:
-        return float(ts[-1] * x / xs[-1])
-    if x <= xs[0]:
-        return float(ts[0])
-    return float(np.exp(np.interp(np.log(x), np.log(xs), np.log(ts))))
-
-
+def room_for_kv(model: str, hardware: str, tp: int, dtype: str, kv_dtype: str) -> bool:
+    """Whether ``model`` at ``tp`` leaves a KV block on ``hardware`` at fleetsim's default
+    pool memory settings (utilisation, reserve, block size). A model fleetsim does not
+    ship is not checked."""
+    from sim import profiles
+    from sim.config.scenario import PoolConfig
+    from sim.cost.memory import kv_budget
+    spec, hw = profiles.find_model(model), profiles.find_hardware(hardware)
+    if spec is None:
+        return True
+    pool = PoolConfig(model=model, hardware=hardware)
+    return kv_budget(spec, hw, tp=tp, weight_dtype=dtype, kv_dtype=kv_dtype,
+                     block_size_tokens=pool.block_size,
+                     gpu_memory_utilization=pool.gpu_memory_utilization,
+                     activation_reserve_bytes=pool.activation_reserve,
+                     kv_cache_bytes=None).num_blocks > 0
 
 
 def default_folder(hardware: str, engine: str) -> Path:

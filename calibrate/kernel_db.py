@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from calibrate.fit import evaluate, make_table_raw
+
 PACKAGE = "aiconfigurator_core"
 INSTALL_HINT = "pip install 'fleetsim[kernels]' (the PyPI package aiconfigurator-core)"
 # fleetsim hardware profile name -> the database's GPU folder
@@ -233,8 +235,8 @@ class GemmCurves:
     (∝ m·n·k); past the largest n or k measured it is split into equal parts that are.
     """
 
-    def __init__(self, curves: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]) -> None:
-        self.curves = curves
+    def __init__(self, curves: dict[tuple[int, int], list[list[float]]]) -> None:
+        self.curves = curves                   # (n, k) -> [[m, seconds], ...] by m
         self.ns = sorted({n for n, _ in curves})
         self.ks = sorted({k for _, k in curves})
 
@@ -242,24 +244,13 @@ class GemmCurves:
     def from_rows(rows) -> "GemmCurves":
         curves = {}
         for (n, k), g in rows.groupby(["n", "k"]):
-            g = g.sort_values("m")
-            m = g["m"].to_numpy(np.float64)
-            t = g["latency"].to_numpy(np.float64) * MS
-            # a shape measured twice at one m: keep the median
-            um = np.unique(m)
-            if len(um) != len(m):
-                t = np.array([np.median(t[m == v]) for v in um])
-                m = um
-            curves[(int(n), int(k))] = (m, t)
+            # a shape measured twice at one m: the median
+            points = zip(g["m"].to_numpy(np.float64), g["latency"].to_numpy(np.float64) * MS)
+            curves[(int(n), int(k))] = [list(p) for p in make_table_raw(list(points))]
         return GemmCurves(curves)
 
     def _on_curve(self, n: int, k: int, m: float) -> float:
-        ms, ts = self.curves[(n, k)]
-        if m >= ms[-1]:
-            return float(ts[-1] * m / ms[-1])
-        if m <= ms[0]:
-            return float(ts[0])
-        return float(math.exp(np.interp(math.log(m), np.log(ms), np.log(ts))))
+        return float(evaluate(self.curves[(n, k)], m))
 
     def seconds(self, m: float, n: int, k: int) -> float:
         if (n, k) in self.curves:
@@ -288,7 +279,7 @@ class GemmCurves:
 
     def m_grid(self) -> list[float]:
         """Every m measured on any shape."""
-        return sorted({float(v) for ms, _ in self.curves.values() for v in ms})
+        return sorted({float(m) for rows in self.curves.values() for m, _ in rows})
 
 
 def _bracket(grid: list[int], v: int) -> tuple[int, int]:

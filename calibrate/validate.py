@@ -616,15 +616,15 @@ def validate_logs(paths: list[str | Path], out_dir: str | Path, *, force: bool =
         profile_path = folder / _safe_name(logs[0].meta.get("profile_file", ""),
                                            "profile.yaml")
         write_profile(logs[0].profile, profile_path)
-        analysed = []
         workloads = []
         for where, elog in zip(files, logs):
             work = tmp / elog.workload
             work.mkdir(parents=True, exist_ok=True)
-            w = _logged_workload(elog, where, profile_path, work)
-            workloads.append(w)
-            _check_workloads(workloads)
+            workloads.append(_logged_workload(elog, where, profile_path, work))
             shutil.copyfile(where, work / LOG_NAME)        # the folder can be analysed again
+        _check_workloads(workloads)
+        analysed = []
+        for where, elog, w in zip(files, logs, workloads):
             log(f"{elog.workload}: recorded run ({len(elog.replays)} replays, "
                 f"{len({g for g, _ in elog.calibration})} calibration runs) from {where}")
             analysed.append(_analyse(w, elog, tmp, log))

@@ -309,7 +309,6 @@ def _cmd_calibrate_from_kernels(args: argparse.Namespace) -> int:
     from calibrate import from_kernels
     from calibrate.kernel_db import GPU_FOLDERS, KernelDbError
     from calibrate.spec import load_model
-    from sim.cost.memory import kv_budget
     if args.gpu is None:
         raise ScenarioError(f"calibrate --from {args.source}: name the GPU with --gpu "
                             f"({', '.join(sorted(GPU_FOLDERS))})")
@@ -322,16 +321,12 @@ def _cmd_calibrate_from_kernels(args: argparse.Namespace) -> int:
         shape = load_model(args.model)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
-    spec = profiles.find_model(shape.name)
-    if spec is not None:
-        budget = kv_budget(spec, hw, tp=args.tp, weight_dtype=dtype, kv_dtype=kv_dtype,
-                           block_size_tokens=16, gpu_memory_utilization=0.9,
-                           activation_reserve_bytes=2e9, kv_cache_bytes=None)
-        if budget.num_blocks <= 0:
-            raise ScenarioError(
-                f"{shape.name} in {dtype} ({spec.weight_bytes(dtype) / 2 ** 30:.1f} GiB of "
-                f"weights) leaves no room for a KV cache on {args.tp} x {hw.name} "
-                f"({hw.planning_memory / 2 ** 30:.1f} GiB each)")
+    if not from_kernels.room_for_kv(shape.name, hw.name, args.tp, dtype, kv_dtype):
+        spec = profiles.find_model(shape.name)
+        raise ScenarioError(
+            f"{shape.name} in {dtype} ({spec.weight_bytes(dtype) / 2 ** 30:.1f} GiB of "
+            f"weights) leaves no room for a KV cache on {args.tp} x {hw.name} "
+            f"({hw.planning_memory / 2 ** 30:.1f} GiB each)")
     try:
         profile = from_kernels.build(shape, hw.name, args.tp, args.engine, dtype, kv_dtype,
                                      hw.hbm_bandwidth, version=args.engine_version,

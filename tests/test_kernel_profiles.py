@@ -271,8 +271,8 @@ def test_cli_flags_of_the_database_path_are_refused_without_it(capsys):
 
 
 def test_gemm_curves_need_the_shapes_around_an_off_grid_one():
-    g = GemmCurves({(256, 256): (np.array([1.0, 8.0]), np.array([1e-5, 2e-5])),
-                    (512, 512): (np.array([1.0, 8.0]), np.array([4e-5, 8e-5]))})
+    g = GemmCurves({(256, 256): [[1.0, 1e-5], [8.0, 2e-5]],
+                    (512, 512): [[1.0, 4e-5], [8.0, 8e-5]]})
     with pytest.raises(KernelDbError, match=r"lacks the measured shape \(256 x 512\)"):
         g.seconds(4, 300, 300)
     assert math.isclose(g.seconds(8, 512, 512), 8e-5)

@@ -32,29 +32,25 @@ def profile_name(model: str, tp: int, dtype: str, kv_dtype: str) -> str:
 
 def build(model: ModelSpec, hardware: HardwareSpec, tp: int, weight_dtype: str,
           kv_dtype: str, cfg: AutoConfig):
-    """The pool's cost model: calibrated on its shipped profile, else the roofline."""
+    """The pool's cost model: calibrated on its shipped profile, else the roofline (also
+    when the profile was made for another shape: a model of the scenario's own under a
+    shipped name)."""
     from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
     from sim.cost.roofline import RooflineConfig, RooflineCostModel
-    path = shipped_profile(model, hardware, tp, weight_dtype, kv_dtype, cfg.engine)
-    if path is None:
-        return RooflineCostModel(model, hardware, tp, weight_dtype, kv_dtype, RooflineConfig())
-    return CalibratedCostModel(model, hardware, tp, weight_dtype, kv_dtype,
-                               CalibratedConfig(profile=str(path)))
+    path = shipped_profile(hardware, model.name, tp, weight_dtype, kv_dtype, cfg.engine)
+    if path is not None:
+        try:
+            return CalibratedCostModel(model, hardware, tp, weight_dtype, kv_dtype,
+                                       CalibratedConfig(profile=str(path)))
+        except ValueError:
+            pass
+    return RooflineCostModel(model, hardware, tp, weight_dtype, kv_dtype, RooflineConfig())
 
 
-def shipped_profile(model: ModelSpec, hardware: HardwareSpec, tp: int, weight_dtype: str,
+def shipped_profile(hardware: HardwareSpec, model: str, tp: int, weight_dtype: str,
                     kv_dtype: str, engine: str = "vllm") -> Path | None:
-    """The shipped measured-kernel profile for this pool, or None."""
+    """The shipped measured-kernel profile named for this model, GPU, TP and dtypes, or
+    None."""
     path = (data_dir("profiles") / "calibrated" / "gpu" / hardware.name.lower() / engine
-            / profile_name(model.name, tp, weight_dtype, kv_dtype))
-    if not path.is_file():
-        return None
-    from sim.cost.calibrated import check_profile, load_profile
-    try:
-        data = load_profile(path)
-        check_profile(data, model, tp, str(path))     # a model of the same name, reshaped
-    except (OSError, ValueError):
-        return None
-    if data.get("dtype") != weight_dtype or data.get("kv_dtype", "bf16") != kv_dtype:
-        return None
-    return path
+            / profile_name(model, tp, weight_dtype, kv_dtype))
+    return path if path.is_file() else None

@@ -133,10 +133,11 @@ class ContinuousScheduler(Scheduler):
         """Give back what guaranteed_no_evict promised ``req`` (it finished or left)."""
         self._reserved_blocks -= self._reservations.pop(req.request_id, 0)
 
-    def _whole_fits(self) -> bool:
-        """guaranteed_no_evict: the head's whole sequence fits beside every promise."""
+    def _whole_need(self) -> int | None:
+        """guaranteed_no_evict: the blocks the head's whole sequence needs, or None when
+        they do not fit beside every promise."""
         need = blocks_for(self.waiting[0].total_tokens, self.kv.block_size_tokens)
-        return self._reserved_blocks + need <= self.kv.num_blocks
+        return need if self._reserved_blocks + need <= self.kv.num_blocks else None
 
     # -- planning -------------------------------------------------------------------
     def _running(self, req: Request) -> bool:
@@ -291,15 +292,15 @@ class ContinuousScheduler(Scheduler):
             max_seqs, members = self.cfg.max_num_seqs, self.cohort.members
             while (self.waiting and budget > 0
                    and len(members) + len(self.prefilling) < max_seqs):    # num_running
-                if self._no_evict and not self._whole_fits():
+                need = self._whole_need() if self._no_evict else None
+                if self._no_evict and need is None:
                     break
                 head = self.admit_head(budget, self.cfg.chunked_prefill, self._chunk_cap,
                                        now_s)
                 if head is None:
                     break
                 req, num_new = head
-                if self._no_evict:
-                    need = blocks_for(req.total_tokens, self.kv.block_size_tokens)
+                if need is not None:
                     self._reservations[req.request_id] = need
                     self._reserved_blocks += need
                 req.seq = self._next_seq
