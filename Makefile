@@ -44,7 +44,7 @@ validate: $(DEV_STAMP)
 		--out results/validate --force --strict
 
 # the shipped GPU profiles, rebuilt from NVIDIA AIConfigurator's measured kernels (the
-# kernels extra, part of the dev extras); a few minutes, nothing timed
+# kernels extra, part of the dev extras); about a minute, nothing timed
 gpu-profiles: $(DEV_STAMP)
 	$(PY) -m calibrate.gpu_profiles --out profiles/calibrated/gpu
 
