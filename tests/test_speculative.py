@@ -164,9 +164,11 @@ def test_low_load_speedup_over_continuous():
 def test_high_load_slowdown_against_continuous():
     """256 sequences (512 prompt, 1,024 output) all running at once: the verify
     pass (5 tokens per sequence, each reading the sequence's KV) and the four
-    draft steps make a step about six times dearer, so the time per generated
-    token is worse than plain continuous batching despite the ~3.4 tokens
-    gained per step."""
+    draft steps make a step dearer than the ~3.4 tokens it gains per sequence pay
+    for, so the time per generated token is worse than plain continuous batching.
+    Only just: the 1,280-token verify pass runs its GEMMs nearer their top FLOP/s
+    share (0.86·1280/(1280+130) of peak) than a 256-token plain step does
+    (0.86·256/(256+130)), which leaves spec a few percent slower, not more."""
     plain_reqs, spec_reqs = requests(256, 512, 1024), requests(256, 512, 1024)
     plain = make_continuous_scheduler(num_blocks=BIG_KV, cost=TARGET)
     t_plain = drive(plain, plain_reqs)
@@ -178,7 +180,7 @@ def test_high_load_slowdown_against_continuous():
     assert sum(r.num_output_tokens for r in spec_reqs) == tokens
     assert max(r.preemptions for r in spec_reqs) == 0
     slowdown = (t_spec / tokens) / (t_plain / tokens)
-    assert slowdown > 1.05, slowdown
+    assert 1.0 < slowdown < 1.1, slowdown
 
 
 # -- KV accounting and the token budget ---------------------------------------------------------

@@ -42,8 +42,12 @@ class HardwareSpec(StrictModel):
     flops: dict[DType, FlopsPerS] = Field(
         description="Peak dense FLOP/s per compute dtype, e.g. {bf16: 989TFLOP/s}")
     interconnect_bandwidth: BytesPerS = Field(
-        description="GPU-to-GPU bandwidth per GPU (NVLink, PCIe), e.g. 900GB/s")
-    allreduce_latency: Seconds = Field(8e-6, description="Fixed latency of one all-reduce")
+        description="GPU-to-GPU bandwidth per GPU (NVLink, PCIe) as datasheets give it, both "
+                    "directions added, e.g. 900GB/s for NVLink4 (450GB/s each way); the "
+                    "roofline's all-reduce moves data at half of it")
+    allreduce_latency: Seconds = Field(
+        8e-6, description="Fixed latency of one all-reduce of a small message over two GPUs "
+                          "(the roofline adds allreduce_latency_per_gpu per further GPU)")
     max_gpus_per_node: PositiveInt = Field(8, description="Largest tensor-parallel group")
     price_per_gpu_hour: GpuPrices = Field(description="USD per GPU-hour by purchase option")
 
