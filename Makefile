@@ -48,5 +48,10 @@ validate: $(DEV_STAMP)
 gpu-profiles: $(DEV_STAMP)
 	$(PY) -m calibrate.gpu_profiles --out profiles/calibrated/gpu
 
+# the roofline's constants fitted per operation to the same measured kernels, and its distance
+# from them per GPU (profiles/calibrated/gpu/roofline-fit.{yaml,md}); seconds, nothing timed
+roofline-fit: $(DEV_STAMP)
+	$(PY) -m calibrate.roofline_fit --out profiles/calibrated/gpu
+
 clean:
 	rm -rf $(VENV) results build dist *.egg-info
