@@ -28,6 +28,7 @@ from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
 from sim.cost import measured
 from sim.cost.measured import AutoConfig
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
+from sim.engines import front_end_s
 from sim.gateway.fair_queue import FairQueue
 from sim.kv import KvCacheManager
 from sim.recorder import Recorder
@@ -58,7 +59,7 @@ def build_cost_model(pool: ResolvedPool, base_dir=None) -> CostModel:
     cfg = pool.cfg.cost_model
     if isinstance(cfg, AutoConfig):
         return measured.build(pool.model, pool.hardware, pool.cfg.tp, pool.cfg.weight_dtype,
-                              pool.cfg.kv_dtype, cfg)
+                              pool.cfg.kv_dtype, cfg, pool.cfg.engine)
     if isinstance(cfg, RooflineConfig):
         return RooflineCostModel(pool.model, pool.hardware, pool.cfg.tp,
                                  pool.cfg.weight_dtype, pool.cfg.kv_dtype, cfg)
@@ -96,6 +97,12 @@ class Pool:
         self.queue = FairQueue(capacity=qcfg.capacity,
                                weights={**(team_weights or {}), **qcfg.weights}, fair=qcfg.fair)
         self.max_outstanding = qcfg.max_outstanding_per_replica
+        # seconds a request spends in the engine's front end before it reaches the queue:
+        # the pool's, else the engine's, unless the step times were measured on the engine
+        self.front_end_s = (0.0 if self.cfg.front_end is None and self.cost_model.measures_engine
+                            else front_end_s(self.cfg.engine, spec.model.num_layers,
+                                             self.cfg.front_end))
+        self._in_front_end: dict[int, Request] = {}
         self._limits = ReplicaLimits(max_model_len=spec.max_model_len)
         self._sched_cls = SCHEDULERS[type(self.cfg.scheduler)]
         self._sched_kwargs = {}
@@ -207,13 +214,28 @@ class Pool:
         if self.queue:
             self._dispatch()
 
-    def submit(self, req: Request) -> None:
+    def submit(self, req: Request, front_end: bool = True) -> None:
+        """A request for this pool: turned away at once when no replica could ever serve
+        it, else through the engine's front end (``front_end_s``; skipped by a request
+        whose prefill ran elsewhere) to a replica or the queue."""
         servable = self._servable
         if servable is None:
             servable = self._servable = self._probe().servable_tokens()
         if req.prompt_tokens + req.max_output_tokens > servable:
             self._on_reject(req, self.reject_reason(req))
             return
+        if front_end and self.front_end_s > 0.0:
+            self._in_front_end[id(req)] = req
+            self.env.timeout(self.front_end_s).callbacks.append(
+                lambda _e: self._through_front_end(req))
+            return
+        self._enqueue(req)
+
+    def _through_front_end(self, req: Request) -> None:
+        del self._in_front_end[id(req)]
+        self._enqueue(req)
+
+    def _enqueue(self, req: Request) -> None:
         if self.max_outstanding is None and self.ready and not self.queue:
             self.router.pick(req, self.ready, None).submit(req)
             return
@@ -302,3 +324,4 @@ class Pool:
         for r in self.replicas:
             yield from r.scheduler.open_requests()
         yield from list(self.queue)
+        yield from list(self._in_front_end.values())

@@ -83,7 +83,8 @@ def single_server(rho: float, seed: int) -> Scenario:
                                        "arrival": {"type": "poisson", "rate": rho / s},
                                        "prompt_tokens": 256, "output_tokens": 64}}},
         "pools": {"p": {"model": "llama-3.1-8b", "hardware": "H100-SXM",
-                        "scheduler": {"type": "single"}, "cost_model": {"type": "roofline"}}},
+                        "scheduler": {"type": "single"}, "cost_model": {"type": "roofline"},
+                        "front_end": 0}},
     })
 
 

@@ -21,6 +21,7 @@ def scenario(on: bool, rate: float) -> Scenario:
     base = sim.load_scenario(ROOT / "scenarios" / "prefix-caching.yaml")
     data = base.model_dump()
     data["pools"]["main"]["prefix_caching"] = on
+    data["pools"]["main"]["front_end"] = 0      # TTFT here is the engine's prefill alone
     data["workload"]["streams"]["assistant"]["arrival"]["rate"] = {"type": "constant",
                                                                     "value": rate}
     return Scenario.model_validate(data)

@@ -33,6 +33,9 @@ class CostModel(ABC):
     # Whether a decode-only step's time is linear in the KV tokens it reads
     # (true of the roofline); fast-forward then needs no per-step evaluation.
     decode_time_linear: bool = False
+    # Whether the step times were measured on a whole serving engine (a calibrated profile
+    # with engine terms): the engine's own front end is then in them, not added again.
+    measures_engine: bool = False
 
     @property
     def label(self) -> str:

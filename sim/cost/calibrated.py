@@ -267,6 +267,7 @@ class CalibratedCostModel(CostModel):
         check_profile(self.profile, model, tp, where)
         tables = self.profile["tables"]
         engine = self.profile.get("engine") or {}
+        self.measures_engine = bool(engine)
         scale = float(engine.get(ENGINE_MODEL_SCALE, 1.0))
 
         def table(term: str) -> Table:

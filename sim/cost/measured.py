@@ -13,17 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
-
 from sim.config.common import StrictModel
 from sim.config.profiles import HardwareSpec, ModelSpec
 from sim.paths import data_dir
 
 
 class AutoConfig(StrictModel):
+    """The pool's engine (``engine:``) says whose measured kernels are read."""
     type: Literal["auto"] = "auto"
-    engine: Literal["vllm"] = Field(
-        "vllm", description="The engine whose measured kernels the shipped GPU profiles hold")
 
 
 def profile_name(model: str, tp: int, dtype: str, kv_dtype: str) -> str:
@@ -31,13 +28,13 @@ def profile_name(model: str, tp: int, dtype: str, kv_dtype: str) -> str:
 
 
 def build(model: ModelSpec, hardware: HardwareSpec, tp: int, weight_dtype: str,
-          kv_dtype: str, cfg: AutoConfig):
+          kv_dtype: str, cfg: AutoConfig, engine: str = "vllm"):
     """The pool's cost model: calibrated on its shipped profile, else the roofline (also
     when the profile was made for another shape: a model of the scenario's own under a
     shipped name)."""
     from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
     from sim.cost.roofline import RooflineConfig, RooflineCostModel
-    path = shipped_profile(hardware, model.name, tp, weight_dtype, kv_dtype, cfg.engine)
+    path = shipped_profile(hardware, model.name, tp, weight_dtype, kv_dtype, engine)
     if path is not None:
         try:
             return CalibratedCostModel(model, hardware, tp, weight_dtype, kv_dtype,

@@ -139,7 +139,7 @@ def build_draft_cost(spec: "ResolvedPool", cfg: SpeculativeConfig,
     cost_cfg = pool.cost_model
     if isinstance(cost_cfg, AutoConfig):          # the draft's own measured profile, if any
         return measured.build(model, spec.hardware, pool.tp, pool.weight_dtype,
-                              pool.kv_dtype, cost_cfg)
+                              pool.kv_dtype, cost_cfg, pool.engine)
     if not isinstance(cost_cfg, RooflineConfig):
         raise TypeError(f"no draft cost model for {type(cost_cfg).__name__}")
     return RooflineCostModel(model, spec.hardware, pool.tp, pool.weight_dtype, pool.kv_dtype,
