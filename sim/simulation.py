@@ -8,7 +8,9 @@ when whatever is still open ends as ``unfinished``.
 from __future__ import annotations
 
 import gc
+import math
 import time
+from collections import deque
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
@@ -58,6 +60,16 @@ class Simulation:
         self._open = 0
         self._in_transit: dict[int, Request] = {}     # KV on its way to a decode pool
         self._arrivals_done = False
+        self._cut_off = False                # the run is over: closed-loop clients stop
+        # closed-loop streams: stream index -> (its unsent requests, in order; the
+        # clients' think time)
+        self._clients: dict[int, tuple[deque, float]] = {}
+        timed = self.arrivals.num_timed
+        for s, name in enumerate(self.arrivals.stream_names):
+            arrival = streams[name].arrival
+            if arrival.type == "closed":
+                rows = np.flatnonzero(self.arrivals.stream_index[timed:] == s) + timed
+                self._clients[s] = (deque(rows.tolist()), arrival.think_time)
         self._stop = self.env.event()
         self.end_s = 0.0
 
@@ -66,6 +78,10 @@ class Simulation:
         req.status = status
         self.recorder.record_request(req, req.stream_index)
         self._open -= 1
+        if req.stream_index in self._clients and not self._cut_off:
+            # a closed-loop client is free: it sends its next request
+            s = req.stream_index
+            call_after(self.env, self._clients[s][1], (lambda _e: self._send_closed(s),))
         if self._open == 0 and self._arrivals_done and not self._stop.triggered:
             self._stop.succeed()
 
@@ -90,7 +106,7 @@ class Simulation:
 
     def _arrive_after_transfer(self, req: Request, pool: str) -> None:
         del self._in_transit[id(req)]
-        self.pools[pool].submit(req)
+        self.pools[pool].submit(req, front_end=False)     # its prompt went through one
 
     def _on_finish(self, req: Request) -> None:
         if req.handoff is not None and req.num_output_tokens < req.handoff[1]:
@@ -141,7 +157,7 @@ class Simulation:
         a large run is one event per request.
         """
         arr = self.arrivals
-        self._arr_times = arr.arrival_s.tolist()
+        self._arr_times = arr.arrival_s[:arr.num_timed].tolist()
         self._arr_prompts = arr.prompt_tokens.tolist()
         self._arr_outputs = arr.output_tokens.tolist()
         self._arr_streams = arr.stream_index.tolist()
@@ -151,37 +167,73 @@ class Simulation:
                         for name in arr.stream_names]
         self._arr_next = 0
         self._release_calls = (self._release_due,)
+        self._timed_done = False
+        self._start_clients()
         self._release_due()
+
+    def _arrive(self, i: int, now: float) -> None:
+        """Request ``i`` of the run's arrivals reaches the gateway (or its pool) now."""
+        s = self._arr_streams[i]
+        team, priority, pool = self._stream_meta[s]
+        req = Request(i, s, team, pool.model_name, pool.name, priority, now,
+                      self._arr_prompts[i], self._arr_outputs[i])
+        prefix = self._prefix[s]
+        if prefix is not None:
+            req.prefix_group = f"{prefix[0]}#{self._arr_groups[i]}"
+            req.prefix_tokens = prefix[1]
+        self._open += 1
+        if self.gateway is None:
+            pool.submit(req)
+        else:
+            self.gateway.arrive(req)
 
     def _release_due(self, _event=None) -> None:
         env = self.env
         now = env.now
         times = self._arr_times
-        gateway = self.gateway
         i = self._arr_next
         n = len(times)
         while i < n and times[i] <= now:
-            s = self._arr_streams[i]
-            team, priority, pool = self._stream_meta[s]
-            req = Request(i, s, team, pool.model_name, pool.name, priority, times[i],
-                          self._arr_prompts[i], self._arr_outputs[i])
-            prefix = self._prefix[s]
-            if prefix is not None:
-                req.prefix_group = f"{prefix[0]}#{self._arr_groups[i]}"
-                req.prefix_tokens = prefix[1]
-            self._open += 1
-            if gateway is None:
-                pool.submit(req)
-            else:
-                gateway.arrive(req)
+            self._arrive(i, times[i])
             i += 1
         self._arr_next = i
         if i < n:
             call_after(env, times[i] - now, self._release_calls)
             return
-        self._arrivals_done = True
-        if self._open == 0 and not self._stop.triggered:
-            self._stop.succeed()
+        self._timed_done = True
+        self._check_arrivals_done()
+
+    def _check_arrivals_done(self) -> None:
+        if self._timed_done and not any(c[0] for c in self._clients.values()):
+            self._arrivals_done = True
+            if self._open == 0 and not self._stop.triggered:
+                self._stop.succeed()
+
+    # -- closed-loop streams ----------------------------------------------------------
+    def _start_clients(self) -> None:
+        """Each closed-loop stream's clients send their first requests at its start."""
+        arr = self.arrivals
+        streams = self.scenario.workload.streams
+        for s, name in enumerate(arr.stream_names):
+            cfg = streams[name]
+            if cfg.arrival.type != "closed" or s not in self._clients:
+                continue
+            stop_s = min(self.scenario.duration, cfg.end if cfg.end is not None else math.inf)
+            call_after(self.env, stop_s, (lambda _e, s=s: self._close_window(s),))
+            send = (lambda _e, s=s: self._send_closed(s),)
+            for _ in range(min(cfg.arrival.concurrency, len(self._clients[s][0]))):
+                call_after(self.env, cfg.start, send)
+
+    def _send_closed(self, s: int) -> None:
+        pending = self._clients[s][0]
+        if pending:
+            self._arrive(pending.popleft(), self.env.now)
+        self._check_arrivals_done()
+
+    def _close_window(self, s: int) -> None:
+        """The stream's window ended: its clients send nothing more."""
+        self._clients[s][0].clear()
+        self._check_arrivals_done()
 
     def _sample(self):
         env = self.env
@@ -229,6 +281,7 @@ class Simulation:
         still_open += list(self._in_transit.values())
         if self.gateway is not None:
             still_open += list(self.gateway.waiting_to_retry.values())
+        self._cut_off = True
         for req in still_open:
             self._terminal(req, Status.UNFINISHED)
         if progress is not None:

@@ -154,8 +154,25 @@ class TraceArrivalConfig(StrictModel):
                     "timestamp plus one mean gap.")
 
 
+class ClosedArrivalConfig(StrictModel):
+    """A fixed number of clients, each sending its next request as soon as its last one
+    ends (a benchmark at fixed concurrency: vLLM's ``bench serve --max-concurrency``,
+    genai-perf's concurrency mode). All ``concurrency`` clients send at the stream's
+    ``start``; a client stops when the stream's ``requests`` are all sent or the
+    stream's window ends."""
+
+    type: Literal["closed"] = Field(description="Closed loop at fixed concurrency.")
+    concurrency: int = Field(gt=0, le=1_000_000,
+                             description="Clients, each with one request in flight.")
+    requests: int = Field(gt=0, le=100_000_000,
+                          description="Requests the clients send in all.")
+    think_time: Seconds = Field(
+        default=0.0, description="A client's pause between the end of one request and "
+                                 "the next.")
+
+
 ArrivalConfig = Annotated[
-    Union[PoissonArrivalConfig, GammaArrivalConfig, TraceArrivalConfig],
+    Union[PoissonArrivalConfig, GammaArrivalConfig, TraceArrivalConfig, ClosedArrivalConfig],
     Field(discriminator="type"),
 ]
 
@@ -314,7 +331,8 @@ class StreamConfig(StrictModel):
     retry: Optional[RetryPolicy] = Field(
         default=None, description="Client retries after 429/503 (backoff with jitter); "
                                   "unset = no retries.")
-    arrival: ArrivalConfig = Field(description="Arrival process (poisson, gamma or trace).")
+    arrival: ArrivalConfig = Field(
+        description="Arrival process (poisson, gamma, trace or closed).")
     prompt_tokens: Optional[LengthConfig] = Field(
         default=None,
         description="Prompt length distribution; required unless the arrival is a trace.")

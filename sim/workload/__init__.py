@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.config.workload import StreamConfig, TraceArrivalConfig, WorkloadConfig
+from sim.config.workload import (ClosedArrivalConfig, StreamConfig, TraceArrivalConfig,
+                                 WorkloadConfig)
 from sim.workload.arrivals import process_arrival_times
 from sim.workload.lengths import sample_lengths
 from sim.workload.trace import WorkloadDataError, load_trace, replay_trace, resolve_path
@@ -24,7 +25,9 @@ class RequestArrivals:
     """All requests of a run, one row per request, sorted by ``arrival_s``.
 
     Ties keep stream order, then generation order, so the ordering is fully
-    determined by the inputs.
+    determined by the inputs. The requests of closed-loop streams (sent when a
+    client's last request ends) have no time until the run gives them one: they
+    come last, with ``arrival_s`` infinite, in stream then generation order.
     """
 
     arrival_s: np.ndarray       # float64, seconds since the start of the run
@@ -36,6 +39,11 @@ class RequestArrivals:
 
     def __len__(self) -> int:
         return len(self.arrival_s)
+
+    @property
+    def num_timed(self) -> int:
+        """Requests whose arrival time is known in advance (they come first)."""
+        return int(np.searchsorted(self.arrival_s, np.inf, side="left"))
 
 
 def stream_seed_seqs(seed_seq: np.random.SeedSequence, n_streams: int
@@ -65,7 +73,15 @@ def _stream_requests(stream: StreamConfig, duration_s: float, rate_scale: float,
     start_s = stream.start
     stop_s = min(duration_s, stream.end if stream.end is not None else np.inf)
     arrival_seq, prompt_seq, output_seq, prefix_seq = seed_seq.spawn(4)
-    if isinstance(stream.arrival, TraceArrivalConfig):
+    if isinstance(stream.arrival, ClosedArrivalConfig):
+        # the run times them: sent as clients free up (see sim.simulation)
+        n = stream.arrival.requests if stop_s > start_s else 0
+        arrival_s = np.full(n, np.inf)
+        prompt = sample_lengths(stream.prompt_tokens, n, np.random.default_rng(prompt_seq),
+                                base_dir)
+        output = sample_lengths(stream.output_tokens, n, np.random.default_rng(output_seq),
+                                base_dir)
+    elif isinstance(stream.arrival, TraceArrivalConfig):
         path = resolve_path(stream.arrival.path, base_dir)
         arrival_s, prompt, output = replay_trace(stream.arrival, load_trace(path), path,
                                                  start_s, stop_s, rate_scale)

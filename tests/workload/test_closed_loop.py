@@ -1,0 +1,96 @@
+"""Closed-loop streams: a fixed number of clients, each sending when its last request ends."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sim
+from tests.simfactories import make_pool, make_scenario, poisson_stream, uniform
+
+
+def closed(concurrency: int, requests: int, **extra) -> dict:
+    return {"arrival": {"type": "closed", "concurrency": concurrency, "requests": requests,
+                        **extra},
+            "prompt_tokens": uniform(200, 2000), "output_tokens": uniform(20, 200)}
+
+
+def _in_flight_at(req, t):
+    return int(((req.arrival_s <= t) & (req.finish_s > t)).sum())
+
+
+def test_never_more_than_the_concurrency_in_flight_and_each_send_follows_an_end():
+    res = sim.run(make_scenario(stream=closed(4, 60), duration=3600.0))
+    req = res.requests.sort_values("arrival_s")
+    assert len(req) == 60 and (req["status"].astype(str) == "completed").all()
+    # the first wave at the stream's start, then one request per request ended
+    assert (req["arrival_s"].iloc[:4] == 0.0).all()
+    later = req["arrival_s"].iloc[4:].to_numpy()
+    finishes = np.sort(req["finish_s"].to_numpy())
+    assert np.allclose(later, finishes[:len(later)], rtol=0, atol=1e-12)
+    for t in np.concatenate([req["arrival_s"].to_numpy(), finishes]):
+        assert _in_flight_at(req, t) <= 4
+    # and the clients are never idle while requests remain: 4 in flight at every send
+    assert all(_in_flight_at(req, t) == 4 for t in later)
+
+
+def test_think_time_delays_each_next_request():
+    res = sim.run(make_scenario(stream=closed(2, 20, think_time=1.5), duration=3600.0))
+    req = res.requests.sort_values("arrival_s")
+    later = req["arrival_s"].iloc[2:].to_numpy()
+    finishes = np.sort(req["finish_s"].to_numpy())[:len(later)]
+    assert np.allclose(later, finishes + 1.5, rtol=0, atol=1e-9)
+
+
+def test_the_window_end_stops_the_clients_and_what_was_sent_finishes():
+    res = sim.run(make_scenario(stream=closed(2, 10_000), duration=5.0))
+    req = res.requests
+    assert 0 < len(req) < 10_000
+    assert (req["arrival_s"] < 5.0).all()
+    assert (req["status"].astype(str) == "completed").all()
+
+
+def test_the_same_seed_gives_the_same_closed_loop_run():
+    runs = [sim.run(make_scenario(stream=closed(3, 40), seed=7, duration=3600.0)).requests
+            for _ in range(2)]
+    cols = ["request_id", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
+            "output_tokens"]
+    assert runs[0][cols].equals(runs[1][cols])
+
+
+def test_closed_and_open_streams_share_a_pool():
+    res = sim.run(make_scenario(
+        streams={"bench": closed(2, 30), "bg": poisson_stream(rate=1.0, prompt_tokens=100,
+                                                              output_tokens=10)},
+        duration=30.0))
+    req = res.requests
+    by = req.groupby(req["stream"].astype(str)).size()
+    assert by["bench"] > 2 and by["bg"] > 5
+    assert req["request_id"].is_unique
+    assert (req["status"].astype(str) == "completed").all()
+
+
+def test_a_closed_stream_with_a_gateway_and_a_front_end_still_ends_every_request():
+    res = sim.run(make_scenario(stream={**closed(3, 25), "team": "a"},
+                                pool=make_pool(front_end=0.05), duration=3600.0,
+                                gateway={"teams": {"a": {"requests_per_min": 1000}}}))
+    assert len(res.requests) == 25
+    assert (res.requests["status"].astype(str) == "completed").all()
+
+
+@pytest.mark.parametrize("arrival, field", [
+    ({"type": "closed", "concurrency": 0, "requests": 5}, "concurrency"),
+    ({"type": "closed", "concurrency": 2}, "requests"),
+    ({"type": "closed", "concurrency": 2, "requests": 5, "think_time": -1}, "think_time"),
+])
+def test_bad_closed_loop_settings_are_refused_naming_the_field(tmp_path, arrival, field):
+    from sim.cli import main
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({
+        "duration": 10, "workload": {"streams": {"s": {
+            "model": "llama-3.1-8b", "arrival": arrival, "prompt_tokens": 10,
+            "output_tokens": 10}}},
+        "pools": {"p": {"model": "llama-3.1-8b", "hardware": "H100-SXM"}}}))
+    with pytest.raises(SystemExit) as exc:
+        main(["check", str(path)])
+    assert exc.value.code == 2
