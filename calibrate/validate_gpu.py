@@ -1,0 +1,278 @@
+"""fleetsim against published results of real engines on real GPUs.
+
+``scenarios/validate/gpu/published.yaml`` lists published end-to-end results (MLPerf
+Inference, engines' own benchmark pages), each with its source, its setting in words and
+the fleetsim scenario that writes that setting down (same model, GPU, TP, dtypes, engine
+limits, lengths and load). This runs every scenario, reads the same figures from the
+simulated requests as the publication defines them, and reports the relative error of
+each: (predicted - published) / published, so a negative error is an optimistic latency
+or a pessimistic throughput.
+
+Nothing here is fitted: the cost model comes from kernels (or the datasheet), and these
+figures only check it.
+
+    python -m calibrate.validate_gpu [--cost-model scenario|auto|roofline ...] [--out DIR]
+                                     [--only ROW ...] [--strict]
+
+Figures, from the requests table:
+- ``output_tokens_per_s``: for a ``server`` row (Poisson arrivals at a fixed rate), the
+  output tokens of the requests that arrived after the warm-up and before the end of the
+  arrival window, over the length of that window (MLPerf's Server throughput: the
+  offered load, when the engine keeps up); for an ``offline`` row (every request at
+  once) and a ``closed`` one (clients at fixed concurrency), all output tokens over the
+  time from the first arrival to the last finish;
+- ``ttft_*_ms`` and ``tpot_*_ms``: percentiles over the requests that arrived after the
+  warm-up; TPOT is (finish - first token) / (output tokens - 1), as MLPerf and vLLM's
+  benchmark define it.
+
+Targets (the issue's): the median |error| of the throughput figures within 10%; of TTFT
+and of TPOT within 20%, counting p50 on low-load rows and p99 on high-load rows.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+DEFAULT_TABLE = Path("scenarios/validate/gpu/published.yaml")
+FIGURES = ("output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms")
+KINDS = ("server", "offline", "closed")
+LOADS = ("low", "high")
+TARGETS = {"throughput": 0.10, "ttft": 0.20, "tpot": 0.20}
+
+
+class TableError(ValueError):
+    """The published table is malformed (named, with the row and field)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    scenario: Path
+    source: str
+    setting: str
+    kind: str
+    load: str
+    published: dict[str, float]
+
+
+def read_table(path: Path) -> list[Row]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise TableError(f"{path}: cannot read the published table ({type(exc).__name__})")
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        raise TableError(f"{path}: expected a mapping with a list under 'rows'")
+    rows, seen = [], set()
+    for i, raw in enumerate(data["rows"]):
+        where = f"{path}: rows[{i}]"
+        if not isinstance(raw, dict):
+            raise TableError(f"{where}: expected a mapping")
+        for key in ("name", "scenario", "source", "setting", "kind", "load", "published"):
+            if key not in raw:
+                raise TableError(f"{where}: missing field '{key}'")
+        if raw["kind"] not in KINDS:
+            raise TableError(f"{where}.kind: {raw['kind']!r} is not one of {', '.join(KINDS)}")
+        if raw["load"] not in LOADS:
+            raise TableError(f"{where}.load: {raw['load']!r} is not one of {', '.join(LOADS)}")
+        pub = raw["published"]
+        if not isinstance(pub, dict) or not pub:
+            raise TableError(f"{where}.published: expected a mapping of figures")
+        for key, value in pub.items():
+            if key not in FIGURES:
+                raise TableError(f"{where}.published.{key}: not a figure; choose from "
+                                 f"{', '.join(FIGURES)}")
+            if not isinstance(value, (int, float)) or not value > 0:
+                raise TableError(f"{where}.published.{key}: expected a positive number")
+        if raw["name"] in seen:
+            raise TableError(f"{where}.name: {raw['name']!r} is used twice")
+        seen.add(raw["name"])
+        scenario = path.parent / str(raw["scenario"])
+        if not scenario.is_file():
+            raise TableError(f"{where}.scenario: {scenario} does not exist")
+        rows.append(Row(str(raw["name"]), scenario, str(raw["source"]), str(raw["setting"]),
+                        raw["kind"], raw["load"], {k: float(v) for k, v in pub.items()}))
+    return rows
+
+
+def figures(requests, kind: str, warmup_s: float, duration_s: float) -> dict[str, float]:
+    """The published figures, read from a run's requests table as the publications
+    define them (see the module's docstring)."""
+    done = requests[requests["status"].astype(str) == "completed"]
+    if kind != "server":
+        span = float(done["finish_s"].max() - requests["arrival_s"].min())
+        tokens = float(done["output_tokens"].sum())
+        steady = done
+    else:
+        window = (done["arrival_s"] >= warmup_s) & (done["arrival_s"] < duration_s)
+        steady = done[window]
+        span = duration_s - warmup_s
+        tokens = float(steady["output_tokens"].sum())
+    out = {"output_tokens_per_s": tokens / span if span > 0 else math.nan}
+    ttft = steady["ttft_s"].to_numpy(dtype=np.float64)
+    tpot = steady["tpot_s"].to_numpy(dtype=np.float64)
+    tpot = tpot[np.isfinite(tpot)]
+    for name, values in (("ttft", ttft), ("tpot", tpot)):
+        for q in (50, 99):
+            out[f"{name}_p{q}_ms"] = (float(np.percentile(values, q)) * 1e3 if len(values)
+                                      else math.nan)
+    # everything the engine could not finish counts: a figure that hides it would lie
+    out["unfinished"] = int(len(requests) - len(done))
+    return out
+
+
+def run_row(row: Row, cost_model: str | None) -> dict:
+    from sim.api import load_scenario, run
+    scenario = load_scenario(row.scenario)
+    if cost_model is not None:
+        data = scenario.model_dump()
+        for pool in data["pools"].values():
+            pool["cost_model"] = {"type": cost_model}
+        source = scenario._source
+        scenario = type(scenario).model_validate(data)
+        scenario._source = source
+    results = run(scenario)
+    got = figures(results.requests, row.kind, scenario.warmup, scenario.duration)
+    cost_models = sorted({p.get("cost_model", "roofline")
+                          for p in results.summary["pools"].values()})
+    errors = {k: (got[k] - v) / v for k, v in row.published.items()}
+    return {"name": row.name, "setting": row.setting, "source": row.source,
+            "kind": row.kind, "load": row.load, "cost_model": cost_models,
+            "published": row.published, "predicted": {k: got[k] for k in row.published},
+            "unfinished": got["unfinished"], "error": errors}
+
+
+def headline(rows: list[dict]) -> dict[str, dict]:
+    """Median and worst |error| per class: throughput (every row that publishes it);
+    TTFT and TPOT at p50 on low-load rows and at p99 on high-load rows."""
+    classes: dict[str, list[tuple[str, float]]] = {"throughput": [], "ttft": [], "tpot": []}
+    for r in rows:
+        for key, err in r["error"].items():
+            if key == "output_tokens_per_s":
+                classes["throughput"].append((r["name"], err))
+                continue
+            metric, q = key.split("_")[0], key.split("_")[1]
+            if (q == "p50") == (r["load"] == "low"):
+                classes[metric].append((f"{r['name']} {q}", err))
+    out = {}
+    for cls, errs in classes.items():
+        mags = [abs(e) for _, e in errs if math.isfinite(e)]
+        worst = max(errs, key=lambda x: abs(x[1]) if math.isfinite(x[1]) else math.inf,
+                    default=None)
+        median = statistics.median(mags) if len(mags) == len(errs) and mags else math.nan
+        out[cls] = {"n": len(errs), "median_abs": median,
+                    "worst": None if worst is None else {"row": worst[0], "error": worst[1]},
+                    "target": TARGETS[cls],
+                    "met": bool(math.isfinite(median) and median <= TARGETS[cls])}
+    return out
+
+
+def _pct(x: float) -> str:
+    return "n/a" if not math.isfinite(x) else f"{x * 100:+.0f}%"
+
+
+def _fmt(key: str, v: float) -> str:
+    if not math.isfinite(v):
+        return "n/a"
+    return f"{v:,.0f}" if key == "output_tokens_per_s" else f"{v:,.1f}"
+
+
+UNITS = {"output_tokens_per_s": "output tok/s", "ttft_p50_ms": "TTFT p50 ms",
+         "ttft_p99_ms": "TTFT p99 ms", "tpot_p50_ms": "TPOT p50 ms", "tpot_p99_ms": "TPOT p99 ms"}
+
+
+def markdown(reports: dict[str, dict]) -> str:
+    """One table for the published figures with a column per cost model run, then the
+    headline of each."""
+    names = list(reports)
+    first = reports[names[0]]["rows"]
+    cols = " | ".join(f"{n}: fleetsim | error" for n in names)
+    lines = [f"| setting | figure | published | {cols} | source |",
+             "|---|---|---:|" + "---:|---:|" * len(names) + "---|"]
+    for i, r in enumerate(first):
+        for key, pub in r["published"].items():
+            cells = " | ".join(f"{_fmt(key, reports[n]['rows'][i]['predicted'][key])} | "
+                               f"{_pct(reports[n]['rows'][i]['error'][key])}" for n in names)
+            lines.append(f"| {r['setting']} | {UNITS[key]} | {_fmt(key, pub)} | {cells} | "
+                         f"{r['source']} |")
+    lines += ["", f"| class | rows | target | "
+              + " | ".join(f"{n}: median abs error | {n}: worst" for n in names) + " |",
+              "|---|---:|---:|" + "---:|---|" * len(names)]
+    for cls in first and reports[names[0]]["headline"]:
+        h0 = reports[names[0]]["headline"][cls]
+        cells = []
+        for n in names:
+            h = reports[n]["headline"][cls]
+            median = ("n/a" if not math.isfinite(h["median_abs"])
+                      else f"{h['median_abs'] * 100:.0f}% ({'met' if h['met'] else 'missed'})")
+            worst = ("" if h["worst"] is None
+                     else f"{_pct(h['worst']['error'])} ({h['worst']['row']})")
+            cells.append(f"{median} | {worst}")
+        lines.append(f"| {cls} | {h0['n']} | {h0['target'] * 100:.0f}% | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m calibrate.validate_gpu", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--table", type=Path, default=DEFAULT_TABLE,
+                    help="the published table (default: %(default)s)")
+    ap.add_argument("--cost-model", action="append", choices=("scenario", "auto", "roofline"),
+                    default=None,
+                    help="every pool's cost model: scenario (what each scenario says, "
+                         "fleetsim's default when it says nothing), auto or roofline; "
+                         "repeat to compare (default: scenario)")
+    ap.add_argument("--only", action="append", default=[],
+                    help="run only this row (by name; repeatable)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="write validation-gpu.json and validation-gpu.md here")
+    ap.add_argument("--strict", action="store_true",
+                    help="exit 1 when a headline target of the first cost model is missed")
+    args = ap.parse_args(argv)
+    try:
+        rows = read_table(args.table)
+    except TableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    names = {r.name for r in rows}
+    unknown = [n for n in args.only if n not in names]
+    if unknown:
+        print(f"error: --only: no row named {', '.join(unknown)}; rows: "
+              f"{', '.join(sorted(names))}", file=sys.stderr)
+        return 2
+    if args.only:
+        rows = [r for r in rows if r.name in args.only]
+    if args.out is not None:
+        try:
+            args.out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"error: --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+    reports = {}
+    for model in dict.fromkeys(args.cost_model or ["scenario"]):
+        results = []
+        for row in rows:
+            print(f"running {row.name} ({model}) ...", file=sys.stderr, flush=True)
+            results.append(run_row(row, None if model == "scenario" else model))
+        reports[model] = {"table": str(args.table), "cost_model": model, "rows": results,
+                          "headline": headline(results)}
+    text = markdown(reports)
+    print(text)
+    if args.out is not None:
+        (args.out / "validation-gpu.json").write_text(json.dumps(reports, indent=1) + "\n")
+        (args.out / "validation-gpu.md").write_text(text)
+    first = next(iter(reports.values()))
+    missed = [c for c, h in first["headline"].items() if h["n"] and not h["met"]]
+    return 1 if args.strict and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

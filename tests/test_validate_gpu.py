@@ -1,0 +1,120 @@
+"""The published GPU validation table: its reader, its figures and its headline."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+import sim
+from calibrate import validate_gpu as vg
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLE = ROOT / "scenarios" / "validate" / "gpu" / "published.yaml"
+
+
+def _requests(rows):
+    df = pd.DataFrame(rows, columns=["arrival_s", "first_token_s", "finish_s",
+                                     "output_tokens", "status"])
+    df["ttft_s"] = df.first_token_s - df.arrival_s
+    df["tpot_s"] = np.where(df.output_tokens > 1, (df.finish_s - df.first_token_s)
+                            / (df.output_tokens - 1).clip(lower=1), np.nan)
+    return df
+
+
+def test_server_figures_count_the_window_after_warmup_only():
+    req = _requests([(5.0, 5.1, 9.0, 40, "completed"),      # warm-up: left out
+                     (12.0, 12.2, 20.0, 100, "completed"),
+                     (15.0, 15.4, 30.0, 51, "completed"),
+                     (25.0, 25.1, 26.0, 1, "completed"),     # one token: no TPOT
+                     (31.0, 31.5, 40.0, 30, "completed")])   # after the window
+    got = vg.figures(req, "server", warmup_s=10.0, duration_s=30.0)
+    assert got["output_tokens_per_s"] == pytest.approx((100 + 51 + 1) / 20.0)
+    assert got["ttft_p50_ms"] == pytest.approx(200.0)
+    assert got["tpot_p50_ms"] == pytest.approx(np.median([7.8 / 99, 14.6 / 50]) * 1e3)
+    assert got["unfinished"] == 0
+
+
+@pytest.mark.parametrize("kind", ["offline", "closed"])
+def test_offline_and_closed_throughput_is_all_output_over_the_makespan(kind):
+    req = _requests([(0.0, 1.0, 10.0, 100, "completed"), (0.0, 2.0, 20.0, 300, "completed"),
+                     (0.0, math.nan, math.nan, 0, "unfinished")])
+    got = vg.figures(req, kind, warmup_s=0.0, duration_s=1.0)
+    assert got["output_tokens_per_s"] == pytest.approx(400 / 20.0)
+    assert got["unfinished"] == 1
+
+
+def test_the_headline_counts_p50_at_low_load_and_p99_at_high_load():
+    rows = [{"name": "a", "load": "low", "error": {"ttft_p50_ms": 0.1, "ttft_p99_ms": 5.0,
+                                                   "output_tokens_per_s": -0.05}},
+            {"name": "b", "load": "high", "error": {"ttft_p50_ms": 9.0, "ttft_p99_ms": -0.3,
+                                                    "tpot_p99_ms": 0.15}},
+            {"name": "c", "load": "high", "error": {"ttft_p99_ms": 0.2,
+                                                    "output_tokens_per_s": 0.25}}]
+    h = vg.headline(rows)
+    assert h["ttft"]["n"] == 3 and h["ttft"]["median_abs"] == pytest.approx(0.2)
+    assert h["ttft"]["worst"] == {"row": "b p99", "error": -0.3}
+    assert h["ttft"]["met"] is True
+    assert h["throughput"]["median_abs"] == pytest.approx(0.15) and not h["throughput"]["met"]
+    assert h["tpot"]["n"] == 1 and h["tpot"]["met"] is True
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"kind": "batch"}, "rows[0].kind: 'batch' is not one of server, offline, closed"),
+    ({"load": "medium"}, "rows[0].load: 'medium' is not one of low, high"),
+    ({"published": {"ttft_p90_ms": 5}}, "rows[0].published.ttft_p90_ms: not a figure"),
+    ({"published": {"ttft_p50_ms": -1}}, "expected a positive number"),
+    ({"scenario": "nowhere.yaml"}, "rows[0].scenario:"),
+])
+def test_a_malformed_table_is_refused_naming_row_and_field(tmp_path, change, message):
+    (tmp_path / "s.yaml").write_text("x: 1\n")
+    row = {"name": "r", "scenario": "s.yaml", "source": "src", "setting": "set",
+           "kind": "server", "load": "low", "published": {"ttft_p50_ms": 10.0}, **change}
+    path = tmp_path / "published.yaml"
+    path.write_text(yaml.safe_dump({"rows": [row]}))
+    import re
+    with pytest.raises(vg.TableError, match=re.escape(message)):
+        vg.read_table(path)
+    assert vg.main(["--table", str(path)]) == 2
+
+
+def test_the_shipped_table_names_valid_scenarios_once_each():
+    rows = vg.read_table(TABLE)
+    assert len(rows) >= 15 and len({r.name for r in rows}) == len(rows)
+    for row in rows:
+        sim.load_scenario(row.scenario)            # raises, naming the field, if invalid
+    kinds = {r.kind for r in rows}
+    assert kinds == {"server", "offline", "closed"}
+    held_out = ("v4.1", "TensorRT-LLM 1.0", "vLLM 0.6.0", "NIM 1.")
+    assert not [r.name for r in rows if any(h in r.source for h in held_out)]
+
+
+def test_a_row_runs_end_to_end_and_writes_its_report(tmp_path, capsys):
+    scenario = tmp_path / "one.yaml"
+    scenario.write_text(
+        "name: one\nduration: 60s\nwarmup: 0s\nworkload:\n  streams:\n    s:\n"
+        "      model: llama-3.1-8b\n      arrival: {type: closed, concurrency: 1, "
+        "requests: 3}\n      prompt_tokens: 1000\n      output_tokens: 64\npools:\n  p:\n"
+        "    model: llama-3.1-8b\n    hardware: H100-SXM\n")
+    table = tmp_path / "published.yaml"
+    table.write_text(yaml.safe_dump({"rows": [{
+        "name": "one", "scenario": "one.yaml", "source": "made up", "setting": "one",
+        "kind": "closed", "load": "low", "published": {"tpot_p50_ms": 7.0,
+                                                        "ttft_p50_ms": 50.0}}]}))
+    out = tmp_path / "out"
+    assert vg.main(["--table", str(table), "--out", str(out), "--cost-model", "scenario",
+                    "--cost-model", "roofline"]) == 0
+    report = json.loads((out / "validation-gpu.json").read_text())
+    assert set(report) == {"scenario", "roofline"}
+    auto, roof = report["scenario"]["rows"][0], report["roofline"]["rows"][0]
+    assert "measured vllm kernels" in auto["cost_model"][0] or "calibrated" in auto["cost_model"][0]
+    assert roof["cost_model"] == ["roofline"]
+    for r in (auto, roof):
+        assert r["error"]["tpot_p50_ms"] == pytest.approx(
+            r["predicted"]["tpot_p50_ms"] / 7.0 - 1.0)
+    assert "| one | TPOT p50 ms | 7.0 |" in (out / "validation-gpu.md").read_text()
+    assert vg.main(["--table", str(table), "--only", "two"]) == 2
