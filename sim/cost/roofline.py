@@ -198,6 +198,19 @@ class RooflineCostModel(CostModel):
         self._overheads_s = (cfg.step_overhead, cfg.per_seq_overhead)
         self._num_experts = model.num_experts
         self._dense_weight_bytes = self._attn_weight_bytes + self._expert_weight_bytes
+        # a dense model's GEMM arithmetic: seconds at no tokens (the half-share tokens) and
+        # per token
+        self._dense_half_s = (self._half_flops_per_weight_byte * self._dense_weight_bytes
+                              / self._gemm_flops_per_s)
+        self._dense_s_per_token = self._active_flops_per_token / self._gemm_flops_per_s
+        self._scalar = (self._active_flops_per_token, self._act_bytes_per_token, self._weight_bw,
+                        self._gemm_fixed_s, self._attn_flops_per_work, self._attn_flops_per_s,
+                        self._prefill_fixed_s, self._kv_bytes_per_token_layer,
+                        self._bw_bytes_per_s, self._decode_fixed_s, self._tp_latency_s,
+                        self._tp_s_per_token, self._head_half_s, self._head_s_per_seq,
+                        self._head_memory_s, cfg.step_overhead, cfg.per_seq_overhead,
+                        self._head_flops_per_seq, self._head_bytes, float(self.num_layers),
+                        float(tp))
 
     @property
     def label(self) -> str:
@@ -254,43 +267,43 @@ class RooflineCostModel(CostModel):
                     decode_kv_tokens: float, kv_read_tokens: float | None = None
                     ) -> tuple[float, float, float]:
         """The same sums as ``step_time_s`` and ``work`` without numpy overhead."""
-        e = self._num_experts
-        if e == 1:
+        (flops_per_token, act_bytes_per_token, weight_bw, gemm_fixed, attn_per_work,
+         attn_flops_per_s, prefill_fixed, kv_per_token, kv_bw, decode_fixed, tp_latency,
+         tp_per_token, head_half, head_per_seq, head_memory, step_overhead, per_seq_overhead,
+         head_flops_per_seq, head_bytes, layers, tp) = self._scalar
+        dense_flops = flops_per_token * num_tokens
+        if self._num_experts == 1:
             weight_bytes = self._dense_weight_bytes
+            compute = self._dense_half_s + self._dense_s_per_token * num_tokens
         else:
-            k = self.model.experts_per_token
+            e, k = self._num_experts, self.model.experts_per_token
             weight_bytes = (self._attn_weight_bytes
                             + e * (1.0 - (1.0 - k / e) ** num_tokens) * self._expert_weight_bytes)
-        dense_bytes = weight_bytes + self._act_bytes_per_token * num_tokens
-        dense_flops = self._active_flops_per_token * num_tokens
+            compute = ((dense_flops + self._half_flops_per_weight_byte * weight_bytes)
+                       / self._gemm_flops_per_s)
+        dense_bytes = weight_bytes + act_bytes_per_token * num_tokens
         if num_tokens > 0:
             # max(compute, memory), without the call
-            dense = ((dense_flops + self._half_flops_per_weight_byte * weight_bytes)
-                     / self._gemm_flops_per_s)
-            memory = dense_bytes / self._weight_bw
-            if memory > dense:
-                dense = memory
-            dense += self._gemm_fixed_s
+            per_layer = dense_bytes / weight_bw
+            if compute > per_layer:
+                per_layer = compute
+            per_layer += gemm_fixed + tp_latency + tp_per_token * num_tokens
         else:
-            dense = 0.0
-        attn_flops = self._attn_flops_per_work * prefill_attn_work
+            per_layer = tp_latency
+        attn_flops = attn_per_work * prefill_attn_work
         if prefill_attn_work > 0:
-            dense += self._prefill_fixed_s + attn_flops / self._attn_flops_per_s
-        kv_bytes = self._kv_bytes_per_token_layer * decode_kv_tokens
+            per_layer += prefill_fixed + attn_flops / attn_flops_per_s
+        kv_bytes = kv_per_token * decode_kv_tokens
         if decode_kv_tokens > 0:
-            dense += self._decode_fixed_s + kv_bytes / self._bw_bytes_per_s
-        per_layer = dense + self._tp_latency_s + self._tp_s_per_token * num_tokens
-        head = self._head_half_s + self._head_s_per_seq * num_seqs
-        if self._head_memory_s > head:
-            head = self._head_memory_s
-        step_overhead, per_seq_overhead = self._overheads_s
-        layers = self.num_layers
+            per_layer += decode_fixed + kv_bytes / kv_bw
+        head = head_half + head_per_seq * num_seqs
+        if head_memory > head:
+            head = head_memory
         time_s = step_overhead + per_seq_overhead * num_seqs + layers * per_layer + head
-        tp = self.tp
         # a decode token meets each key as a prefill query does: the same FLOPs per pair
-        flops = (layers * (dense_flops + attn_flops + self._attn_flops_per_work * decode_kv_tokens)
-                 + self._head_flops_per_seq * num_seqs) * tp
-        moved = (layers * (dense_bytes + kv_bytes) + self._head_bytes) * tp
+        flops = (layers * (dense_flops + attn_flops + attn_per_work * decode_kv_tokens)
+                 + head_flops_per_seq * num_seqs) * tp
+        moved = (layers * (dense_bytes + kv_bytes) + head_bytes) * tp
         return time_s, flops, moved
 
     def decode_run(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> DecodeRun:
