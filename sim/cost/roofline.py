@@ -195,7 +195,6 @@ class RooflineCostModel(CostModel):
         self._head_half_s = (self._head_flops_per_seq * cfg.gemm_half_tokens
                              / self._head_flops_per_s + cfg.gemm_fixed_time)
         self._head_s_per_seq = self._head_flops_per_seq / self._head_flops_per_s
-        self._overheads_s = (cfg.step_overhead, cfg.per_seq_overhead)
         self._num_experts = model.num_experts
         self._dense_weight_bytes = self._attn_weight_bytes + self._expert_weight_bytes
         # a dense model's GEMM arithmetic: seconds at no tokens (the half-share tokens) and
