@@ -13,6 +13,10 @@ figures only check it.
 
     python -m calibrate.validate_gpu [--cost-model scenario|auto|roofline ...] [--out DIR]
                                      [--only ROW ...] [--strict]
+    python calibrate/validate_gpu.py --before-checkout WORKTREE --out DIR   # 'before'
+
+The second form runs the Poisson rows on an earlier fleetsim (a worktree of its commit;
+run as a file so that the earlier ``sim`` is the one imported).
 
 Figures, from the requests table:
 - ``output_tokens_per_s``: for a ``server`` row (Poisson arrivals at a fixed rate), the
@@ -128,9 +132,22 @@ def figures(requests, kind: str, warmup_s: float, duration_s: float) -> dict[str
     return out
 
 
-def run_row(row: Row, cost_model: str | None) -> dict:
+def _legacy_scenario(row: Row):
+    """The row's scenario as a fleetsim from before engines existed reads it: the same
+    YAML less the pools' ``engine`` key (all these rows' engines are vLLM or SGLang,
+    whose kernels that fleetsim did not tell apart)."""
+    from sim.config.scenario import Scenario
+    data = yaml.safe_load(row.scenario.read_text())
+    for pool in data["pools"].values():
+        pool.pop("engine", None)
+    scenario = Scenario.model_validate(data)
+    scenario._source = str(row.scenario.resolve())
+    return scenario
+
+
+def run_row(row: Row, cost_model: str | None, legacy: bool = False) -> dict:
     from sim.api import load_scenario, run
-    scenario = load_scenario(row.scenario)
+    scenario = _legacy_scenario(row) if legacy else load_scenario(row.scenario)
     if cost_model is not None:
         data = scenario.model_dump()
         for pool in data["pools"].values():
@@ -236,7 +253,24 @@ def main(argv: list[str] | None = None) -> int:
                     help="write validation-gpu.json and validation-gpu.md here")
     ap.add_argument("--strict", action="store_true",
                     help="exit 1 when a headline target of the first cost model is missed")
+    ap.add_argument("--before-checkout", type=Path, default=None,
+                    help="run the Poisson rows on the fleetsim checked out here (e.g. a git "
+                         "worktree of an earlier commit) instead of this one, with its "
+                         "default cost model: the table's 'before' column")
     args = ap.parse_args(argv)
+    if args.before_checkout is not None:
+        if args.cost_model:
+            print("error: --before-checkout runs the checkout's own default cost model; "
+                  "drop --cost-model", file=sys.stderr)
+            return 2
+        if not (args.before_checkout / "sim" / "__init__.py").is_file():
+            print(f"error: --before-checkout: {args.before_checkout} holds no fleetsim "
+                  f"checkout (no sim/__init__.py)", file=sys.stderr)
+            return 2
+        if "sim" in sys.modules:
+            print("error: --before-checkout: fleetsim is already imported", file=sys.stderr)
+            return 2
+        sys.path.insert(0, str(args.before_checkout.resolve()))
     try:
         rows = read_table(args.table)
     except TableError as exc:
@@ -250,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.only:
         rows = [r for r in rows if r.name in args.only]
+    legacy = args.before_checkout is not None
+    if legacy:                         # closed-loop arrivals came later
+        rows = [r for r in rows if r.kind == "server"]
     if args.out is not None:
         try:
             args.out.mkdir(parents=True, exist_ok=True)
@@ -257,13 +294,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
             return 2
     reports = {}
-    for model in dict.fromkeys(args.cost_model or ["scenario"]):
+    for model in (["before"] if legacy else dict.fromkeys(args.cost_model or ["scenario"])):
         results = []
         for row in rows:
             print(f"running {row.name} ({model}) ...", file=sys.stderr, flush=True)
-            results.append(run_row(row, None if model == "scenario" else model))
+            results.append(run_row(row, None if model in ("scenario", "before") else model,
+                                   legacy))
         reports[model] = {"table": str(args.table), "cost_model": model, "rows": results,
-                          "headline": headline(results)}
+                          "headline": headline(results),
+                          # which fleetsim ran: this one, or the earlier checkout's
+                          "fleetsim": str(Path(sys.modules["sim"].__file__).parent.parent)}
     text = markdown(reports)
     print(text)
     if args.out is not None:

@@ -118,3 +118,10 @@ def test_a_row_runs_end_to_end_and_writes_its_report(tmp_path, capsys):
             r["predicted"]["tpot_p50_ms"] / 7.0 - 1.0)
     assert "| one | TPOT p50 ms | 7.0 |" in (out / "validation-gpu.md").read_text()
     assert vg.main(["--table", str(table), "--only", "two"]) == 2
+
+
+def test_before_checkout_needs_a_checkout_and_no_cost_model(tmp_path, capsys):
+    assert vg.main(["--before-checkout", str(tmp_path)]) == 2
+    assert "holds no fleetsim checkout" in capsys.readouterr().err
+    assert vg.main(["--before-checkout", str(ROOT), "--cost-model", "roofline"]) == 2
+    assert "drop --cost-model" in capsys.readouterr().err
