@@ -1,8 +1,10 @@
 """The ``fleetsim`` command line.
 
 Exit codes: 0 success, 2 bad input (scenario, flags, output folder), 1 an
-internal error. Bad input is reported as ``error: file:line: field: message``
-without a traceback.
+internal error or a write that failed after the work ran. Bad input is
+reported as ``error: file:line: field: message`` without a traceback; an
+output that cannot be written is found before the work starts. What may be
+written where is :mod:`sim.output_paths`'s.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from sim import profiles, units
 from sim.errors import ScenarioError, format_cli_error
+from sim.output_paths import slug
 
 
 def _duration(text: str) -> float:
@@ -82,6 +85,14 @@ def _load(args: argparse.Namespace):
     return with_values(scenario, sets) if sets else scenario
 
 
+def _inputs(args: argparse.Namespace) -> list[str]:
+    """The files a command reads, which its output must never replace."""
+    found = [getattr(args, "scenario", None), getattr(args, "sweep", None)]
+    found += list(getattr(args, "scenarios", None) or [])
+    found += list(getattr(args, "from_logs", None) or [])
+    return [f for f in found if f]
+
+
 class _CountBar:
     """A progress bar of points done on stderr, started at the first update
     (so that an input error is printed alone)."""
@@ -116,6 +127,13 @@ def _cmd_replications(args: argparse.Namespace, scenario) -> int:
     from sim.planning.runner import run_many
     from sim.planning.stats import aggregate
 
+    from sim.output_paths import prepare_folder
+    from sim.outputs import write_folder
+
+    default = Path("results") / f"{slug(scenario.name)}-replications"
+    out_dir = Path(args.out) if args.out else default
+    inputs = _inputs(args)
+    out_dir = prepare_folder(out_dir, force=args.force, inputs=inputs)
     seeds = [scenario.seed + i for i in range(args.replications)]
     scenarios = [with_values(scenario, {"seed": s}) for s in seeds]
     bar, update = _bar("replications") if not args.quiet else (None, None)
@@ -124,14 +142,15 @@ def _cmd_replications(args: argparse.Namespace, scenario) -> int:
     finally:
         if bar is not None:
             bar.stop()
-    out_dir = Path(args.out) if args.out else Path("results") / f"{scenario.name}-replications"
-    if out_dir.exists() and any(out_dir.iterdir()) and not args.force:
-        raise ScenarioError(f"output folder {out_dir} exists; pass --force to replace it",
-                            file=str(out_dir))
-    out_dir.mkdir(parents=True, exist_ok=True)
     result = {"scenario": scenario.name, "seeds": seeds, "figures": aggregate(summaries),
               "replications": summaries}
-    (out_dir / "replications.json").write_text(json.dumps(result, indent=2) + "\n")
+
+    def write(folder: Path) -> list[Path]:
+        path = folder / "replications.json"
+        path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        return [path]
+
+    write_folder(write, out_dir, force=args.force, inputs=inputs, command="run --replications")
     if not args.quiet:
         figs = result["figures"]
         for key in ("latency_s.ttft.p50", "latency_s.ttft.p99", "latency_s.tpot.p50",
@@ -141,7 +160,8 @@ def _cmd_replications(args: argparse.Namespace, scenario) -> int:
             if f and f["mean"] is not None:
                 hw = f["half_width"]
                 print(f"{key:40s} {f['mean']:12.6g}" + (f" ± {hw:.3g}" if hw is not None else ""))
-        print(f"{len(seeds)} replications (95% confidence intervals) -> {out_dir}/replications.json")
+        print(f"{len(seeds)} replications (95% confidence intervals) -> "
+              f"{out_dir}/replications.json")
     return 0
 
 
@@ -161,15 +181,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from sim.outputs import write_outputs
     from sim.table import print_summary
 
+    from sim.output_paths import prepare_folder
+
     scenario = _load(args)
     if args.replications > 1:
         return _cmd_replications(args, scenario)
-    out_dir = Path(args.out) if args.out else Path("results") / scenario.name
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ScenarioError(f"output path {out_dir} is a file, not a folder", file=str(out_dir))
-    if out_dir.exists() and any(out_dir.iterdir()) and not args.force:
-        raise ScenarioError(f"output folder {out_dir} exists; pass --force to replace it",
-                            file=str(out_dir))
+    out_dir = Path(args.out) if args.out else Path("results") / slug(scenario.name)
+    out_dir = prepare_folder(out_dir, force=args.force, inputs=_inputs(args))
     sweep = _read_sweep(args.sweep) if args.sweep else None
     progress = _Progress() if not args.quiet else None
     try:
@@ -177,7 +195,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.close()
-    written = write_outputs(results, out_dir, force=args.force, sweep=sweep)
+    written = write_outputs(results, out_dir, force=args.force, sweep=sweep, inputs=_inputs(args))
     if args.json:
         print(json.dumps(results.summary, indent=2))
     elif not args.quiet:
@@ -193,6 +211,8 @@ def _slos(args: argparse.Namespace) -> list:
 
 
 def _cmd_size(args: argparse.Namespace) -> int:
+    from sim.output_paths import prepare_folder
+    from sim.outputs import write_folder
     from sim.planning.size import max_rate, size
 
     scenario = _load(args)
@@ -208,13 +228,16 @@ def _cmd_size(args: argparse.Namespace) -> int:
         for pool in pools or list(scenario.pools):
             print(json.dumps({"pool": pool, **max_rate(scenario, slos, pool)}))
         return 0
+    out = prepare_folder(args.out, force=args.force, inputs=_inputs(args)) if args.out else None
     table = size(scenario, slos, pools)
+    if out is not None:
+        def write(folder: Path) -> list[Path]:
+            table.to_csv(folder / "size.csv", index=False)
+            table.to_json(folder / "size.json", orient="records", indent=2)
+            return [folder / "size.csv", folder / "size.json"]
+
+        write_folder(write, out, force=args.force, inputs=_inputs(args), command="size")
     with_pd_options(lambda: print(table.to_string(index=False)))
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(out / "size.csv", index=False)
-        table.to_json(out / "size.json", orient="records", indent=2)
     return 0
 
 
@@ -225,11 +248,18 @@ def with_pd_options(fn) -> None:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    from sim.output_paths import check_file, write_file
     from sim.planning.overrides import parse_vary
     from sim.planning.sweep import sweep
 
     scenario = _load(args)
     varies = [parse_vary(v) for v in args.vary]
+    out = Path(args.out) if args.out else Path("results") / f"{slug(scenario.name)}-sweep.csv"
+    out = check_file(out, kind="a `fleetsim sweep` table", is_kind=_is_sweep_table,
+                     inputs=_inputs(args))
+    if args.report:
+        check_file(Path(args.report), kind="a `fleetsim sweep` page", is_kind=_is_sweep_page,
+                   inputs=_inputs(args))
     bar, update = _bar("sweep") if not args.quiet else (None, None)
     try:
         table = sweep(scenario, varies, executor=args.executor, workers=args.workers,
@@ -237,18 +267,37 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.stop()
-    out = Path(args.out) if args.out else Path("results") / f"{scenario.name}-sweep.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out, index=False)
+    write_file(out, table.to_csv(index=False))
     if args.report:
         from sim.report import build_sweep_report
-        report = Path(args.report)
-        report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(build_sweep_report(table, scenario.name), encoding="utf-8")
+        write_file(Path(args.report), build_sweep_report(table, scenario.name))
     if not args.quiet:
         with_pd_options(lambda: print(table.to_string(index=False)))
         print(f"{len(table)} points -> {out}" + (f", {args.report}" if args.report else ""))
     return 0
+
+
+def _is_sweep_table(path: Path) -> bool:
+    """True if ``path`` starts with the header of a `fleetsim sweep` table."""
+    import csv
+
+    from sim.report import SWEEP_X, SWEEP_Y
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            header = next(csv.reader([fh.readline(65536)]), [])
+    except (OSError, UnicodeDecodeError):
+        return False
+    return all(c in header for c in (SWEEP_X, *SWEEP_Y))
+
+
+def _is_sweep_page(path: Path) -> bool:
+    """True if ``path`` starts as the page `fleetsim sweep --report` writes."""
+    head = "<!doctype html><html><head><meta charset='utf-8'><title>fleetsim sweep: "
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(head)) == head.encode()
+    except OSError:
+        return False
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -309,6 +358,7 @@ def _cmd_calibrate_from_kernels(args: argparse.Namespace) -> int:
     from calibrate import from_kernels
     from calibrate.kernel_db import GPU_FOLDERS, KernelDbError
     from calibrate.spec import load_model
+    from sim.output_paths import os_error, probe
     if args.gpu is None:
         raise ScenarioError(f"calibrate --from {args.source}: name the GPU with --gpu "
                             f"({', '.join(sorted(GPU_FOLDERS))})")
@@ -327,14 +377,18 @@ def _cmd_calibrate_from_kernels(args: argparse.Namespace) -> int:
             f"{shape.name} in {dtype} ({spec.weight_bytes(dtype) / 2 ** 30:.1f} GiB of "
             f"weights) leaves no room for a KV cache on {args.tp} x {hw.name} "
             f"({hw.planning_memory / 2 ** 30:.1f} GiB each)")
+    out = Path(args.out) if args.out else from_kernels.default_folder(hw.name, args.engine)
+    probe(out)
     try:
         profile = from_kernels.build(shape, hw.name, args.tp, args.engine, dtype, kv_dtype,
                                      hw.hbm_bandwidth, version=args.engine_version,
                                      root=args.kernel_db)
     except KernelDbError as exc:
         raise ScenarioError(str(exc)) from None
-    out = Path(args.out) if args.out else from_kernels.default_folder(hw.name, args.engine)
-    path = from_kernels.write(profile, out)
+    try:
+        path = from_kernels.write(profile, out)
+    except OSError as exc:
+        raise os_error(exc, out, started=True) from None
     if not args.quiet:
         src = profile["source"]
         print(f"{shape.name} tp={args.tp} {dtype} (KV {kv_dtype}) on {hw.name} from "
@@ -366,6 +420,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise ScenarioError(f"calibration needs torch ({exc}); install it with "
                             f"pip install 'fleetsim[calibrate]'") from None
+    if args.out:
+        from sim.output_paths import probe
+        probe(Path(args.out))
     try:
         result = calibrate(args.model, device=args.device, tp=args.tp, out=args.out,
                            quick=args.quick, dtype=args.dtype, threads=args.threads,
@@ -398,8 +455,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise ScenarioError(f"validation needs torch and transformers ({exc}); install them "
                             f"with pip install 'fleetsim[validate]'") from None
+    from sim.output_paths import prepare_folder
     out = Path(args.out) if args.out else Path("results") / (
         "validate-from-logs" if args.from_logs else "validate")
+    out = prepare_folder(out, force=args.force, inputs=_inputs(args))
     log = (lambda _m: None) if args.quiet else print
     try:
         if args.from_logs:
@@ -430,11 +489,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="simulate a scenario and write its results")
     run.add_argument("scenario", help="scenario YAML file")
-    run.add_argument("--out", help="output folder (default: results/<scenario name>)")
+    run.add_argument("--out", help="output folder (default: results/<scenario name>, made "
+                                   "safe as a folder name)")
     run.add_argument("--seed", type=int, help="override the scenario's seed")
     run.add_argument("--duration", type=_duration,
                      help="override the arrival window, e.g. 600 or 10min")
-    run.add_argument("--force", action="store_true", help="replace an existing output folder")
+    run.add_argument("--force", action="store_true",
+                     help="replace an output folder an earlier fleetsim run wrote")
     run.add_argument("--quiet", action="store_true", help="print nothing but errors")
     run.add_argument("--json", action="store_true", help="print summary.json instead of tables")
     run.add_argument("--set", action="append", metavar="PATH=VALUE",
@@ -457,6 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="instead: the highest load the fleet as configured sustains")
     size_p.add_argument("--set", action="append", metavar="PATH=VALUE")
     size_p.add_argument("--out", help="folder for size.csv and size.json")
+    size_p.add_argument("--force", action="store_true",
+                        help="replace an output folder an earlier fleetsim run wrote")
     size_p.set_defaults(func=_cmd_size)
 
     sweep_p = sub.add_parser("sweep", help="run a grid over scenario fields")
@@ -467,7 +530,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep_p.add_argument("--executor", choices=["local", "dask"], default="local")
     sweep_p.add_argument("--workers", type=int, default=1)
     sweep_p.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786")
-    sweep_p.add_argument("--out", help="CSV file for the table")
+    sweep_p.add_argument("--out", help="CSV file for the table (default: results/<scenario "
+                                       "name>-sweep.csv); replaces only an earlier sweep table")
     sweep_p.add_argument("--report", metavar="HTML",
                          help="also write a self-contained page with the throughput-against-"
                               "latency curves")
@@ -539,7 +603,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "fleetsim validate wrote, or its engine_log.json.gz files) with "
                           "the simulator as it is now; nothing is served or timed")
     val.add_argument("--out", help="output folder (default: results/validate)")
-    val.add_argument("--force", action="store_true", help="replace an existing output folder")
+    val.add_argument("--force", action="store_true",
+                     help="replace an output folder an earlier fleetsim run wrote")
     val.add_argument("--recalibrate", action="store_true",
                      help="calibrate this machine even if a profile made on it exists")
     val.add_argument("--quick", action="store_true",
@@ -557,13 +622,31 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()          # a closed pipe shows here, not at interpreter exit
+        return code
     except ScenarioError as exc:
         print(format_cli_error(exc), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:     # the reader went away (`fleetsim schema | head`)
+        _silence_stdout()
+        return 0
+    except (OSError, UnicodeError) as exc:
+        print(format_cli_error(exc), file=sys.stderr)
+        return 2
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the exit's flush does not fail again."""
+    import os
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":

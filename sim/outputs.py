@@ -9,6 +9,8 @@ The folder holds::
     steps.csv          one row per engine step (only with ``record_steps``)
     scenario.yaml      the scenario as validated, every default filled in
     plots/*.png        see :mod:`sim.plots`
+    report.html        one self-contained page
+    .fleetsim-output   the marker that lets ``--force`` replace the folder later
 
 Everything is written into a hidden sibling folder first and renamed into
 place at the end, so an interrupted run never leaves a folder that looks
@@ -20,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from sim.errors import ScenarioError
+from sim.output_paths import check_folder, os_error, remove, remove_stale, write_marker
 
 # Summary keys that depend on the machine or the clock, never written.
 _VOLATILE_KEYS = ("wall_s",)
@@ -104,71 +105,66 @@ def _write_all(results, folder: Path, sweep=None) -> list[Path]:
     return written
 
 
-def _remove(path: Path) -> None:
-    """Remove exactly ``path`` (a folder tree, or a link/file without following it)."""
-    if path.is_symlink() or not path.is_dir():
-        path.unlink(missing_ok=True)
-    else:
-        shutil.rmtree(path)
-
-
-def _is_nonempty_dir(path: Path) -> bool:
-    return path.is_dir() and any(path.iterdir())
-
-
-def _check_target(out_dir: Path, force: bool) -> None:
-    if not os.path.lexists(out_dir):
-        return
-    if not out_dir.is_dir():
-        raise ScenarioError(f"output path {out_dir} exists and is not a folder",
-                            file=str(out_dir))
-    if not force and _is_nonempty_dir(out_dir):
-        raise ScenarioError(f"output folder {out_dir} exists; pass --force to replace it",
-                            file=str(out_dir))
-
-
-def write_outputs(results, out_dir: Path, *, force: bool = False, sweep=None) -> list[Path]:
+def write_outputs(results, out_dir: Path, *, force: bool = False, sweep=None,
+                  inputs=()) -> list[Path]:
     """Write ``results`` to ``out_dir`` and return the final paths of the files written.
 
-    An existing non-empty ``out_dir`` is a :class:`ScenarioError` unless
-    ``force``; with ``force`` it is replaced only once the new folder is
-    complete. Parent folders are created as needed.
+    An existing non-empty ``out_dir`` is replaced only with ``force`` and only if
+    fleetsim wrote it (see :mod:`sim.output_paths`), and only once the new
+    folder is complete. Parent folders are created as needed.
     """
-    return write_folder(lambda folder: _write_all(results, folder, sweep), out_dir, force=force)
+    return write_folder(lambda folder: _write_all(results, folder, sweep), out_dir,
+                        force=force, inputs=inputs, command="run")
 
 
-def write_folder(write, out_dir: Path, *, force: bool = False) -> list[Path]:
+def write_folder(write, out_dir: Path, *, force: bool = False, inputs=(),
+                 command: str | None = None) -> list[Path]:
     """Build a folder with ``write(tmp_folder) -> [paths]`` and rename it to ``out_dir``.
 
-    The folder appears complete or not at all; the rules for an existing
-    ``out_dir`` are those of :func:`write_outputs`.
+    The folder appears complete or not at all, holding the marker that lets a
+    later ``force`` replace it; the rules for an existing ``out_dir`` are
+    :func:`sim.output_paths.check_folder`'s. An OSError becomes a located
+    :class:`ScenarioError` with exit code 1 (the work had started).
     """
-    out_dir = Path(out_dir)
-    _check_target(out_dir, force)
+    out_dir = check_folder(out_dir, force=force, inputs=inputs)
     parent = out_dir.parent
-    parent.mkdir(parents=True, exist_ok=True)
     tmp = parent / f".{out_dir.name}.tmp-{os.getpid()}"
     old = parent / f".{out_dir.name}.old-{os.getpid()}"
-    for stale in (tmp, old):  # left by an earlier, interrupted run in this process
-        if os.path.lexists(stale):
-            _remove(stale)
-
-    tmp.mkdir()
     try:
+        parent.mkdir(parents=True, exist_ok=True)
+        remove_stale(parent, out_dir.name)
+        for stale in (tmp, old):   # left by an earlier, interrupted write in this process
+            if os.path.lexists(stale):
+                remove(stale)
+        tmp.mkdir()
+    except OSError as exc:
+        raise os_error(exc, out_dir, started=True) from None
+    try:
+        write_marker(tmp, command)  # first, so that a killed run's leftover is known as ours
         written = write(tmp)
-        _check_target(out_dir, force)  # it may have appeared while we were writing
+        check_folder(out_dir, force=force, inputs=inputs)  # it may have appeared meanwhile
         if os.path.lexists(out_dir):
-            os.replace(out_dir, old)   # out_dir is a folder here: empty, or force is set
+            os.replace(out_dir, old)   # out_dir is a folder here: empty, or ours and force
         try:
             os.replace(tmp, out_dir)
         except BaseException:
             if os.path.lexists(old):
                 os.replace(old, out_dir)
             raise
+    except OSError as exc:
+        _discard(tmp)
+        raise os_error(exc, out_dir, started=True) from None
     except BaseException:
-        if os.path.lexists(tmp):
-            _remove(tmp)
+        _discard(tmp)
         raise
     if os.path.lexists(old):
-        _remove(old)
+        _discard(old)
     return [out_dir / p.relative_to(tmp) for p in written]
+
+
+def _discard(path: Path) -> None:
+    try:
+        if os.path.lexists(path):
+            remove(path)
+    except OSError:
+        pass   # a later run removes it (remove_stale)

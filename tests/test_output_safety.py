@@ -1,0 +1,326 @@
+"""What the CLI may write and replace (sim.output_paths): nothing a user types makes
+fleetsim delete or overwrite what it did not write, and an output that cannot be
+written is a located error (exit 2) before any work runs."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import sim
+from sim.cli import main
+from sim.output_paths import MARKER, MAX_SLUG_CHARS, has_marker, slug
+
+SCENARIO = """\
+name: {name}
+seed: 1
+duration: 5s
+workload:
+  streams:
+    chat:
+      model: llama-3.1-8b
+      arrival: {{type: poisson, rate: 2/s}}
+      prompt_tokens: {{type: fixed, value: 100}}
+      output_tokens: {{type: fixed, value: 10}}
+pools:
+  main:
+    model: llama-3.1-8b
+    hardware: H100-SXM
+    replicas: 1
+"""
+
+
+def run_main(args: list[str]) -> int:
+    """``sim.cli.main`` with argparse's SystemExit turned into its exit code."""
+    try:
+        return main(args)
+    except SystemExit as exc:
+        return exc.code
+
+
+def write_scenario(folder: Path, name: str = "safe", file: str = "s.yaml") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / file
+    path.write_text(SCENARIO.format(name=json.dumps(name)), encoding="utf-8")
+    return path
+
+
+def tree_hashes(root: Path) -> dict[str, str]:
+    """Every file and link under ``root`` (links not followed) with a hash of its content."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames + [d for d in dirnames if os.path.islink(Path(dirpath, d))]:
+            path = Path(dirpath, name)
+            data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+            out[str(path.relative_to(root))] = hashlib.sha256(data).hexdigest()
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _small_outputs(monkeypatch):
+    """A result folder of one file (plots and the page are slow and beside the point)."""
+    import sim.outputs
+
+    def write_all(results, folder, sweep=None):
+        path = folder / "summary.json"
+        path.write_text(sim.outputs.summary_json(results.summary))
+        return [path]
+
+    monkeypatch.setattr(sim.outputs, "_write_all", write_all)
+
+
+@pytest.fixture
+def no_simulation(monkeypatch):
+    """Fail the test if a simulation starts: the output must be checked first."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the simulation ran before the output was checked")
+
+    monkeypatch.setattr(sim, "run", refuse)
+
+
+# -- default folder names -----------------------------------------------------------------
+
+@pytest.mark.parametrize("name,expected", [
+    (".", "scenario"), ("", "scenario"), ("..", "scenario"), ("../../x", "x"),
+    ("/abs/path", "abs-path"), ("a\x00b\nc\td", "a-b-c-d"), ("héllo wörld", "h-llo-w-rld"),
+    ("v1.2_run-3", "v1.2_run-3"), ("x" * 500, "x" * MAX_SLUG_CHARS), (".hidden", "hidden"),
+])
+def test_slug_examples(name, expected):
+    assert slug(name) == expected
+
+
+@given(st.text())
+def test_slug_is_always_one_safe_name(name):
+    text = slug(name)
+    assert 0 < len(text) <= MAX_SLUG_CHARS
+    assert text not in (".", "..") and not text.startswith((".", "-"))
+    assert all(c.isascii() and (c.isalnum() or c in "._-") for c in text)
+
+
+@pytest.mark.parametrize("name", [".", "", "..", "../../x", "/tmp/abs", "a/../../b",
+                                  "x" * 300, "bell\x07 and\nnewline"])
+def test_default_folder_stays_under_results(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    path = write_scenario(tmp_path / "in", name)
+    (tmp_path / "results" / "other").mkdir(parents=True)
+    (tmp_path / "results" / "other" / "keep.txt").write_text("another result")
+    for _ in range(2):
+        assert run_main(["run", str(path), "--quiet", "--force"]) == 0
+    made = sorted(p.name for p in (tmp_path / "results").iterdir())
+    assert made == sorted(["other", slug(name)])
+    assert (tmp_path / "results" / slug(name) / "summary.json").is_file()
+    assert (tmp_path / "results" / "other" / "keep.txt").read_text() == "another result"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "results"]
+
+
+# -- --force replaces only what fleetsim wrote --------------------------------------------
+
+def test_force_cannot_delete_anything_it_did_not_write(tmp_path, monkeypatch, capsys):
+    """`run proj/s.yaml --out proj --force`, and every other folder a user might type."""
+    proj = tmp_path / "proj"
+    scenario = write_scenario(proj)
+    (proj / "notes.txt").write_text("precious")
+    (proj / "data").mkdir()
+    (proj / "data" / "table.csv").write_text("a,b\n1,2\n")
+    monkeypatch.chdir(proj)
+    before = tree_hashes(tmp_path)
+    for out in (proj, proj / "data", ".", "..", "data/..", str(tmp_path), "/"):
+        assert run_main(["run", str(scenario), "--out", str(out), "--quiet", "--force"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and "Traceback" not in err
+        assert tree_hashes(tmp_path) == before, out
+
+
+def test_force_never_replaces_the_folder_holding_the_scenario(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run_main(["run", str(write_scenario(tmp_path)), "--out", str(out), "--quiet"]) == 0
+    again = out / "s.yaml"
+    again.write_text((tmp_path / "s.yaml").read_text())
+    before = tree_hashes(out)
+    assert run_main(["run", str(again), "--out", str(out), "--quiet", "--force"]) == 2
+    assert "input" in capsys.readouterr().err
+    assert tree_hashes(out) == before
+
+
+def test_force_replaces_an_earlier_fleetsim_output(tmp_path):
+    out = tmp_path / "out"
+    scenario = write_scenario(tmp_path)
+    assert run_main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+    assert has_marker(out)
+    marker = (out / MARKER).read_bytes()
+    (out / "old.txt").write_text("from the earlier run")
+    assert run_main(["run", str(scenario), "--out", str(out), "--quiet", "--force"]) == 0
+    assert not (out / "old.txt").exists() and (out / "summary.json").is_file()
+    assert (out / MARKER).read_bytes() == marker          # no clock, no pid
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "s.yaml"]
+
+
+def test_a_forged_marker_that_is_a_link_does_not_count(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "elsewhere.json").write_text('{"written_by": "fleetsim"}')
+    (out / MARKER).symlink_to(tmp_path / "elsewhere.json")
+    (out / "keep.txt").write_text("precious")
+    scenario = write_scenario(tmp_path / "in")
+    before = tree_hashes(tmp_path)
+    assert run_main(["run", str(scenario), "--out", str(out), "--quiet", "--force"]) == 2
+    assert "did not write" in capsys.readouterr().err
+    assert tree_hashes(tmp_path) == before
+
+
+@pytest.mark.parametrize("target_kind", ["empty", "fleetsim output", "user files"])
+def test_a_link_as_output_folder_is_refused_and_not_followed(tmp_path, capsys, target_kind):
+    scenario = write_scenario(tmp_path / "in")
+    target = tmp_path / "target"
+    if target_kind == "fleetsim output":
+        assert run_main(["run", str(scenario), "--out", str(target), "--quiet"]) == 0
+    else:
+        target.mkdir()
+        if target_kind == "user files":
+            (target / "keep.txt").write_text("precious")
+    link = tmp_path / "link"
+    link.symlink_to(target, target_is_directory=True)
+    before = tree_hashes(tmp_path)
+    assert run_main(["run", str(scenario), "--out", str(link), "--quiet", "--force"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {link}: ") and "symbolic link" in err
+    assert tree_hashes(tmp_path) == before and link.is_symlink()
+
+
+# -- leftovers of killed runs -------------------------------------------------------------
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def leftover(parent: Path, name: str, pid: int, *, marker: bool = True,
+             kind: str = "tmp") -> Path:
+    folder = parent / f".{name}.{kind}-{pid}"
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text("{}")
+    if marker:
+        (folder / MARKER).write_text('{"written_by": "fleetsim"}\n')
+    return folder
+
+
+def test_leftovers_of_killed_runs_are_removed_by_the_next_run(tmp_path):
+    results = tmp_path / "results"
+    pid = dead_pid()
+    gone = [leftover(results, "run", pid), leftover(results, "other", pid, kind="old")]
+    kept_no_marker = leftover(results, "mine", pid, marker=False)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        kept_alive = leftover(results, "busy", sleeper.pid)
+        assert run_main(["run", str(write_scenario(tmp_path)), "--out",
+                         str(results / "run"), "--quiet"]) == 0
+        assert not any(p.exists() for p in gone)
+        assert kept_no_marker.is_dir() and kept_alive.is_dir()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert sorted(p.name for p in results.iterdir()) == sorted(
+        ["run", kept_no_marker.name, kept_alive.name])
+
+
+def test_a_failed_write_leaves_nothing_and_exits_1(tmp_path, monkeypatch, capsys):
+    import errno
+
+    import sim.outputs
+
+    def full(results, folder, sweep=None):
+        raise OSError(errno.ENOSPC, "No space left on device", str(folder / "summary.json"))
+
+    monkeypatch.setattr(sim.outputs, "_write_all", full)
+    out = tmp_path / "results" / "run"
+    assert run_main(["run", str(write_scenario(tmp_path)), "--out", str(out), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "No space left on device" in err
+    assert "Traceback" not in err
+    assert list((tmp_path / "results").iterdir()) == []
+
+
+# -- outputs that cannot be written, found before the work --------------------------------
+
+def unwritable_places(tmp_path: Path) -> list[Path]:
+    """Folders no one can create: below a regular file, inside /proc; and, when not
+    root (root passes permission checks), inside a read-only folder."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    places = [blocker / "out", Path("/proc") / "fleetsim-test" / "out"]
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        places.append(locked / "out")
+    return places
+
+
+@pytest.mark.parametrize("command", [
+    ["run"], ["run", "--replications", "2"], ["size", "--slo", "ttft_p99=2s"],
+    ["sweep", "--vary", "pools.main.replicas=1,2"],
+])
+def test_unwritable_output_is_found_before_the_work(tmp_path, monkeypatch, capsys,
+                                                    no_simulation, command):
+    import sim.planning.runner
+    import sim.planning.size
+    import sim.planning.sweep
+
+    for module, name in ((sim.planning.size, "size"), (sim.planning.sweep, "sweep"),
+                         (sim.planning.runner, "run_many")):
+        monkeypatch.setattr(module, name, sim.run)    # the refusing stand-in
+    scenario = write_scenario(tmp_path / "in")
+    for place in unwritable_places(tmp_path):
+        out = place / "table.csv" if command[0] == "sweep" else place
+        code = run_main([command[0], str(scenario), *command[1:], "--out", str(out)])
+        err = capsys.readouterr().err
+        assert code == 2, (place, err)
+        assert err.startswith("error: ") and "Traceback" not in err
+        assert "fleetsim-test" in err or str(tmp_path) in err
+
+
+def test_sweep_replaces_only_its_own_tables(tmp_path, capsys, no_simulation, monkeypatch):
+    import sim.planning.sweep
+    monkeypatch.setattr(sim.planning.sweep, "sweep", sim.run)
+    scenario = write_scenario(tmp_path / "in")
+    mine = tmp_path / "mine.csv"
+    mine.write_text("name,value\nalice,1\n")
+    page = tmp_path / "page.html"
+    page.write_text("<html>my page</html>")
+    before = tree_hashes(tmp_path)
+    for flags in (["--out", str(mine)], ["--out", str(tmp_path / "t.csv"), "--report", str(page)],
+                  ["--out", str(scenario)]):
+        code = run_main(["sweep", str(scenario), "--vary", "pools.main.replicas=1,2", *flags])
+        err = capsys.readouterr().err
+        assert code == 2 and "Traceback" not in err
+        assert tree_hashes(tmp_path) == before
+
+
+def test_size_and_replications_refuse_a_users_folder(tmp_path, capsys, no_simulation):
+    scenario = write_scenario(tmp_path / "in")
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "keep.txt").write_text("precious")
+    before = tree_hashes(tmp_path)
+    for command in (["size", "--slo", "ttft_p99=2s"], ["run", "--replications", "2"]):
+        code = run_main([command[0], str(scenario), *command[1:], "--out", str(proj),
+                         "--force"])
+        assert code == 2 and "did not write" in capsys.readouterr().err
+        assert tree_hashes(tmp_path) == before
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    """`fleetsim schema | head`: the reader goes away before fleetsim writes."""
+    child = subprocess.Popen([sys.executable, "-m", "sim.cli", "schema"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    child.stdout.close()
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=120) == 0
+    assert err == ""
