@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 EngineName = Literal["vllm", "sglang", "trtllm"]
-ENGINES: tuple[str, ...] = ("vllm", "sglang", "trtllm")
 
 
 @dataclass(frozen=True)
@@ -53,8 +52,12 @@ PRESETS: dict[str, EnginePreset] = {
 }
 
 
-def preset(engine: str) -> EnginePreset:
-    return PRESETS[engine]
+def with_engine_admission(engine: str, scheduler_cfg):
+    """The scheduler's settings with the engine's KV admission where they leave it unset
+    (``kv_admission: null``, the default of the continuous scheduler)."""
+    if getattr(scheduler_cfg, "kv_admission", "") is None:
+        return scheduler_cfg.model_copy(update={"kv_admission": PRESETS[engine].kv_admission})
+    return scheduler_cfg
 
 
 def front_end_s(engine: str, num_layers: int, override_s: float | None = None) -> float:

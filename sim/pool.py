@@ -28,7 +28,7 @@ from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
 from sim.cost import measured
 from sim.cost.measured import AutoConfig
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
-from sim.engines import front_end_s
+from sim.engines import front_end_s, with_engine_admission
 from sim.gateway.fair_queue import FairQueue
 from sim.kv import KvCacheManager
 from sim.recorder import Recorder
@@ -104,6 +104,8 @@ class Pool:
                                              self.cfg.front_end))
         self._in_front_end: dict[int, Request] = {}
         self._limits = ReplicaLimits(max_model_len=spec.max_model_len)
+        # the scheduler's settings, with what they leave to the engine filled in
+        self.scheduler_cfg = with_engine_admission(self.cfg.engine, self.cfg.scheduler)
         self._sched_cls = SCHEDULERS[type(self.cfg.scheduler)]
         self._sched_kwargs = {}
         if isinstance(self.cfg.scheduler, SpeculativeConfig):
@@ -130,7 +132,7 @@ class Pool:
     def _new_replica(self) -> Replica:
         kv = KvCacheManager(self.spec.kv.num_blocks, self.spec.kv.block_size_tokens,
                             prefix_caching=self.cfg.prefix_caching)
-        scheduler = self._sched_cls(self.cfg.scheduler, kv=kv, cost=self.cost_model,
+        scheduler = self._sched_cls(self.scheduler_cfg, kv=kv, cost=self.cost_model,
                                     limits=self._limits, on_finish=self._finished,
                                     **self._sched_kwargs)
         replica = Replica(self.env, self.code, self._next_index, scheduler, self.recorder,
@@ -255,7 +257,7 @@ class Pool:
 
     def _new_probe(self) -> Scheduler:
         kv = KvCacheManager(self.spec.kv.num_blocks, self.spec.kv.block_size_tokens)
-        return self._sched_cls(self.cfg.scheduler, kv=kv, cost=self.cost_model,
+        return self._sched_cls(self.scheduler_cfg, kv=kv, cost=self.cost_model,
                                limits=self._limits, on_finish=self._finished,
                                **self._sched_kwargs)
 

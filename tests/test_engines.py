@@ -6,7 +6,6 @@ import pytest
 
 import sim
 from sim import profiles
-from sim.config.scenario import PoolConfig
 from sim.engines import PRESETS, front_end_s
 from tests.simfactories import continuous, make_pool, make_scenario, poisson_stream, trace_stream
 
@@ -45,19 +44,29 @@ def test_a_request_still_in_the_front_end_when_the_run_stops_ends_unfinished(tmp
     assert status == ["unfinished", "unfinished"]       # none lost, none served
 
 
+def _kv_tight(engine: str, **sched):
+    """Long answers into a small cache: on_demand admits more than can finish."""
+    from tests.simfactories import continuous
+    pool = make_pool(engine=engine, kv_cache_bytes="1GiB", scheduler=continuous(**sched))
+    return make_scenario(stream=poisson_stream(rate=40.0, prompt_tokens=512,
+                                               output_tokens=1500), pool=pool, duration=20.0)
+
+
+def _max_running(scn) -> int:
+    return sim.run(scn).summary["pools"]["p"]["max_running_seqs"]
+
+
 def test_trtllm_admits_only_what_can_finish_unless_the_scheduler_says_otherwise():
-    pool = PoolConfig.model_validate({"model": "llama-3.1-8b", "hardware": "H100-SXM",
-                                      "engine": "trtllm"})
-    assert pool.scheduler.kv_admission == "guaranteed_no_evict"
-    mine = PoolConfig.model_validate({"model": "llama-3.1-8b", "hardware": "H100-SXM",
-                                      "engine": "trtllm",
-                                      "scheduler": {"type": "continuous",
-                                                    "kv_admission": "on_demand"}})
-    assert mine.scheduler.kv_admission == "on_demand"
-    for engine in ("vllm", "sglang"):
-        assert PoolConfig.model_validate({"model": "llama-3.1-8b", "hardware": "H100-SXM",
-                                          "engine": engine}).scheduler.kv_admission \
-            == "on_demand"
+    from sim.planning.overrides import with_values
+    on_demand = _max_running(_kv_tight("vllm"))
+    no_evict = _max_running(_kv_tight("vllm", kv_admission="guaranteed_no_evict"))
+    assert no_evict < on_demand
+    assert _max_running(_kv_tight("trtllm")) == no_evict
+    assert _max_running(_kv_tight("sglang")) == on_demand
+    assert _max_running(_kv_tight("trtllm", kv_admission="on_demand")) == on_demand
+    # an engine set by an override (fleetsim run --set, sweeps) brings its admission too
+    swapped = with_values(_kv_tight("vllm"), {"pools.p.engine": "trtllm"})
+    assert _max_running(swapped) == no_evict
     assert {p.kv_admission for p in PRESETS.values()} == {"on_demand", "guaranteed_no_evict"}
 
 

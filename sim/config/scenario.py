@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr
 
 from sim.config.common import (Bytes, BytesPerS, Fraction, PositiveBytes, PositiveInt, PositiveSeconds,
                                Seconds, StrictModel)
@@ -18,7 +18,7 @@ from sim.config.workload import WorkloadConfig
 from sim.cost.calibrated import CalibratedConfig
 from sim.cost.measured import AutoConfig
 from sim.cost.roofline import RooflineConfig
-from sim.engines import PRESETS, EngineName
+from sim.engines import EngineName
 from sim.autoscalers import AutoscalerConfig
 from sim.routers import RouterConfig
 from sim.routers.round_robin import RoundRobinConfig
@@ -100,7 +100,8 @@ class PoolConfig(StrictModel):
                             "scheduler's default KV admission (see sim/engines.py)")
     front_end: Seconds | None = Field(
         None, description="Per-request time in the engine's front end (API server, "
-                          "tokenisation, prefill dispatch) added to TTFT; default: the "
+                          "tokenisation, prefill dispatch) before the request reaches the "
+                          "queue, so it adds to TTFT and end-to-end latency; default: the "
                           "engine's (vllm 0.8 ms per layer, sglang and trtllm none), or none "
                           "on a calibrated profile measured on a whole engine")
     scheduler: SchedulerConfig = Field(default_factory=ContinuousConfig,
@@ -120,24 +121,6 @@ class PoolConfig(StrictModel):
     queue: QueueConfig = Field(default_factory=QueueConfig, description="Pool queue")
     spot: SpotConfig | None = Field(None, description="Spot replicas: preemption rate")
     sizing: SizingOptions | None = Field(None, description="Options for `fleetsim size`")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _engine_admission(cls, data):
-        """The engine's KV admission for a continuous scheduler that names none."""
-        if not isinstance(data, dict) or data.get("engine", "vllm") not in PRESETS:
-            return data                     # the field's own check names the engines
-        want = PRESETS[data.get("engine", "vllm")].kv_admission
-        if want == ContinuousConfig.model_fields["kv_admission"].default:
-            return data
-        sched = data.get("scheduler")
-        if sched is None:
-            sched = {"type": "continuous", "kv_admission": want}
-        elif isinstance(sched, dict) and sched.get("type") == "continuous":
-            sched = {"kv_admission": want, **sched}
-        elif isinstance(sched, ContinuousConfig) and "kv_admission" not in sched.model_fields_set:
-            sched = sched.model_copy(update={"kv_admission": want})
-        return {**data, "scheduler": sched}
 
 
 class Scenario(StrictModel):

@@ -54,13 +54,14 @@ class ContinuousConfig(StrictModel):
     priority_aging: PositiveSeconds | None = Field(
         None, description="Starvation guard for the priority policy: a waiting request "
                           "gains one priority level per this much waiting")
-    kv_admission: Literal["on_demand", "guaranteed_no_evict"] = Field(
-        "on_demand", description="on_demand (vLLM): KV blocks are taken as tokens are "
-                                 "computed and a request is preempted when they run out; "
-                                 "guaranteed_no_evict (TensorRT-LLM's default capacity "
-                                 "scheduler): a request is admitted only when the cache can "
-                                 "hold its whole prompt and output beside every running "
-                                 "request's, so none is ever preempted")
+    kv_admission: Literal["on_demand", "guaranteed_no_evict"] | None = Field(
+        None, description="on_demand (vLLM, SGLang): KV blocks are taken as tokens are "
+                          "computed and a request is preempted when they run out; "
+                          "guaranteed_no_evict (TensorRT-LLM's default capacity "
+                          "scheduler): a request is admitted only when the cache can "
+                          "hold its whole prompt and output beside every running "
+                          "request's, so none is ever preempted; unset: the pool's "
+                          "engine's")
 
     @model_validator(mode="after")
     def _check(self) -> "ContinuousConfig":
