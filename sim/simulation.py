@@ -1,7 +1,8 @@
 """Build the components of a resolved scenario and run them on SimPy.
 
 Arrivals are generated up front (columnar), then one process releases them
-in time order into their pools. The run ends when every request has reached
+in time order into their pools; a closed-loop stream's requests are released
+as its clients free up (one when another of the stream's requests ends). The run ends when every request has reached
 a terminal status after the arrival window, or at ``duration + drain``,
 when whatever is still open ends as ``unfinished``.
 """
@@ -28,6 +29,7 @@ from sim.workload import RequestArrivals, generate_arrivals
 
 ProgressFn = Callable[[float, float], None]
 GC_YOUNG_THRESHOLD = 100_000      # allocations between collections of the youngest generation
+REFUSED_PAUSE_S = 0.01            # a closed-loop client's pause after a refusal (a round trip)
 
 
 class Simulation:
@@ -79,9 +81,11 @@ class Simulation:
         self.recorder.record_request(req, req.stream_index)
         self._open -= 1
         if req.stream_index in self._clients and not self._cut_off:
-            # a closed-loop client is free: it sends its next request
+            # a closed-loop client is free: it sends its next request (after a round trip
+            # when it was refused, so that a client refused at once still lets time move)
             s = req.stream_index
-            call_after(self.env, self._clients[s][1], (lambda _e: self._send_closed(s),))
+            pause = self._clients[s][1] + (REFUSED_PAUSE_S if status == Status.REJECTED else 0.0)
+            call_after(self.env, pause, (lambda _e: self._send_closed(s),))
         if self._open == 0 and self._arrivals_done and not self._stop.triggered:
             self._stop.succeed()
 

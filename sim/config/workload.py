@@ -164,8 +164,9 @@ class ClosedArrivalConfig(StrictModel):
     type: Literal["closed"] = Field(description="Closed loop at fixed concurrency.")
     concurrency: int = Field(gt=0, le=1_000_000,
                              description="Clients, each with one request in flight.")
-    requests: int = Field(gt=0, le=100_000_000,
-                          description="Requests the clients send in all.")
+    requests: int = Field(gt=0, le=10_000_000,
+                          description="Requests the clients send in all (a refused one "
+                                      "counts; its client pauses 10 ms before the next).")
     think_time: Seconds = Field(
         default=0.0, description="A client's pause between the end of one request and "
                                  "the next.")
@@ -371,7 +372,8 @@ class WorkloadConfig(StrictModel):
         description="Stream name -> stream; order fixes the stream index and seeding.")
     rate_scale: float = Field(
         default=1.0, gt=0,
-        description="Multiplies every stream's rate (traces replay faster), for load sweeps.")
+        description="Multiplies every stream's rate (traces replay faster), for load "
+                    "sweeps; a closed-loop stream's load is its concurrency, not scaled.")
 
     @field_validator("streams")
     @classmethod

@@ -105,7 +105,8 @@ def _stream_requests(stream: StreamConfig, duration_s: float, rate_scale: float,
 def generate_arrivals(workload: WorkloadConfig, duration_s: float,
                       seed_seq: np.random.SeedSequence, base_dir: pathlib.Path
                       ) -> RequestArrivals:
-    """Generate every stream's requests in [start, min(end, duration_s)) and merge them.
+    """Generate every stream's requests in [start, min(end, duration_s)) and merge them
+    (a closed-loop stream's with no time yet: see :class:`RequestArrivals`).
 
     Stream i draws from child i of ``seed_seq`` (see :func:`stream_seed_seqs`);
     relative file paths are read from ``base_dir`` (the scenario's folder).

@@ -94,3 +94,18 @@ def test_bad_closed_loop_settings_are_refused_naming_the_field(tmp_path, arrival
     with pytest.raises(SystemExit) as exc:
         main(["check", str(path)])
     assert exc.value.code == 2
+
+
+def test_a_refused_client_pauses_so_time_moves_and_the_window_still_ends():
+    """Ten clients against a team allowed five at once: the five refused each pause a
+    round trip before trying again, so the window closes with a bounded count."""
+    from sim.simulation import REFUSED_PAUSE_S
+    res = sim.run(make_scenario(stream={**closed(10, 1_000_000), "team": "a"}, duration=2.0,
+                                gateway={"teams": {"a": {"max_concurrency": 5}}}))
+    req = res.requests
+    status = req["status"].astype(str)
+    assert (status == "rejected").sum() > 0 and (status == "completed").sum() > 0
+    assert len(req) < 10 * (2.0 / REFUSED_PAUSE_S + 10)
+    assert req["arrival_s"].max() < 2.0
+    refused = req[status == "rejected"].sort_values("arrival_s")
+    assert refused["arrival_s"].iloc[-1] > 1.0          # time moved on between refusals
