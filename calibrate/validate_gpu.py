@@ -21,8 +21,9 @@ run as a file so that the earlier ``sim`` is the one imported).
 Figures, from the requests table:
 - ``output_tokens_per_s``: for a ``server`` row (Poisson arrivals at a fixed rate), the
   output tokens of the requests that arrived after the warm-up and before the end of the
-  arrival window, over the length of that window (MLPerf's Server throughput: the
-  offered load, when the engine keeps up); for an ``offline`` row (every request at
+  arrival window, over the time from the warm-up's end to the last of them finishing
+  (MLPerf's Server throughput: the offered load when the engine keeps up, less when it
+  falls behind); for an ``offline`` row (every request at
   once) and a ``closed`` one (clients at fixed concurrency), all output tokens over the
   time from the first arrival to the last finish;
 - ``ttft_*_ms`` and ``tpot_*_ms``: percentiles over the requests that arrived after the
@@ -93,8 +94,11 @@ def read_table(path: Path) -> list[Row]:
             if key not in FIGURES:
                 raise TableError(f"{where}.published.{key}: not a figure; choose from "
                                  f"{', '.join(FIGURES)}")
-            if not isinstance(value, (int, float)) or not value > 0:
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not 0 < value < math.inf):
                 raise TableError(f"{where}.published.{key}: expected a positive number")
+        if not isinstance(raw["name"], str) or not raw["name"]:
+            raise TableError(f"{where}.name: expected a non-empty string")
         if raw["name"] in seen:
             raise TableError(f"{where}.name: {raw['name']!r} is used twice")
         seen.add(raw["name"])
@@ -115,9 +119,12 @@ def figures(requests, kind: str, warmup_s: float, duration_s: float) -> dict[str
         tokens = float(done["output_tokens"].sum())
         steady = done
     else:
+        # as MLPerf's LoadGen counts it: the tokens of the queries sent, over the time
+        # from the first send to the last completion, so a fleet that falls behind shows
         window = (done["arrival_s"] >= warmup_s) & (done["arrival_s"] < duration_s)
         steady = done[window]
-        span = duration_s - warmup_s
+        last_s = float(steady["finish_s"].max()) if len(steady) else math.nan
+        span = max(last_s, duration_s) - warmup_s
         tokens = float(steady["output_tokens"].sum())
     out = {"output_tokens_per_s": tokens / span if span > 0 else math.nan}
     ttft = steady["ttft_s"].to_numpy(dtype=np.float64)
@@ -127,8 +134,8 @@ def figures(requests, kind: str, warmup_s: float, duration_s: float) -> dict[str
         for q in (50, 99):
             out[f"{name}_p{q}_ms"] = (float(np.percentile(values, q)) * 1e3 if len(values)
                                       else math.nan)
-    # everything the engine could not finish counts: a figure that hides it would lie
-    out["unfinished"] = int(len(requests) - len(done))
+    # everything that did not complete (refused or unfinished): a figure that hid it would lie
+    out["not_completed"] = int(len(requests) - len(done))
     return out
 
 
@@ -163,7 +170,7 @@ def run_row(row: Row, cost_model: str | None, legacy: bool = False) -> dict:
     return {"name": row.name, "setting": row.setting, "source": row.source,
             "kind": row.kind, "load": row.load, "cost_model": cost_models,
             "published": row.published, "predicted": {k: got[k] for k in row.published},
-            "unfinished": got["unfinished"], "error": errors}
+            "not_completed": got["not_completed"], "error": errors}
 
 
 def headline(rows: list[dict]) -> dict[str, dict]:
@@ -287,9 +294,21 @@ def main(argv: list[str] | None = None) -> int:
     legacy = args.before_checkout is not None
     if legacy:                         # closed-loop arrivals came later
         rows = [r for r in rows if r.kind == "server"]
+    if not legacy:                     # every scenario is valid before any row runs
+        from sim.api import load_scenario
+        from sim.errors import ScenarioError
+        for row in rows:
+            try:
+                load_scenario(row.scenario)
+            except ScenarioError as exc:
+                print(f"error: row {row.name}: {exc}", file=sys.stderr)
+                return 2
     if args.out is not None:
         try:
             args.out.mkdir(parents=True, exist_ok=True)
+            probe = args.out / ".validate-gpu-probe"
+            probe.write_text("")
+            probe.unlink()
         except OSError as exc:
             print(f"error: --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
             return 2

@@ -34,9 +34,14 @@ def test_server_figures_count_the_window_after_warmup_only():
                      (31.0, 31.5, 40.0, 30, "completed")])   # after the window
     got = vg.figures(req, "server", warmup_s=10.0, duration_s=30.0)
     assert got["output_tokens_per_s"] == pytest.approx((100 + 51 + 1) / 20.0)
+    # a fleet that falls behind: the last of them finishes late, and the rate shows it
+    late = req.copy()
+    late.loc[2, "finish_s"] = 50.0
+    assert vg.figures(late, "server", warmup_s=10.0, duration_s=30.0)[
+        "output_tokens_per_s"] == pytest.approx((100 + 51 + 1) / 40.0)
     assert got["ttft_p50_ms"] == pytest.approx(200.0)
     assert got["tpot_p50_ms"] == pytest.approx(np.median([7.8 / 99, 14.6 / 50]) * 1e3)
-    assert got["unfinished"] == 0
+    assert got["not_completed"] == 0
 
 
 @pytest.mark.parametrize("kind", ["offline", "closed"])
@@ -45,7 +50,7 @@ def test_offline_and_closed_throughput_is_all_output_over_the_makespan(kind):
                      (0.0, math.nan, math.nan, 0, "unfinished")])
     got = vg.figures(req, kind, warmup_s=0.0, duration_s=1.0)
     assert got["output_tokens_per_s"] == pytest.approx(400 / 20.0)
-    assert got["unfinished"] == 1
+    assert got["not_completed"] == 1
 
 
 def test_the_headline_counts_p50_at_low_load_and_p99_at_high_load():
@@ -68,6 +73,9 @@ def test_the_headline_counts_p50_at_low_load_and_p99_at_high_load():
     ({"load": "medium"}, "rows[0].load: 'medium' is not one of low, high"),
     ({"published": {"ttft_p90_ms": 5}}, "rows[0].published.ttft_p90_ms: not a figure"),
     ({"published": {"ttft_p50_ms": -1}}, "expected a positive number"),
+    ({"published": {"ttft_p50_ms": True}}, "expected a positive number"),
+    ({"published": {"ttft_p50_ms": float("inf")}}, "expected a positive number"),
+    ({"name": ["a"]}, "rows[0].name: expected a non-empty string"),
     ({"scenario": "nowhere.yaml"}, "rows[0].scenario:"),
 ])
 def test_a_malformed_table_is_refused_naming_row_and_field(tmp_path, change, message):
@@ -125,3 +133,13 @@ def test_before_checkout_needs_a_checkout_and_no_cost_model(tmp_path, capsys):
     assert "holds no fleetsim checkout" in capsys.readouterr().err
     assert vg.main(["--before-checkout", str(ROOT), "--cost-model", "roofline"]) == 2
     assert "drop --cost-model" in capsys.readouterr().err
+
+
+def test_an_invalid_row_scenario_is_refused_before_any_row_runs(tmp_path, capsys):
+    (tmp_path / "bad.yaml").write_text("duration: 10\nworkload: {streams: {}}\npools: {}\n")
+    table = tmp_path / "published.yaml"
+    table.write_text(yaml.safe_dump({"rows": [{
+        "name": "bad", "scenario": "bad.yaml", "source": "s", "setting": "s",
+        "kind": "server", "load": "low", "published": {"ttft_p50_ms": 1.0}}]}))
+    assert vg.main(["--table", str(table)]) == 2
+    assert "row bad:" in capsys.readouterr().err
