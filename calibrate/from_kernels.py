@@ -10,7 +10,12 @@ the model's shapes on one tensor-parallel shard:
   element-wise kernels (two RMSNorms with their residual adds, SiLU-and-mul,
   rotary embedding with the KV-cache write), which the database does not
   time: bytes moved / (HBM bandwidth x 0.8) + 3 us each, the database's own
-  model of such kernels;
+  model of such kernels. For a mixture of experts, at each token count the
+  MoE table times: the attention GEMMs (QKV, output), the router GEMM (hidden
+  x experts, bf16, as engines keep it), the MoE op (routing, expert GEMMs and
+  their activation, ``KernelDb.moe``: every expert split over the tp GPUs,
+  tokens routed evenly where the table has it) and the element-wise kernels
+  less SiLU-and-mul, which the MoE op holds;
 - ``attn_prefill`` by prefill work (Σ prompt tokens x (context + tokens/2),
   the simulator's measure): context attention of b prompts of s tokens is
   work b·s²/2, from batches of up to 4 prompts (a chunked-prefill step holds
@@ -54,15 +59,26 @@ MIN_PREFILL_TOKENS = 16         # shorter "prompts" are decode-like; not a prefi
 # batches of up to this many prompts (many short prompts at once cost more per unit of work)
 PREFILL_MAX_BATCH = 4
 SOURCE = "aiconfigurator"
+DENSE_NOTE = ("dense = the layer's four GEMMs in the weight dtype plus its element-wise "
+              "kernels (bytes / (HBM bandwidth x 0.8) + 3 us each, not timed in the database)")
+MOE_NOTE = ("dense = at each token count the MoE table times, the layer's attention GEMMs "
+            "(QKV, output) in the weight dtype, its router GEMM (hidden x experts, bf16; "
+            "below the narrowest GEMM the database times, read as that one), the MoE op as "
+            "timed (routing, expert GEMMs and activation; source.kernels.moe) and the other "
+            "element-wise kernels (bytes / (HBM bandwidth x 0.8) + 3 us each, not timed in "
+            "the database)")
 
 
-def elementwise_s(m: float, shard: ShardShape, hbm_bytes_per_s: float) -> float:
+def elementwise_s(m: float, shard: ShardShape, hbm_bytes_per_s: float,
+                  mlp_activation: bool = True) -> float:
     """One layer's memory-bound kernels for m tokens: each reads and writes its
     activations once (RMSNorm + residual twice; SiLU-and-mul reads the gate and up halves
-    and writes one; rotary embedding and the KV write read q, k, v)."""
+    and writes one, unless a fused MoE op holds it; rotary embedding and the KV write read
+    q, k, v)."""
     h, ffn = shard.hidden, shard.ffn
     qkv = (shard.heads + 2 * shard.kv_heads) * shard.head_dim
-    per_token = [2 * 2 * h, 2 * 2 * h, 3 * ffn, 2 * qkv]         # elements moved
+    act = [3 * ffn] if mlp_activation else []
+    per_token = [2 * 2 * h, 2 * 2 * h, *act, 2 * qkv]             # elements moved
     bw = hbm_bytes_per_s * ELEMENTWISE_BW_SHARE
     return sum(m * e * ACT_BYTES / bw + ELEMENTWISE_LAUNCH_S for e in per_token)
 
@@ -73,6 +89,32 @@ def layer_gemms(shard: ShardShape) -> dict[str, tuple[int, int]]:
     q_out = shard.heads * hd
     return {"qkv": (q_out + 2 * shard.kv_heads * hd, h), "o_proj": (h, q_out),
             "gate_up": (2 * shard.ffn, h), "down": (h, shard.ffn)}
+
+
+def moe_layer_gemms(shard: ShardShape) -> dict[str, tuple[int, int]]:
+    """(n, k) of the GEMMs of a mixture-of-experts layer outside its MoE op: attention's,
+    on one shard, and the router's (replicated on every GPU)."""
+    gemms = layer_gemms(shard)
+    return {"qkv": gemms["qkv"], "o_proj": gemms["o_proj"],
+            "router": (shard.num_experts, shard.hidden)}
+
+
+def _moe_dense_points(shape: ModelShape, shard: ShardShape, db: KernelDb, gemm, head_gemm,
+                      dtype: str, hbm_bytes_per_s: float):
+    """The dense term of a mixture-of-experts layer at each token count the MoE table
+    times, and that table's rows."""
+    try:
+        moe = db.moe(shape.hidden_size, shape.ffn_size, shape.experts_per_token,
+                     shape.num_experts, shard.tp, dtype)
+    except KernelDbError as exc:
+        raise KernelDbError(f"{shape.name} is a mixture of experts: {exc}") from None
+    gemms = moe_layer_gemms(shard)
+    router_n, router_k = gemms.pop("router")
+    points = [(float(m), sum(gemm.seconds(m, n, k) for n, k in gemms.values())
+               + head_gemm.seconds(m, router_n, router_k) + float(t)
+               + elementwise_s(m, shard, hbm_bytes_per_s, mlp_activation=False))
+              for m, t in zip(moe.tokens, moe.seconds)]
+    return points, moe
 
 
 def _fit(points: list[tuple[float, float]], extra: list[float] | None = None,
@@ -92,9 +134,6 @@ def build(shape: ModelShape, hardware: str, tp: int, engine: str, dtype: str,
           kv_dtype: str, hbm_bytes_per_s: float, version: str | None = None,
           root: str | Path | None = None) -> dict:
     """The profile (a mapping, as ``fleetsim calibrate`` writes it)."""
-    if shape.num_experts != 1:
-        raise KernelDbError(f"{shape.name} is a mixture of experts; profiles from the kernel "
-                            f"database cover dense models")
     try:
         shard = ShardShape(shape, tp)
     except ValueError as exc:
@@ -103,9 +142,14 @@ def build(shape: ModelShape, hardware: str, tp: int, engine: str, dtype: str,
     gemm = db.gemm_curves(dtype)
     head_gemm = db.gemm_curves("bf16") if dtype != "bf16" else gemm
     ms = gemm.m_grid()
-    shapes = layer_gemms(shard)
-    dense_pts = [(m, sum(gemm.seconds(m, n, k) for n, k in shapes.values())
-                  + elementwise_s(m, shard, hbm_bytes_per_s)) for m in ms]
+    moe = None
+    if shape.num_experts > 1:
+        dense_pts, moe = _moe_dense_points(shape, shard, db, gemm, head_gemm, dtype,
+                                           hbm_bytes_per_s)
+    else:
+        shapes = layer_gemms(shard)
+        dense_pts = [(m, sum(gemm.seconds(m, n, k) for n, k in shapes.values())
+                      + elementwise_s(m, shard, hbm_bytes_per_s)) for m in ms]
     vocab = math.ceil(shape.vocab_size / tp)
     head_pts = [(m, head_gemm.seconds(m, vocab, shard.hidden)) for m in head_gemm.m_grid()]
     b, s, t, prefill_kernel = db.attention("context", shard.heads, shard.kv_heads,
@@ -134,20 +178,20 @@ def build(shape: ModelShape, hardware: str, tp: int, engine: str, dtype: str,
             points[term], extras.get(term))
     from sim.cost.roofline import RooflineConfig
     defaults = RooflineConfig()
+    kernels = {"gemm": f"{db.version} {dtype}", "attention_prefill": prefill_kernel,
+               "attention_decode": decode_kernel, "allreduce": comm_kernel}
+    if moe is not None:
+        kernels["moe"] = moe.describe()
     return {
         "kind": "fleetsim-calibrated-step-time", "version": 1,
         "model": shape.shape_dict(),
         "device": "cuda", "device_name": hardware, "dtype": dtype, "kv_dtype": kv_dtype,
         "tp": tp, "engine_name": engine,
-        "source": {**db.provenance(), "kernels": {
-            "gemm": f"{db.version} {dtype}", "attention_prefill": prefill_kernel,
-            "attention_decode": decode_kernel, "allreduce": comm_kernel}},
+        "source": {**db.provenance(), "kernels": kernels},
         "date": _dt.date.today().isoformat(), "quick": False,
         "note": ("Seconds for ONE transformer layer on ONE tensor-parallel shard, from GPU "
-                 "kernels measured on real GPUs (AIConfigurator's database): dense = the "
-                 "layer's four GEMMs in the weight dtype plus its element-wise kernels "
-                 "(bytes / (HBM bandwidth x 0.8) + 3 us each, not timed in the database); "
-                 "attn_prefill by Σ prompt tokens x (context + tokens/2); attn_decode by keys "
+                 "kernels measured on real GPUs (AIConfigurator's database): "
+                 + (DENSE_NOTE if moe is None else MOE_NOTE) + "; attn_prefill by Σ prompt tokens x (context + tokens/2); attn_decode by keys "
                  "read, less a cost per sequence that the overhead holds (attn_decode_per_seq_per_layer_s, x layers); attn_prefill from batches of up to 4 prompts; lm_head (bf16) by sequences; tp_comm = two all-reduces of tokens x "
                  "hidden bf16 elements. The simulator multiplies the layer terms by the "
                  "layer count and adds lm_head and the overhead. The overhead (host time per "

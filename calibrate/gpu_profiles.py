@@ -2,12 +2,13 @@
 
     python -m calibrate.gpu_profiles [--out profiles/calibrated/gpu] [--engine vllm]
 
-For every shipped dense model, GPU the database covers, tensor-parallel degree
-1/2/4/8 and (weights, KV cache) dtype pair bf16/bf16, fp8/bf16 and fp8/fp8,
-a profile is built (``calibrate.from_kernels``) where the model leaves room
-for a KV cache at fleetsim's default memory settings and the database has the
-kernels; ``index.yaml`` beside them lists each profile with its fit errors and
-each combination left out with the reason.
+For every shipped dense model and mixture of experts, GPU the database covers,
+tensor-parallel degree 1/2/4/8 and (weights, KV cache) dtype pair bf16/bf16,
+fp8/bf16 and fp8/fp8, a profile is built (``calibrate.from_kernels``) where
+the model leaves room for a KV cache at fleetsim's default memory settings and
+the database has the kernels (for a mixture of experts, its MoE table);
+``index.yaml`` beside them lists each profile with its fit errors and each
+combination left out with the reason.
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from calibrate.profile_io import ProfileDumper
 from calibrate.spec import load_model
 
 MODELS = ("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen2.5-72b")
+# apart from MODELS, which the roofline fit (calibrate.roofline_fit) reads as dense layers
+MOE_MODELS = ("mixtral-8x7b",)
 GPUS = ("H100-SXM", "H200", "B200", "A100-80GB", "L40S")
 TPS = (1, 2, 4, 8)
 DTYPES = (("bf16", "bf16"), ("fp8", "bf16"), ("fp8", "fp8"))
@@ -42,7 +45,7 @@ def build_all(out: Path, engine: str = "vllm", log=print, root=None) -> dict:
     for gpu in GPUS:
         hw = profiles.find_hardware(gpu)
         folder = out / gpu.lower() / engine
-        for model in MODELS:
+        for model in MODELS + MOE_MODELS:
             shape = load_model(model)
             for tp in TPS:
                 for dtype, kv_dtype in DTYPES:

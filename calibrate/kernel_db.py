@@ -12,7 +12,14 @@ kernels timed on real GPUs under vLLM, SGLang and TensorRT-LLM, laid out as
 - ``attention/.../generation_attention_perf.parquet``: one decode token for
   each of ``batch_size`` sequences holding ``isl + step`` keys;
 - ``comm/<engine>/.../custom_allreduce_perf.parquet``: one all-reduce over
-  ``num_gpus`` GPUs of ``message_size`` bf16 elements (not bytes).
+  ``num_gpus`` GPUs of ``message_size`` bf16 elements (not bytes);
+- ``moe/<engine>/.../moe_perf.parquet``: one layer's fused mixture-of-experts op
+  (routing, both expert GEMMs and their activation) for ``num_tokens`` tokens
+  (before routing), by ``hidden_size``, ``inter_size`` (one expert's full
+  intermediate size), ``topk``, ``num_experts``, ``moe_dtype``, ``moe_tp_size``
+  and ``moe_ep_size`` (each GPU holds ``num_experts / ep`` experts and
+  ``inter_size / tp`` of each) and ``distribution``, how tokens are spread over
+  the experts (``balanced``, or ``power_law_<alpha>``).
 
 Every ``latency`` is milliseconds for one call (one layer's kernel). Each
 table carries ``kernel_source``: several kernels may be timed for one shape
@@ -41,6 +48,11 @@ GPU_FOLDERS = {"H100-SXM": "h100_sxm", "H200": "h200_sxm", "B200": "b200_sxm",
 ENGINES = ("vllm", "sglang", "trtllm")
 GEMM_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "fp8"}
 KV_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "fp8"}
+# weight dtype -> the MoE tables' moe_dtype, first choice first: FP8 weights read per-tensor
+# scaled rows (as the GEMMs), else block-scaled ones where a table has only those
+MOE_DTYPES = {"bf16": ("bfloat16",), "fp16": ("float16",), "fp8": ("fp8", "fp8_block")}
+MOE_EVEN = "balanced"            # tokens spread evenly over the experts
+MOE_SKEWED = "power_law_"        # else the least skewed power law a table has
 MS = 1e-3
 
 
@@ -213,6 +225,96 @@ class KernelDb:
         rows = rows.sort_values("message_size")
         return (rows["message_size"].to_numpy(np.float64),
                 rows["latency"].to_numpy(np.float64) * MS, kernel)
+
+
+    def moe_versions(self) -> list[str]:
+        """Versions with an MoE table: this engine version's first, then older ones newest
+        first, then newer ones oldest first."""
+        have = [p.parent.name for p in (self.root / self.gpu / "moe" / self.engine).glob(
+            "*/moe_perf.parquet")]
+        mine = _version_key(self.version)
+        older = sorted((v for v in have if _version_key(v) <= mine), key=_version_key,
+                       reverse=True)
+        return older + sorted((v for v in have if _version_key(v) > mine), key=_version_key)
+
+    def moe(self, hidden: int, inter_size: int, topk: int, num_experts: int, tp: int,
+            dtype: str) -> "MoeCurve":
+        """Seconds of one layer's MoE op by tokens, for a model whose experts are split over
+        ``tp`` GPUs as tensor-parallel MoE splits them (vLLM's default): every GPU holds
+        every expert's 1/tp of ``inter_size`` (``moe_tp_size`` tp, ``moe_ep_size`` 1). From
+        the first of ``moe_versions`` that times this shape in ``dtype``."""
+        if dtype not in MOE_DTYPES:
+            raise KernelDbError(f"weight dtype '{dtype}': profiles of mixtures of experts "
+                                f"read the MoE tables in {_choices(MOE_DTYPES)}")
+        versions = self.moe_versions()
+        if not versions:
+            base = self.root / self.gpu / "moe"
+            engines = [e for e in ENGINES if any((base / e).glob("*/moe_perf.parquet"))]
+            raise KernelDbError(f"{self.gpu}: the kernel database has no {self.engine} MoE "
+                                f"table (moe_perf.parquet); engines with MoE tables there: "
+                                f"{_choices(engines)}")
+        what = (f"{num_experts} experts top {topk}, hidden {hidden}, intermediate "
+                f"{inter_size}")
+        timed: dict[str, set[int]] = {}           # moe_dtype -> tp degrees with this shape
+        for version in versions:
+            df = self._table("moe", "moe_perf.parquet", version)
+            shape = df[(df["hidden_size"] == hidden) & (df["inter_size"] == inter_size)
+                       & (df["topk"] == topk) & (df["num_experts"] == num_experts)
+                       & (df["moe_ep_size"] == 1)]
+            for t, d in shape[["moe_tp_size", "moe_dtype"]].itertuples(index=False):
+                timed.setdefault(str(d), set()).add(int(t))
+            rows = shape[shape["moe_tp_size"] == tp]
+            for moe_dtype in MOE_DTYPES[dtype]:
+                picked = rows[rows["moe_dtype"] == moe_dtype]
+                if not picked.empty:
+                    return MoeCurve.from_rows(picked, version, moe_dtype, tp)
+        if not timed:
+            shapes = set()
+            for version in versions:
+                df = self._table("moe", "moe_perf.parquet", version)
+                cols = ["num_experts", "topk", "hidden_size", "inter_size"]
+                shapes |= {f"{e}x{k} {h}/{i}" for e, k, h, i in
+                           df[cols].drop_duplicates().itertuples(index=False)}
+            raise KernelDbError(f"{self.gpu} {self.engine} MoE tables ({_choices(versions)}) "
+                                f"do not time {what}; they time (experts x top-k "
+                                f"hidden/intermediate) {_choices(shapes)}")
+        raise KernelDbError(f"{self.gpu} {self.engine} MoE tables ({_choices(versions)}): no "
+                            f"{what} at tp {tp} without expert parallelism in "
+                            f"{' or '.join(MOE_DTYPES[dtype])}; they time it "
+                            + "; ".join(f"in {d} at tp {', '.join(map(str, sorted(t)))}"
+                                        for d, t in sorted(timed.items())))
+
+
+@dataclass(frozen=True)
+class MoeCurve:
+    """One layer's MoE op on one GPU by tokens (before routing), from one table's rows."""
+
+    tokens: np.ndarray
+    seconds: np.ndarray
+    version: str
+    moe_dtype: str
+    distribution: str
+    kernel: str
+    tp: int
+
+    @staticmethod
+    def from_rows(rows, version: str, moe_dtype: str, tp: int) -> "MoeCurve":
+        dists = set(rows["distribution"].astype(str))
+        skewed = sorted((d for d in dists if d.startswith(MOE_SKEWED)),
+                        key=lambda d: float(d[len(MOE_SKEWED):]))
+        dist = MOE_EVEN if MOE_EVEN in dists else skewed[0] if skewed else sorted(dists)[0]
+        rows = rows[rows["distribution"] == dist]
+        kernel = _main_kernel(rows)
+        rows = rows[rows["kernel_source"] == kernel] if "kernel_source" in rows else rows
+        # a shape timed twice at one token count: the median
+        points = make_table_raw(list(zip(rows["num_tokens"].to_numpy(np.float64),
+                                         rows["latency"].to_numpy(np.float64) * MS)))
+        return MoeCurve(np.array([x for x, _ in points]), np.array([t for _, t in points]),
+                        version, moe_dtype, dist, kernel, tp)
+
+    def describe(self) -> str:
+        return (f"{self.version} {self.moe_dtype} {self.kernel}, moe_tp {self.tp} moe_ep 1, "
+                f"{self.distribution} routing")
 
 
 def _main_kernel(rows) -> str:

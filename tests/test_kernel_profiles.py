@@ -219,7 +219,7 @@ def _save(db, prof) -> str:
      "no all-reduce over 8 GPUs; it has 2, 4"),
     (lambda db: from_kernels.build(ModelShape("moe", 2, 512, 8, 4, 64, 1536, 32000, 4, 2),
                                    "H100-SXM", 1, "vllm", "bf16", "bf16", 3e12, root=db),
-     "mixture of experts"),
+     "moe is a mixture of experts: h100_sxm: the kernel database has no vllm MoE table"),
 ])
 def test_what_the_database_lacks_is_named_with_what_it_has(db, call, match):
     with pytest.raises(KernelDbError, match=match):
@@ -359,7 +359,10 @@ def _label(pool: dict, **scenario) -> str:
     (dict(model="llama-3.1-70b", hardware="H200", tp=2, weight_dtype="fp8", kv_dtype="fp8"),
      "calibrated profiles/calibrated/gpu/h200/vllm/llama-3.1-70b-tp2-fp8-kvfp8.yaml"),
     (dict(model="llama-3.1-8b", hardware="MI300X", tp=1), "roofline"),      # no kernels
-    (dict(model="mixtral-8x7b", hardware="H100-SXM", tp=2), "roofline"),    # MoE
+    (dict(model="mixtral-8x7b", hardware="H100-SXM", tp=2),
+     "calibrated profiles/calibrated/gpu/h100-sxm/vllm/mixtral-8x7b-tp2-bf16.yaml"),
+    (dict(model="mixtral-8x7b", hardware="A100-80GB", tp=4, weight_dtype="fp8"),
+     "roofline"),                                          # no fp8 kernels on A100
     (dict(model="llama-3.1-8b", hardware="H100-SXM", tp=1, weight_dtype="int4"), "roofline"),
 ])
 def test_a_pool_left_to_the_default_runs_on_the_matching_measured_profile(pool, label):
@@ -388,7 +391,7 @@ def test_profiles_command_lists_the_measured_gpu_profiles(capsys):
     from sim.cli import main
     assert main(["profiles"]) == 0
     out = capsys.readouterr().out
-    assert "measured: 456 GPU profiles from measured kernels (sglang, trtllm, vllm on " \
+    assert "measured: 588 GPU profiles from measured kernels (sglang, trtllm, vllm on " \
            "a100-80gb, b200, h100-sxm, h200, l40s)" in out
 
 
