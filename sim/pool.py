@@ -275,7 +275,9 @@ class Pool:
     def metrics(self) -> dict[str, float]:
         ready = max(len(self.ready), 1)
         waiting = len(self.queue) + sum(r.scheduler.num_waiting for r in self.ready)
-        outstanding = len(self.queue) + sum(r.num_outstanding for r in self.ready)
+        # in flight at the pool: queued, at a replica, or still in the engine's front end
+        outstanding = (len(self.queue) + len(self._in_front_end)
+                       + sum(r.num_outstanding for r in self.ready))
         kv = (sum(r.kv_used_blocks() for r in self.ready)
               / max(sum(r.scheduler.kv.num_blocks for r in self.ready), 1))
         return {"queue_per_replica": waiting / ready, "inflight_per_replica": outstanding / ready,

@@ -129,3 +129,22 @@ def test_a_profile_measured_on_a_whole_engine_already_holds_its_front_end(tmp_pa
     assert (ttfts(served) == ttfts(served, front_end=0)).all()
     assert np.allclose(ttfts(plain) - ttfts(plain, front_end=0), 0.8e-3 * layers)
     assert np.allclose(ttfts(served, front_end=0.5) - ttfts(served), 0.5)
+
+
+def test_requests_in_the_front_end_count_as_in_flight_for_the_autoscaler():
+    import simpy
+    from sim.config.resolve import resolve
+    from sim.pool import Pool
+    from sim.recorder import Recorder
+    from tests.simfactories import make_request
+    scn = make_scenario(pool=make_pool(front_end=1.0))
+    resolved, problems = resolve(scn)
+    assert not problems
+    env = simpy.Environment()
+    pool = Pool(env, resolved.pools["p"], Recorder(), lambda r: None, lambda r, why: None,
+                lambda r: None, 1.0, np.random.default_rng(0))
+    for i in range(3):
+        pool.submit(make_request(request_id=i, pool="p"))
+    assert pool.metrics()["inflight_per_replica"] == 3.0
+    assert pool.metrics()["queue_per_replica"] == 0.0
+    assert len(list(pool.open_requests())) == 3
