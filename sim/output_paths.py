@@ -50,9 +50,14 @@ def slug(name: str) -> str:
 
 def output_error(message: str, path: str | os.PathLike, *, exit_code: int = 2) -> ScenarioError:
     """A ScenarioError located at ``path``; ``exit_code`` 1 once the work has run."""
-    err = ScenarioError(message, file=str(path))
+    err = ScenarioError(message, file=shown(path))
     err.exit_code = exit_code
     return err
+
+
+def shown(path: str | os.PathLike) -> str:
+    """``path`` as printable text: bytes that are not UTF-8 as ``\\xNN``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def os_error(exc: OSError, path: str | os.PathLike, *, started: bool) -> ScenarioError:
@@ -129,10 +134,19 @@ def _is_empty_dir(path: Path) -> bool:
         return next(entries, None) is None
 
 
+def _check_encoding(path: Path) -> None:
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise output_error("the output path is not valid UTF-8, which the file writers "
+                           "need: choose another name", path) from None
+
+
 def check_folder(out_dir: str | os.PathLike, *, force: bool, inputs: Inputs = ()) -> Path:
     """Raise a located error unless ``out_dir`` may be written (replaced only with
     ``force``, and only if fleetsim wrote it); returns the path to write."""
     out_dir = _normal(out_dir)
+    _check_encoding(out_dir)
     inputs = list(inputs)
     if os.path.islink(out_dir):
         raise output_error("the output folder is a symbolic link; fleetsim never replaces "
@@ -165,6 +179,7 @@ def check_file(path: str | os.PathLike, *, kind: str, is_kind: Callable[[Path], 
     """Raise a located error unless ``path`` may be written: absent, or a file of
     ``kind`` (``is_kind(path)``) that is not an input. Probes that its folder is writable."""
     path = Path(path)
+    _check_encoding(path)
     if path.name in ("", ".", ".."):
         raise output_error("output path names a folder, not a file", path)
     if os.path.islink(path):
@@ -207,6 +222,14 @@ def prepare_folder(out_dir: str | os.PathLike, *, force: bool, inputs: Inputs = 
     """:func:`check_folder`, then :func:`probe` its parent: before the work starts."""
     out_dir = check_folder(out_dir, force=force, inputs=inputs)
     probe(out_dir.parent)
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
+    if not os.path.lexists(tmp):    # the name the run will write under (not too long)
+        try:
+            tmp.mkdir()
+            tmp.rmdir()
+        except OSError as exc:
+            exc.filename = None     # name the output, not the temporary folder
+            raise os_error(exc, out_dir, started=False) from None
     return out_dir
 
 

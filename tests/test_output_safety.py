@@ -286,6 +286,19 @@ def test_unwritable_output_is_found_before_the_work(tmp_path, monkeypatch, capsy
         assert "fleetsim-test" in err or str(tmp_path) in err
 
 
+@pytest.mark.parametrize("name,fragment", [(b"a" * 250, "File name too long"),
+                                           (b"\xff", "not valid UTF-8")],
+                         ids=["too long", "not UTF-8"])
+def test_an_impossible_output_name_is_found_before_the_work(tmp_path, capsys, no_simulation,
+                                                            name, fragment):
+    out = tmp_path / "results" / os.fsdecode(name)
+    assert run_main(["run", str(write_scenario(tmp_path)), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and fragment in err and "Traceback" not in err
+    assert ".tmp-" not in err
+    assert list((tmp_path / "results").glob("*")) == []
+
+
 def test_sweep_replaces_only_its_own_tables(tmp_path, capsys, no_simulation, monkeypatch):
     import sim.planning.sweep
     monkeypatch.setattr(sim.planning.sweep, "sweep", sim.run)
