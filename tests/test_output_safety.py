@@ -231,6 +231,38 @@ def test_leftovers_of_killed_runs_are_removed_by_the_next_run(tmp_path):
         ["run", kept_no_marker.name, kept_alive.name])
 
 
+KILLED_WHILE_WRITING = """\
+import sys, time
+import sim.outputs
+from sim.cli import main
+
+def slow(results, folder, sweep=None):
+    (folder / "summary.json").write_text("{}")
+    print("writing", flush=True)
+    time.sleep(120)
+
+sim.outputs._write_all = slow
+main(["run", sys.argv[1], "--out", sys.argv[2], "--quiet"])
+"""
+
+
+def test_a_run_killed_while_writing_is_cleaned_up_by_the_next(tmp_path):
+    import signal
+    out = tmp_path / "results" / "run"
+    scenario = write_scenario(tmp_path)
+    child = subprocess.Popen([sys.executable, "-c", KILLED_WHILE_WRITING, str(scenario),
+                              str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "writing"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    left = tmp_path / "results" / f".run.tmp-{child.pid}"
+    assert left.is_dir() and has_marker(left) and not out.exists()
+    assert run_main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["run"]
+
+
 def test_a_failed_write_leaves_nothing_and_exits_1(tmp_path, monkeypatch, capsys):
     import errno
 
