@@ -4,7 +4,7 @@
 
 For every shipped dense model and mixture of experts, GPU the database covers,
 tensor-parallel degree 1/2/4/8 and (weights, KV cache) dtype pair bf16/bf16,
-fp8/bf16 and fp8/fp8, a profile is built (``calibrate.from_kernels``) where
+bf16/fp8, fp8/bf16 and fp8/fp8, a profile is built (``calibrate.from_kernels``) where
 the model leaves room for a KV cache at fleetsim's default memory settings and
 the database has the kernels (for a mixture of experts, its MoE table);
 ``index.yaml`` beside them lists each profile with its fit errors and each
@@ -28,7 +28,7 @@ MODELS = ("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen2.5-72b")
 MOE_MODELS = ("mixtral-8x7b",)
 GPUS = ("H100-SXM", "H200", "B200", "A100-80GB", "L40S")
 TPS = (1, 2, 4, 8)
-DTYPES = (("bf16", "bf16"), ("fp8", "bf16"), ("fp8", "fp8"))
+DTYPES = (("bf16", "bf16"), ("bf16", "fp8"), ("fp8", "bf16"), ("fp8", "fp8"))
 
 
 def fits(model: str, hardware: str, tp: int, dtype: str, kv_dtype: str) -> bool:

@@ -391,7 +391,7 @@ def test_profiles_command_lists_the_measured_gpu_profiles(capsys):
     from sim.cli import main
     assert main(["profiles"]) == 0
     out = capsys.readouterr().out
-    assert "measured: 588 GPU profiles from measured kernels (sglang, trtllm, vllm on " \
+    assert "measured: 753 GPU profiles from measured kernels (sglang, trtllm, vllm on " \
            "a100-80gb, b200, h100-sxm, h200, l40s)" in out
 
 
