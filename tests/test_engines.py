@@ -148,3 +148,10 @@ def test_requests_in_the_front_end_count_as_in_flight_for_the_autoscaler():
     assert pool.metrics()["inflight_per_replica"] == 3.0
     assert pool.metrics()["queue_per_replica"] == 0.0
     assert len(list(pool.open_requests())) == 3
+
+
+def test_an_engine_under_cost_model_says_where_it_moved(tmp_path):
+    import pydantic
+    from sim.cost.measured import AutoConfig
+    with pytest.raises(pydantic.ValidationError, match="write `engine:` under the pool"):
+        AutoConfig.model_validate({"type": "auto", "engine": "vllm"})

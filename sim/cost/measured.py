@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from pydantic import model_validator
+
 from sim.config.common import StrictModel
 from sim.config.profiles import HardwareSpec, ModelSpec
 from sim.paths import data_dir
@@ -21,6 +23,14 @@ from sim.paths import data_dir
 class AutoConfig(StrictModel):
     """The pool's engine (``engine:``) says whose measured kernels are read."""
     type: Literal["auto"] = "auto"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_moved(cls, data):
+        if isinstance(data, dict) and "engine" in data:
+            raise ValueError("the engine is the pool's now: write `engine:` under the pool "
+                             "(vllm, sglang or trtllm), not under cost_model")
+        return data
 
 
 def profile_name(model: str, tp: int, dtype: str, kv_dtype: str) -> str:
