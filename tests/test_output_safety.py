@@ -105,7 +105,7 @@ def test_slug_is_always_one_safe_name(name):
 
 
 @pytest.mark.parametrize("name", [".", "", "..", "../../x", "/tmp/abs", "a/../../b",
-                                  "x" * 300, "bell\x07 and\nnewline"])
+                                  "x" * 128, "bell and/newline"])
 def test_default_folder_stays_under_results(tmp_path, monkeypatch, name):
     monkeypatch.chdir(tmp_path)
     path = write_scenario(tmp_path / "in", name)
@@ -118,6 +118,14 @@ def test_default_folder_stays_under_results(tmp_path, monkeypatch, name):
     assert (tmp_path / "results" / slug(name) / "summary.json").is_file()
     assert (tmp_path / "results" / "other" / "keep.txt").read_text() == "another result"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "results"]
+
+
+@pytest.mark.parametrize("name", ["x" * 129, "bell\x07 and\nnewline"])
+def test_a_name_too_long_or_unprintable_writes_nothing(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    path = write_scenario(tmp_path / "in", name)
+    assert run_main(["run", str(path), "--quiet"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
 
 
 # -- --force replaces only what fleetsim wrote --------------------------------------------

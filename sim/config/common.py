@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
+                      StringConstraints)
 
 from sim import units
 
@@ -48,3 +49,18 @@ def _not_bool(value):
 
 PositiveInt = Annotated[int, BeforeValidator(_not_bool), Field(gt=0)]
 NonNegativeInt = Annotated[int, BeforeValidator(_not_bool), Field(ge=0)]
+
+
+MAX_NAME_CHARS = 128
+
+
+def _printable(name: str) -> str:
+    if not name.isprintable():
+        raise ValueError("a name must be printable: no control characters, NUL, line breaks "
+                         "or invisible formatting characters")
+    return name
+
+
+# A name the scenario gives or refers to (a team, stream, pool, model, key): it reaches
+# terminals, CSV files and reports, so it is printable and at most 128 characters.
+Name = Annotated[str, StringConstraints(max_length=MAX_NAME_CHARS), AfterValidator(_printable)]

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from sim.config.common import Bytes, BytesPerS, PositiveSeconds, Seconds, StrictModel
+from sim.config.common import Bytes, BytesPerS, Name, PositiveSeconds, Seconds, StrictModel
 from sim.config.profiles import DType
 
 
 class KeyConfig(StrictModel):
-    team: str = Field(description="Team the key belongs to")
+    team: Name = Field(description="Team the key belongs to")
     revoked_at: Seconds | None = Field(None, description="Time from which the key is refused")
 
 
@@ -37,8 +37,8 @@ class TeamConfig(StrictModel):
 
 
 class CascadeConfig(StrictModel):
-    first: str = Field(description="Pool that tries first (the small model)")
-    then: str = Field(description="Pool that gets the escalated share (the large model)")
+    first: Name = Field(description="Pool that tries first (the small model)")
+    then: Name = Field(description="Pool that gets the escalated share (the large model)")
     escalation: float = Field(ge=0, le=1, description="Share escalated after the first attempt")
 
 
@@ -46,15 +46,15 @@ class LengthRouteConfig(StrictModel):
     """Route by request class: short prompts to one pool, long ones to another."""
 
     threshold_tokens: int = Field(gt=0, description="Prompts at or above this are long")
-    short: str = Field(description="Pool for prompts below the threshold")
-    long: str = Field(description="Pool for prompts at or above the threshold")
+    short: Name = Field(description="Pool for prompts below the threshold")
+    long: Name = Field(description="Pool for prompts at or above the threshold")
 
 
 class DisaggregatedConfig(StrictModel):
     """Prefill on one pool, decode on another, with the KV cache sent between."""
 
-    prefill: str = Field(description="Pool that computes prompts and the first token")
-    decode: str = Field(description="Pool that generates the remaining tokens")
+    prefill: Name = Field(description="Pool that computes prompts and the first token")
+    decode: Name = Field(description="Pool that generates the remaining tokens")
     link_bandwidth: BytesPerS = Field("50GB/s", description="KV transfer bandwidth")
     link_latency: Seconds = Field("1ms", description="Fixed cost of one KV transfer")
 
@@ -62,7 +62,7 @@ class DisaggregatedConfig(StrictModel):
 class ServedModelConfig(StrictModel):
     """One name the gateway serves (a model, ``model@version``, a variant)."""
 
-    pools: dict[str, float] = Field(
+    pools: dict[Name, float] = Field(
         default_factory=dict, description="Pool -> weight (a canary split when several)")
     cascade: CascadeConfig | None = Field(None, description="Small model first, then escalate")
     by_prompt_length: LengthRouteConfig | None = Field(
@@ -72,10 +72,10 @@ class ServedModelConfig(StrictModel):
     quality: float | None = Field(None, ge=0, le=1, description="Quality score of this variant")
     weight_dtype: DType | None = Field(
         None, description="Quantisation of this variant; its pools must use it")
-    hardware: list[str] | None = Field(None, description="GPU kinds it may run on")
+    hardware: list[Name] | None = Field(None, description="GPU kinds it may run on")
     min_tp: int | None = Field(None, gt=0, description="Fewest GPUs per replica it needs")
     min_gpu_memory: Bytes | None = Field(None, description="Least memory per GPU it needs")
-    teams: list[str] | None = Field(None, description="Only these teams may call it")
+    teams: list[Name] | None = Field(None, description="Only these teams may call it")
     usd_per_million_input_tokens: float = Field(0.0, ge=0, description="Price charged to budgets")
     usd_per_million_output_tokens: float = Field(0.0, ge=0, description="Price charged to budgets")
 
@@ -92,13 +92,13 @@ class ServedModelConfig(StrictModel):
 
 
 class GatewayConfig(StrictModel):
-    keys: dict[str, KeyConfig] = Field(
+    keys: dict[Name, KeyConfig] = Field(
         default_factory=dict, description="API key id -> team; when any is given, every "
                                           "request must carry a valid key")
-    teams: dict[str, TeamConfig] = Field(default_factory=dict, description="Limits per team")
-    models: dict[str, ServedModelConfig] = Field(
+    teams: dict[Name, TeamConfig] = Field(default_factory=dict, description="Limits per team")
+    models: dict[Name, ServedModelConfig] = Field(
         default_factory=dict, description="Served model names and where they run")
-    aliases: dict[str, str] = Field(default_factory=dict,
+    aliases: dict[Name, Name] = Field(default_factory=dict,
                                     description="Alias -> served model name")
 
     @property

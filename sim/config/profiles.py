@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from sim.config.common import (Bytes, BytesPerS, FlopsPerS, PositiveBytes,
-                               PositiveInt, Seconds, StrictModel)
+                               Name, PositiveInt, Seconds, StrictModel)
 
 DType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 
@@ -30,7 +30,7 @@ class GpuPrices(StrictModel):
 class HardwareSpec(StrictModel):
     """One accelerator kind. Figures are per GPU, dense (no sparsity)."""
 
-    name: str = Field(description="Display name, e.g. H100-SXM")
+    name: Name = Field(description="Display name, e.g. H100-SXM")
     memory: PositiveBytes = Field(
         description="Device memory as its maker states it, in the maker's units: HBM "
                     "capacities are binary, an '80 GB' H100 has 80GiB")
@@ -84,7 +84,7 @@ class HardwareSpec(StrictModel):
 class ModelSpec(StrictModel):
     """A decoder-only transformer, dense or mixture-of-experts."""
 
-    name: str = Field(description="Model name used by streams and pools")
+    name: Name = Field(description="Model name used by streams and pools")
     num_layers: PositiveInt
     hidden_size: PositiveInt
     num_heads: PositiveInt

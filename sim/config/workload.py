@@ -22,6 +22,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 from sim import units
 from sim.gateway.retry import RetryPolicy
 from sim.config.common import (
+    Name,
     PositiveRatePerS,
     PositiveSeconds,
     RatePerS,
@@ -322,12 +323,12 @@ class PrefixConfig(StrictModel):
 class StreamConfig(StrictModel):
     """One source of requests: who sends them, where to, how often, how long."""
 
-    team: str = Field(default="default", description="Team the requests are billed to.")
-    model: Optional[str] = Field(default=None, description="Model name the stream calls.")
-    pool: Optional[str] = Field(
+    team: Name = Field(default="default", description="Team the requests are billed to.")
+    model: Optional[Name] = Field(default=None, description="Model name the stream calls.")
+    pool: Optional[Name] = Field(
         default=None, description="Send straight to this pool instead of routing by model.")
     priority: int = Field(default=0, description="Scheduling priority; lower is more urgent.")
-    api_key: Optional[str] = Field(
+    api_key: Optional[Name] = Field(
         default=None, description="API key id the client sends (see gateway.keys).")
     retry: Optional[RetryPolicy] = Field(
         default=None, description="Client retries after 429/503 (backoff with jitter); "
@@ -368,7 +369,7 @@ class StreamConfig(StrictModel):
 class WorkloadConfig(StrictModel):
     """All request streams offered to the fleet."""
 
-    streams: dict[str, StreamConfig] = Field(
+    streams: dict[Name, StreamConfig] = Field(
         description="Stream name -> stream; order fixes the stream index and seeding.")
     rate_scale: float = Field(
         default=1.0, gt=0,

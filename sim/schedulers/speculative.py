@@ -64,7 +64,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from sim import profiles
-from sim.config.common import PositiveInt, Seconds, StrictModel
+from sim.config.common import Name, PositiveInt, Seconds, StrictModel
 from sim.config.profiles import ModelSpec
 from sim.cost import measured
 from sim.cost.base import CostModel
@@ -91,7 +91,7 @@ class SpeculativeConfig(StrictModel):
     proposer: Literal["draft_model", "ngram"] = Field(
         "draft_model", description="Where drafts come from: a small draft model, or n-gram "
                                    "lookup in the prompt")
-    draft_model: str | None = Field(
+    draft_model: Name | None = Field(
         None, description="Model profile of the draft model (shipped or under `models:`); "
                           "required with proposer: draft_model")
     acceptance_rate: float = Field(
