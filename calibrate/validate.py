@@ -121,10 +121,10 @@ class ValidationReport:
 
 
 # -- scenarios ---------------------------------------------------------------------------
-def load_workload(path: str | Path) -> Workload:
+def load_workload(path: str | Path, allow_paths: tuple[Path, ...] = ()) -> Workload:
     import sim
     from sim.config.resolve import resolve
-    scenario = sim.load_scenario(path)
+    scenario = sim.load_scenario(path, allow_paths=allow_paths)
     raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     where = f"{path}"
     if len(scenario.workload.streams) != 1 or len(scenario.pools) != 1:
@@ -302,7 +302,7 @@ def simulate(w: Workload, records: list[EngineRecord], profile_path: Path, work_
             raw.pop(key)
     scen_path = work_dir / "scenario.yaml"
     scen_path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
-    results = sim.run(sim.load_scenario(scen_path))
+    results = sim.run(sim.load_scenario(scen_path, allow_paths=[profile_path.parent]))
     req = results.requests
     if (req["status"] != "completed").any():
         bad = req.loc[req["status"] != "completed", "status"].value_counts().to_dict()
@@ -581,7 +581,7 @@ def _logged_workload(elog: EngineLog, where: Path, profile_path: Path, work: Pat
     path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
     from sim.errors import ScenarioError
     try:
-        w = load_workload(path)
+        w = load_workload(path, allow_paths=(profile_path.parent,))
     except (ScenarioError, ValidationError) as exc:
         raise EngineLogError(f"{where}: scenario: {exc}") from None
     if w.kind != elog.kind or w.limits != elog.limits:

@@ -1,13 +1,15 @@
 """The Python API: load a scenario, run it, get DataFrames back."""
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pydantic
 
 from sim.config.resolve import Resolved, resolve
 from sim.config.scenario import Scenario
-from sim.errors import Problem, ScenarioError, from_validation_error
+from sim.errors import Problem, ScenarioError, dotted_path, from_validation_error
+from sim.inputs import InputFileError, check_regular, scenario_files, shown
 from sim.paths import resolve_scenario_path
 from sim.results import Results, collect
 from sim.simulation import ProgressFn, run_resolved
@@ -25,42 +27,60 @@ def _resolve_or_raise(scenario: Scenario, file: str | None, line_map: LineMap | 
     return resolved
 
 
-def load_scenario(path: str | Path) -> Scenario:
+def load_scenario(path: str | Path, *, allow_paths: Iterable[str | Path] = ()) -> Scenario:
     """Read, validate and cross-check a scenario YAML file.
 
-    Raises ScenarioError (file, line, field, message) on any problem.
+    The data files it names must lie in its folder or fleetsim's shipped data,
+    or in one of ``allow_paths`` (see :mod:`sim.inputs`). Raises ScenarioError
+    (file, line, field, message) on any problem.
     """
     p = resolve_scenario_path(path)
-    data, line_map = load_yaml(p)
+    data, line_map = load_yaml(p, expected_keys=_scenario_keys())
     try:
         scenario = Scenario.model_validate(data)
     except pydantic.ValidationError as exc:
         raise from_validation_error(exc, file=str(p), data=data, line_map=line_map,
                                     root_model=Scenario) from None
     scenario._source = str(p.resolve())
+    scenario._allow_paths = tuple(str(Path(a).expanduser().resolve()) for a in allow_paths)
     _resolve_or_raise(scenario, str(p), line_map)
     _check_data_files(scenario, p, line_map)
     return scenario
 
 
+def _scenario_keys() -> list[str]:
+    return [info.alias or name for name, info in Scenario.model_fields.items()]
+
+
+def _length_files(loc: tuple, cfg) -> Iterator[tuple[tuple, str]]:
+    """``(loc, path)`` of every length distribution read from a file under ``cfg``."""
+    if getattr(cfg, "type", None) == "empirical" and getattr(cfg, "path", None) is not None:
+        yield loc + ("path",), cfg.path
+    for i, component in enumerate(getattr(cfg, "components", None) or ()):
+        yield from _length_files(loc + ("components", i, "dist"), component.dist)
+
+
 def _check_data_files(scenario: Scenario, path: Path, line_map: LineMap) -> None:
-    """Trace files named by the scenario exist (relative to the scenario file)."""
-    problems = []
+    """Trace and length files named by the scenario are regular files where they may be
+    read from (see :mod:`sim.inputs`), relative to the scenario file."""
+    files = scenario_files(scenario)
+    named: list[tuple[tuple, str, str]] = []
     for name, stream in scenario.workload.streams.items():
-        trace = getattr(stream.arrival, "path", None)
-        if trace is not None and stream.arrival.type == "trace":
-            target = Path(trace) if Path(trace).is_absolute() else path.parent / trace
-            if not target.is_file():
-                loc = ("workload", "streams", name, "arrival", "path")
-                problems.append(Problem(f"trace file {target} not found",
-                                        file=str(path), line=line_map.line_for(loc),
-                                        field=".".join(loc)))
+        here = ("workload", "streams", name)
+        if stream.arrival.type == "trace":
+            named.append((here + ("arrival", "path"), stream.arrival.path, "trace file"))
+        for key in ("prompt_tokens", "output_tokens"):
+            named += [(loc, text, "length file")
+                      for loc, text in _length_files(here + (key,), getattr(stream, key))]
+    problems = []
+    for loc, text, kind in named:
+        try:
+            check_regular(files.path(text))
+        except InputFileError as exc:
+            problems.append(Problem(f"{kind} {shown(exc.path)}: {exc.message}", file=str(path),
+                                    line=line_map.line_for(loc), field=dotted_path(loc)))
     if problems:
         raise ScenarioError.many(problems)
-
-
-def _base_dir(scenario: Scenario) -> Path:
-    return Path(scenario._source).parent if scenario._source else Path.cwd()
 
 
 def with_overrides(scenario: Scenario, *, seed: int | None = None,
@@ -79,7 +99,7 @@ def with_overrides(scenario: Scenario, *, seed: int | None = None,
         err = exc.errors()[0]
         raise ScenarioError(f"{err['msg']} (got {err.get('input')!r})",
                             field="--" + ".".join(str(p) for p in err["loc"])) from None
-    out._source = scenario._source
+    out._source, out._allow_paths = scenario._source, scenario._allow_paths
     return out
 
 
@@ -87,7 +107,7 @@ def run(scenario: Scenario, *, progress: ProgressFn | None = None) -> Results:
     """Simulate ``scenario`` and return its tables and summary."""
     resolved = _resolve_or_raise(scenario, scenario._source, None)
     try:
-        sim = run_resolved(resolved, _base_dir(scenario), progress)
+        sim = run_resolved(resolved, scenario_files(scenario), progress)
     except WorkloadDataError as exc:
-        raise ScenarioError(exc.message, file=str(exc.path), line=exc.line) from None
+        raise ScenarioError(exc.message, file=shown(exc.path), line=exc.line) from None
     return collect(sim)

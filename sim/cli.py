@@ -71,7 +71,7 @@ def _load(args: argparse.Namespace):
     import sim
     from sim.planning.overrides import parse_value, with_values
 
-    scenario = sim.load_scenario(args.scenario)
+    scenario = sim.load_scenario(args.scenario, allow_paths=_allowed(args))
     scenario = sim.with_overrides(scenario, seed=getattr(args, "seed", None),
                                   duration_s=getattr(args, "duration", None))
     sets = {}
@@ -83,6 +83,22 @@ def _load(args: argparse.Namespace):
     if getattr(args, "warmup", None) is not None:
         sets["warmup"] = args.warmup
     return with_values(scenario, sets) if sets else scenario
+
+
+def _allowed(args: argparse.Namespace) -> list[str]:
+    """Folders given with --allow-path, each an existing folder."""
+    found = list(getattr(args, "allow_path", None) or [])
+    for folder in found:
+        if not Path(folder).expanduser().is_dir():
+            raise ScenarioError(f"{folder!r} is not a folder", field="--allow-path")
+    return found
+
+
+def _add_allow_path(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allow-path", action="append", metavar="DIR",
+                        help="also read the data files a scenario names (traces, lengths, "
+                             "calibrated profiles) from this folder; by default only the "
+                             "scenario's folder and fleetsim's shipped data (repeatable)")
 
 
 def _inputs(args: argparse.Namespace) -> list[str]:
@@ -167,11 +183,17 @@ def _cmd_replications(args: argparse.Namespace, scenario) -> int:
 
 def _read_sweep(path: str):
     import pandas as pd
+
+    from sim.inputs import InputFileError, open_regular, shown
     from sim.report import check_sweep_table
     try:
-        table = pd.read_csv(path)
-    except (OSError, ValueError) as exc:
-        raise ScenarioError(f"cannot read the sweep table: {exc}", file=path) from None
+        with open_regular(path) as fh:
+            table = pd.read_csv(fh, encoding="utf-8")
+    except InputFileError as exc:
+        raise ScenarioError(exc.message, file=shown(path), field="--sweep") from None
+    except (OSError, ValueError):       # pandas' messages may quote the file
+        raise ScenarioError("cannot read as a CSV table (a `fleetsim sweep` table)",
+                            file=shown(path), field="--sweep") from None
     check_sweep_table(table, path)
     return table
 
@@ -212,7 +234,7 @@ def _slos(args: argparse.Namespace) -> list:
 
 def _cmd_size(args: argparse.Namespace) -> int:
     from sim.output_paths import prepare_folder
-    from sim.outputs import write_folder
+    from sim.outputs import csv_safe, write_folder
     from sim.planning.size import max_rate, size
 
     scenario = _load(args)
@@ -232,7 +254,7 @@ def _cmd_size(args: argparse.Namespace) -> int:
     table = size(scenario, slos, pools)
     if out is not None:
         def write(folder: Path) -> list[Path]:
-            table.to_csv(folder / "size.csv", index=False)
+            csv_safe(table).to_csv(folder / "size.csv", index=False)
             table.to_json(folder / "size.json", orient="records", indent=2)
             return [folder / "size.csv", folder / "size.json"]
 
@@ -250,6 +272,7 @@ def with_pd_options(fn) -> None:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from sim.output_paths import check_file, write_file
     from sim.planning.overrides import parse_vary
+    from sim.outputs import csv_safe
     from sim.planning.sweep import sweep
 
     scenario = _load(args)
@@ -267,7 +290,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.stop()
-    write_file(out, table.to_csv(index=False))
+    write_file(out, csv_safe(table).to_csv(index=False))
     if args.report:
         from sim.report import build_sweep_report
         write_file(Path(args.report), build_sweep_report(table, scenario.name))
@@ -303,7 +326,8 @@ def _is_sweep_page(path: Path) -> bool:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from sim.planning.compare import compare, load_summary
 
-    table = compare(load_summary(args.a), load_summary(args.b))
+    allowed = _allowed(args)
+    table = compare(load_summary(args.a, allowed), load_summary(args.b, allowed))
     with_pd_options(lambda: print(table.to_string(index=False)))
     return 0
 
@@ -312,7 +336,7 @@ def _cmd_drift_check(args: argparse.Namespace) -> int:
     from sim.planning.check import check
 
     code, lines = check(args.scenarios, Path(args.baseline), _slos(args), args.tolerance,
-                        args.update)
+                        args.update, allow_paths=_allowed(args))
     for line in lines:
         print(line)
     return code
@@ -334,7 +358,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 def _cmd_lint(args: argparse.Namespace) -> int:
     import sim
     for path in args.scenarios:
-        sim.load_scenario(path)
+        sim.load_scenario(path, allow_paths=_allowed(args))
         print(f"{path}: ok")
     return 0
 
@@ -507,6 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--sweep", metavar="CSV",
                      help="a `fleetsim sweep` table whose throughput-against-latency curves "
                           "report.html shows")
+    _add_allow_path(run)
     run.set_defaults(func=_cmd_run)
 
     size_p = sub.add_parser("size", help="cheapest fleet meeting SLOs, per pool")
@@ -520,6 +545,7 @@ def build_parser() -> argparse.ArgumentParser:
     size_p.add_argument("--out", help="folder for size.csv and size.json")
     size_p.add_argument("--force", action="store_true",
                         help="replace an output folder an earlier fleetsim run wrote")
+    _add_allow_path(size_p)
     size_p.set_defaults(func=_cmd_size)
 
     sweep_p = sub.add_parser("sweep", help="run a grid over scenario fields")
@@ -536,11 +562,13 @@ def build_parser() -> argparse.ArgumentParser:
                          help="also write a self-contained page with the throughput-against-"
                               "latency curves")
     sweep_p.add_argument("--quiet", action="store_true")
+    _add_allow_path(sweep_p)
     sweep_p.set_defaults(func=_cmd_sweep)
 
     cmp_p = sub.add_parser("compare", help="two scenarios or result folders side by side")
     cmp_p.add_argument("a")
     cmp_p.add_argument("b")
+    _add_allow_path(cmp_p)
     cmp_p.set_defaults(func=_cmd_compare)
 
     check_p = sub.add_parser("check", help="fail when sizing or latency drift from a baseline")
@@ -549,6 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
     check_p.add_argument("--slo", action="append", metavar="METRIC=VALUE")
     check_p.add_argument("--tolerance", type=_tolerance, default=0.05)
     check_p.add_argument("--update", action="store_true", help="rewrite the baseline")
+    _add_allow_path(check_p)
     check_p.set_defaults(func=_cmd_drift_check)
 
     schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editors)")
@@ -556,6 +585,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("lint", help="validate scenario files without running them")
     check.add_argument("scenarios", nargs="+")
+    _add_allow_path(check)
     check.set_defaults(func=_cmd_lint)
 
     prof = sub.add_parser("profiles", help="list the shipped hardware and model profiles")

@@ -103,13 +103,20 @@ def _rebuild(cls: type[ScenarioError], problems: list[Problem]) -> ScenarioError
 
 
 def dotted_path(loc: tuple[Any, ...]) -> str:
-    """``("pools", "main", "phases", 0, "rate")`` -> ``pools.main.phases[0].rate``."""
+    """``("pools", "main", "phases", 0, "rate")`` -> ``pools.main.phases[0].rate``.
+
+    A key that is not printable or is long is shown as a shortened repr, so a
+    name holding control characters cannot reach the terminal raw.
+    """
     out = ""
     for part in loc:
         if isinstance(part, int) and not isinstance(part, bool):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            text = str(part)
+            if not text.isprintable() or len(text) > _INPUT_REPR_CHARS:
+                text = short_repr(text)
+            out += ("." if out else "") + text
     return out
 
 
@@ -211,7 +218,7 @@ def _real_path(loc: tuple[Any, ...], data: Any, line_map: LineMap, *, keep_last:
 
 # --- messages --------------------------------------------------------------------------
 
-def _short_repr(value: Any) -> str:
+def short_repr(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= _INPUT_REPR_CHARS else text[: _INPUT_REPR_CHARS - 3] + "..."
 
@@ -236,7 +243,7 @@ def _message(err: dict[str, Any], path: tuple[Any, ...], data: Any,
     if kind == "extra_forbidden":
         key = path[-1] if path else err["loc"][-1]
         valid = _valid_keys(root_model, path[:-1], data)
-        text = f"unknown key {key!r}"
+        text = f"unknown key {short_repr(key)}"
         if valid:
             text += f"; valid keys: {', '.join(valid)}" + _did_you_mean(key, valid)
         return text, path
@@ -258,10 +265,10 @@ def _message(err: dict[str, Any], path: tuple[Any, ...], data: Any,
         if msg.startswith(prefix):
             msg = msg[len(prefix):]
     if kind in ("literal_error", "enum"):
-        return msg + f" (got {_short_repr(value)})" + \
+        return msg + f" (got {short_repr(value)})" + \
             _did_you_mean(value, _quoted(str(ctx.get("expected", "")))), path
     if not (isinstance(value, str) and repr(value) in msg):  # units errors quote it already
-        msg += f" (got {_short_repr(value)})"
+        msg += f" (got {short_repr(value)})"
     return msg, path
 
 

@@ -16,6 +16,11 @@ Everything is written into a hidden sibling folder first and renamed into
 place at the end, so an interrupted run never leaves a folder that looks
 complete. Identical results give byte-identical files: nothing depends on
 the clock (``Results.wall_s`` is deliberately left out).
+
+A text cell of a CSV file that a spreadsheet would read as a formula (it
+starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return) is written
+with a leading ``'`` (OWASP's rule); numeric columns and the parquet file keep
+their values as they are.
 """
 from __future__ import annotations
 
@@ -54,15 +59,53 @@ def summary_json(summary: dict) -> str:
     return json.dumps(_plain(clean), indent=2, sort_keys=False, allow_nan=False) + "\n"
 
 
-def _csv_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """Categorical columns as plain strings (missing stays empty)."""
-    cats = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
-    return df.astype({c: object for c in cats}) if cats else df
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _defused(value: Any) -> Any:
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+def _risky(values: pd.Series) -> pd.Series:
+    """True where a value is text that starts like a formula."""
+    try:
+        return values.str.startswith(FORMULA_STARTS, na=False).astype(bool)
+    except AttributeError:              # no text in the column at all
+        return pd.Series(False, index=values.index)
+
+
+def csv_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` for a CSV file: categorical columns as plain strings (missing stays
+    empty), and text cells and column names that a spreadsheet would take for a
+    formula prefixed with ``'``. Numeric columns are left alone."""
+    changed: dict[str, pd.Series] = {}
+    for c in df.columns:
+        column = df[c]
+        if isinstance(column.dtype, pd.CategoricalDtype):
+            cats = column.cat.categories
+            if _risky(pd.Series(cats, dtype=object)).any():
+                column = column.cat.rename_categories([_defused(v) for v in cats])
+            changed[c] = column.astype(object)
+        elif column.dtype == object or pd.api.types.is_string_dtype(column.dtype):
+            mask = _risky(column)
+            if mask.any():
+                fixed = column.copy()
+                fixed[mask] = "'" + column[mask].astype(str)
+                changed[c] = fixed
+    out = df
+    if changed:
+        out = df.copy(deep=False)
+        for c, column in changed.items():
+            out[c] = column
+    names = [_defused(c) for c in out.columns]
+    return out.set_axis(names, axis=1) if names != list(out.columns) else out
 
 
 def _write_csv(df: pd.DataFrame, path: Path) -> None:
     # float_format=None writes repr(): the shortest text that round-trips exactly.
-    _csv_frame(df).to_csv(path, index=False, lineterminator="\n")
+    csv_safe(df).to_csv(path, index=False, lineterminator="\n")
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -55,7 +55,8 @@ STARTING, READY, DRAINING, RELEASED = "starting", "ready", "draining", "released
 def build_cost_model(pool: ResolvedPool, base_dir=None) -> CostModel:
     """The pool's step-time model. ``base_dir``: the scenario's folder, against which a
     calibrated profile's relative path is tried first (then the working directory,
-    then the shipped profiles/). Raises ValueError for a missing or mismatched profile."""
+    then the shipped profiles/); a :class:`~sim.inputs.DataFiles` also bounds where the
+    profile may lie. Raises ValueError for a missing or mismatched profile."""
     cfg = pool.cfg.cost_model
     if isinstance(cfg, AutoConfig):
         return measured.build(pool.model, pool.hardware, pool.cfg.tp, pool.cfg.weight_dtype,

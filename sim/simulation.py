@@ -21,6 +21,7 @@ import simpy
 
 from sim.config.resolve import Resolved
 from sim.gateway.service import Gateway
+from sim.inputs import DataFiles
 from sim.pool import Pool
 from sim.recorder import Recorder
 from sim.request import Request, Status
@@ -33,7 +34,7 @@ REFUSED_PAUSE_S = 0.01            # a closed-loop client's pause after a refusal
 
 
 class Simulation:
-    def __init__(self, resolved: Resolved, base_dir: Path) -> None:
+    def __init__(self, resolved: Resolved, base_dir: DataFiles | Path) -> None:
         self.resolved = resolved
         scenario = resolved.scenario
         self.scenario = scenario
@@ -312,7 +313,7 @@ def fewer_gc_passes(young_threshold: int = GC_YOUNG_THRESHOLD):
         gc.set_threshold(*before)
 
 
-def run_resolved(resolved: Resolved, base_dir: Path,
+def run_resolved(resolved: Resolved, base_dir: DataFiles | Path,
                  progress: ProgressFn | None = None) -> Simulation:
     t0 = time.perf_counter()
     sim = Simulation(resolved, base_dir).run(progress)

@@ -6,7 +6,11 @@ plain data plus a :class:`LineMap`, so validation errors can name the line
 of the offending key. It is stricter than plain PyYAML in two ways:
 
 * a key repeated in one mapping is an error (PyYAML keeps the last one);
-* the top level must be a mapping, and an empty file is an error.
+* the top level must be a mapping, and an empty file is an error;
+* the file must be a regular file of at most 64 MiB (see :mod:`sim.inputs`).
+
+Its errors never quote the file: they give a line, a column and, for a file
+that is not the kind expected (``expected_keys``), no key of it at all.
 
 It is also slightly friendlier: ``1e6`` and ``2.5e9`` read as floats (YAML
 1.2 style) rather than strings, as scenario authors expect.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +29,9 @@ import pydantic
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from sim.errors import Problem, ScenarioError, dotted_path, from_validation_error
+from sim.errors import (Problem, ScenarioError, dotted_path, from_validation_error,
+                        short_repr)
+from sim.inputs import MAX_DOC_BYTES, InputFileError, read_bytes, shown
 
 Loc = tuple[Any, ...]
 
@@ -84,14 +91,17 @@ class LineMap:
         return len(self.lines)
 
 
-def load_yaml(path: pathlib.Path) -> tuple[Any, LineMap]:
+def load_yaml(path: pathlib.Path, *, expected_keys: Iterable[str] | None = None
+              ) -> tuple[Any, LineMap]:
     """Parse ``path`` safely; return ``(data, line_map)``.
 
     ``data`` is a dict of plain Python values. Raises ScenarioError for an
     unreadable file, a YAML syntax error, an unsafe or unknown tag, a
-    duplicate key, an empty file, or a top level that is not a mapping.
+    duplicate key, an empty file, or a top level that is not a mapping. With
+    ``expected_keys``, a top-level mapping holding none of them is refused
+    without naming any of its keys (it is some other file).
     """
-    file = str(path)
+    file = shown(path)
     text = _read_text(pathlib.Path(path), file)
     loader = None
     try:
@@ -100,6 +110,8 @@ def load_yaml(path: pathlib.Path) -> tuple[Any, LineMap]:
         if node is None:
             raise ScenarioError("file is empty; expected a mapping of keys to values",
                                 file=file, line=1)
+        if expected_keys is not None:
+            _check_kind(loader, node, list(expected_keys), file)
         _check_duplicate_keys(loader, node, file)
         data = loader.construct_document(node)  # also flattens merge keys in the node graph
         lines: dict[Loc, int] = {(): node.start_mark.line + 1}
@@ -137,11 +149,22 @@ def load_model(path: pathlib.Path, model: type[pydantic.BaseModel]) -> Any:
                                     root_model=model) from None
 
 
+def _check_kind(loader: yaml.SafeLoader, node: Node, expected: list[str], file: str) -> None:
+    """Refuse a top-level mapping none of whose keys is expected, naming none of them."""
+    if not isinstance(node, MappingNode):
+        return
+    keys = {_key_of(loader, k) for k, _ in node.value if isinstance(k, ScalarNode)
+            and k.tag != _MERGE_TAG}
+    if not any(isinstance(k, str) and k in expected for k in keys):
+        raise ScenarioError("not a scenario: none of the top-level keys is one of "
+                            + ", ".join(expected), file=file, line=node.start_mark.line + 1)
+
+
 def _read_text(path: pathlib.Path, file: str) -> str:
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ScenarioError(f"cannot read file: {exc.strerror or exc}", file=file) from None
+        raw = read_bytes(path, max_bytes=MAX_DOC_BYTES)
+    except InputFileError as exc:
+        raise ScenarioError(f"cannot read file: {exc.message}", file=file) from None
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -149,9 +172,22 @@ def _read_text(path: pathlib.Path, file: str) -> str:
                             file=file, line=raw[: exc.start].count(b"\n") + 1) from None
 
 
+# What PyYAML quotes that is not the file's own text: a token's name, one character, a
+# standard tag.
+_KEPT_QUOTE = re.compile(r"tag:yaml\.org,2002:[\w/.:-]*|<[a-z ]+>|\\?.|\\x[0-9a-f]{2}|\\u[0-9a-f]{4}|\\U[0-9a-f]{8}")
+
+
+def _unquoted(text: str) -> str:
+    """PyYAML's message without what it quotes from the file (a tag, an anchor)."""
+    def keep(match: re.Match) -> str:
+        inner = match.group(0)[1:-1]
+        return match.group(0) if _KEPT_QUOTE.fullmatch(inner) else "(not shown)"
+    return re.sub(r"'[^'\n]*'|\"[^\"\n]*\"", keep, text)
+
+
 def _from_marked_error(exc: yaml.MarkedYAMLError, file: str) -> ScenarioError:
     mark = exc.problem_mark or exc.context_mark
-    parts = [p for p in (exc.context, exc.problem) if p]
+    parts = [_unquoted(p) for p in (exc.context, exc.problem) if p]
     message = "invalid YAML: " + ": ".join(parts) if parts else "invalid YAML"
     if exc.context_mark is not None and exc.problem_mark is not None \
             and exc.context_mark.line != exc.problem_mark.line:
@@ -192,7 +228,8 @@ def _check_duplicate_keys(loader: yaml.SafeLoader, root: Node, file: str) -> Non
                 if key is not None and key in seen:
                     first = seen[key]
                     problems.append(Problem(
-                        f"duplicate key {key!r} (first on line {first}, again on line {line})",
+                        f"duplicate key {short_repr(key)} (first on line {first}, "
+                        f"again on line {line})",
                         file=file, line=line, field=dotted_path(loc + (key,))))
                 elif key is not None:
                     seen[key] = line

@@ -51,14 +51,12 @@ def _price(pool: PoolConfig, hw: HardwareSpec) -> float | None:
 def _check_calibrated(here: Loc, pool: PoolConfig, model, scenario: Scenario,
                       problems: list[tuple[Loc, str]]) -> bool:
     """The calibrated profile exists, reads, and was made for this model, tp and dtype."""
-    from pathlib import Path
-
     from sim.cost.calibrated import check_profile, load_profile, resolve_profile_path
-    source = getattr(scenario, "_source", None)
+    from sim.inputs import scenario_files
+    files = scenario_files(scenario) if getattr(scenario, "_source", None) else None
     loc = here + ("cost_model", "profile")
     try:
-        path = resolve_profile_path(pool.cost_model.profile,
-                                    Path(source).parent if source else None)
+        path = resolve_profile_path(pool.cost_model.profile, files)
         data = load_profile(path)
         check_profile(data, model, pool.tp, f"calibrated profile {path}")
     except (OSError, ValueError) as exc:

@@ -11,7 +11,7 @@ from typing import Annotated, Literal, Union
 from pydantic import Field, PrivateAttr
 
 from sim.config.common import (Bytes, BytesPerS, Fraction, PositiveBytes, PositiveInt, PositiveSeconds,
-                               Seconds, StrictModel)
+                               Name, Seconds, StrictModel)
 from sim.config.gateway import GatewayConfig
 from sim.config.profiles import DType, HardwareSpec, ModelSpec
 from sim.config.workload import WorkloadConfig
@@ -48,7 +48,7 @@ class QueueConfig(StrictModel):
         None, description="Most requests waiting in the pool; beyond it the lowest priority, "
                           "then the newest, is shed")
     fair: bool = Field(False, description="Weighted fair queueing between teams")
-    weights: dict[str, float] = Field(default_factory=dict,
+    weights: dict[Name, float] = Field(default_factory=dict,
                                       description="Fair-share weight per team (default 1)")
     max_outstanding_per_replica: PositiveInt | None = Field(
         None, description="Requests a replica may hold (queued + running) before the pool "
@@ -63,7 +63,7 @@ class SpotConfig(StrictModel):
 class SizingOptions(StrictModel):
     """What `fleetsim size` may choose for a pool, besides the replica count."""
 
-    hardware: list[str] | None = Field(None, description="GPU kinds to try")
+    hardware: list[Name] | None = Field(None, description="GPU kinds to try")
     tp: list[PositiveInt] | None = Field(None, description="Tensor-parallel degrees to try")
     weight_dtype: list[DType] | None = Field(None, description="Weight precisions to try "
                                              "(the KV cache follows: fp8 weights, fp8 KV)")
@@ -73,8 +73,8 @@ class SizingOptions(StrictModel):
 class PoolConfig(StrictModel):
     """A group of identical replicas serving one model on one GPU kind."""
 
-    model: str = Field(description="Model profile name (shipped or under `models:`)")
-    hardware: str = Field(description="Hardware profile name (shipped or under `hardware:`)")
+    model: Name = Field(description="Model profile name (shipped or under `models:`)")
+    hardware: Name = Field(description="Hardware profile name (shipped or under `hardware:`)")
     tp: PositiveInt = Field(1, description="Tensor-parallel GPUs per replica")
     replicas: PositiveInt = Field(1, description="Number of replicas")
     pricing: Literal["on_demand", "reserved", "spot"] = Field(
@@ -126,7 +126,7 @@ class PoolConfig(StrictModel):
 class Scenario(StrictModel):
     """A fleet and its traffic."""
 
-    name: str = Field("scenario", description="Short name shown in reports")
+    name: Name = Field("scenario", description="Short name shown in reports")
     description: str = Field("", description="Free text")
     seed: int = Field(0, ge=0, description="Seed of the run's random streams")
     duration: PositiveSeconds = Field(description="Arrivals are generated in [0, duration)")
@@ -137,14 +137,16 @@ class Scenario(StrictModel):
     warmup: Seconds = Field(0.0, description="Requests arriving before this are left out "
                                              "of the latency figures (the queue filling up)")
     record_steps: bool = Field(False, description="Record one row per engine step")
-    hardware: dict[str, HardwareSpec] = Field(
+    hardware: dict[Name, HardwareSpec] = Field(
         default_factory=dict, description="Extra hardware profiles defined inline")
-    models: dict[str, ModelSpec] = Field(
+    models: dict[Name, ModelSpec] = Field(
         default_factory=dict, description="Extra model profiles defined inline")
     workload: WorkloadConfig
     gateway: GatewayConfig = Field(default_factory=GatewayConfig,
                                    description="Auth, team limits, model registry and routes")
-    pools: dict[str, PoolConfig] = Field(min_length=1, description="Pool name -> pool")
+    pools: dict[Name, PoolConfig] = Field(min_length=1, description="Pool name -> pool")
 
     # Where the scenario was read from: relative paths in it resolve against this.
     _source: str | None = PrivateAttr(default=None)
+    # Folders outside the scenario's own and the shipped data its files may be read from.
+    _allow_paths: tuple[str, ...] = PrivateAttr(default=())

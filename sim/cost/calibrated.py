@@ -49,6 +49,7 @@ from sim.cost.base import CostModel, DecodeRun
 from sim.cost.steps import StepEnds
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.cost.shape import ArrayLike, BatchShape, default_kv_read
+from sim.inputs import MAX_DOC_BYTES, DataFiles, InputFileError, read_bytes, shown
 from sim.paths import data_dir
 
 TERMS = ("dense", "attn_prefill", "attn_decode", "lm_head", "tp_comm")
@@ -163,16 +164,26 @@ class PerKeyTable:
         return np.where(q > self._q_last, self._s_last * q / self._q_last, inside)
 
 
-def resolve_profile_path(profile: str, base_dir: str | Path | None = None) -> Path:
+def resolve_profile_path(profile: str, base_dir: DataFiles | str | Path | None = None
+                         ) -> Path:
     """The profile file: relative to ``base_dir`` (the scenario's folder), as given,
-    or relative to the shipped ``profiles/`` folder. ValueError if none exists."""
+    or relative to the shipped ``profiles/`` folder; the first that exists where a
+    :class:`~sim.inputs.DataFiles` allows. ValueError if none does."""
+    files = base_dir if isinstance(base_dir, DataFiles) else None
     p = Path(profile).expanduser()
     candidates = [p] if p.is_absolute() else (
-        ([Path(base_dir) / p] if base_dir is not None else []) + [p, data_dir("profiles") / p])
+        ([files.locate(p) if files else Path(base_dir) / p] if base_dir is not None else [])
+        + [p, data_dir("profiles") / p])
+    refused: InputFileError | None = None
     for c in candidates:
         if c.is_file():
-            return c
-    tried = ", ".join(str(c) for c in candidates)
+            try:
+                return files.check(c) if files else c
+            except InputFileError as exc:
+                refused = refused or exc
+    if refused is not None:
+        raise ValueError(f"calibrated profile {refused}")
+    tried = ", ".join(shown(c) for c in candidates)
     raise ValueError(f"calibrated profile '{profile}' not found (looked for {tried}); "
                      f"make one with `fleetsim calibrate`")
 
@@ -180,10 +191,15 @@ def resolve_profile_path(profile: str, base_dir: str | Path | None = None) -> Pa
 @lru_cache(maxsize=32)
 def _read(path: str, mtime: float) -> dict:
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path} is not valid YAML: {exc}".replace("\n", " ")) from None
+        data = yaml.safe_load(read_bytes(path, max_bytes=MAX_DOC_BYTES).decode("utf-8"))
+    except InputFileError as exc:
+        raise ValueError(str(exc)) from None
+    except yaml.MarkedYAMLError as exc:      # its text quotes the file: give the line only
+        mark = exc.problem_mark or exc.context_mark
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ValueError(f"{path} is not valid YAML{where}") from None
+    except yaml.YAMLError:
+        raise ValueError(f"{path} is not valid YAML") from None
     except UnicodeDecodeError:
         raise ValueError(f"{path} is not a text file") from None
     if not isinstance(data, dict) or "tables" not in data or "model" not in data:

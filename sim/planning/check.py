@@ -8,17 +8,21 @@ breaks, fails the check (exit 1); ``--update`` writes the baseline anew.
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterable
 from pathlib import Path
 
 import sim
+from sim.errors import ScenarioError
+from sim.inputs import InputFileError, read_bytes, shown
 from sim.planning.size import evaluate, min_replicas
 from sim.planning.slo import Slo
 
 LATENCY_KEYS = ("ttft_p99", "tpot_p99", "e2e_p99")
 
 
-def measure_scenario(path: str, slos: list[Slo]) -> dict:
-    scenario = sim.load_scenario(path)
+def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = ()) -> dict:
+    scenario = sim.load_scenario(path, allow_paths=allow_paths)
     out: dict = {"pools": {}, "latency_s": {}, "slo_met": True}
     summary = sim.run(scenario).summary
     for key in LATENCY_KEYS:
@@ -53,10 +57,64 @@ def drift(base: dict, now: dict, tolerance: float) -> list[str]:
     return problems
 
 
+def _number(value) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                             and math.isfinite(value))
+
+
+def _baseline_shape_error(data) -> str | None:
+    """What is wrong with a parsed baseline (naming fields, never values), or None."""
+    if not isinstance(data, dict):
+        return "the top level must be an object of scenario paths"
+    for i, entry in enumerate(data.values()):
+        where = f"entry {i + 1}"
+        if not isinstance(entry, dict):
+            return f"{where}: must be an object"
+        pools, latency = entry.get("pools", {}), entry.get("latency_s", {})
+        if not isinstance(pools, dict) or not all(
+                isinstance(f, dict) and _number(f.get("required_replicas"))
+                for f in pools.values()):
+            return f"{where}: pools: each pool must be an object with required_replicas, " \
+                   f"a number or null"
+        if not isinstance(latency, dict) or not all(map(_number, latency.values())):
+            return f"{where}: latency_s: must be an object of numbers or nulls"
+    return None
+
+
+def read_baseline(baseline: Path) -> dict:
+    """The baseline's figures; {} when it does not exist yet. A file that is not a
+    regular file, not UTF-8 JSON or not shaped like a baseline is a located error
+    that does not quote it."""
+    if not baseline.exists() and not baseline.is_symlink():
+        return {}
+    where = shown(baseline)
+    try:
+        raw = read_bytes(baseline)
+    except InputFileError as exc:
+        raise ScenarioError(exc.message, file=where, field="--baseline") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ScenarioError("not UTF-8 text; expected the JSON `fleetsim check --update` "
+                            "writes", file=where, field="--baseline") from None
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(f"not JSON ({exc.msg}); expected what `fleetsim check "
+                            f"--update` writes", file=where, line=exc.lineno,
+                            column=exc.colno, field="--baseline") from None
+    except RecursionError:
+        raise ScenarioError("not a baseline: nesting too deep", file=where,
+                            field="--baseline") from None
+    problem = _baseline_shape_error(data)
+    if problem is not None:
+        raise ScenarioError(f"not a `fleetsim check` baseline: {problem}", file=where,
+                            field="--baseline")
+    return data
+
+
 def check(paths: list[str], baseline: Path, slos: list[Slo], tolerance: float,
-          update: bool) -> tuple[int, list[str]]:
-    stored = json.loads(baseline.read_text()) if baseline.exists() else {}
-    current = {str(p): measure_scenario(p, slos) for p in paths}
+          update: bool, allow_paths: Iterable[str] = ()) -> tuple[int, list[str]]:
+    stored = read_baseline(baseline)
+    current = {str(p): measure_scenario(p, slos, allow_paths) for p in paths}
     if update:
         baseline.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
         return 0, [f"wrote {baseline} ({len(current)} scenarios)"]

@@ -2,20 +2,37 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
 
 import sim
+from sim.errors import ScenarioError
+from sim.inputs import InputFileError, read_bytes, shown
 from sim.planning.sweep import summary_row
 
 
-def load_summary(path: str) -> dict:
+def load_summary(path: str, allow_paths: Iterable[str] = ()) -> dict:
     """A result folder's summary.json, or a scenario run now."""
     p = Path(path)
     if p.is_dir():
-        return json.loads((p / "summary.json").read_text())
-    return sim.run(sim.load_scenario(p)).summary
+        return _read_summary(p / "summary.json")
+    return sim.run(sim.load_scenario(p, allow_paths=allow_paths)).summary
+
+
+def _read_summary(path: Path) -> dict:
+    """A summary.json, as a located error that does not quote it when it is not one."""
+    try:
+        data = json.loads(read_bytes(path).decode("utf-8"))
+    except InputFileError as exc:
+        raise ScenarioError(exc.message, file=shown(path)) from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        data = None
+    pools = data.get("pools", {}) if isinstance(data, dict) else None
+    if not isinstance(pools, dict) or not all(isinstance(v, dict) for v in pools.values()):
+        raise ScenarioError("not a summary.json that `fleetsim run` wrote", file=shown(path))
+    return data
 
 
 def compare(a: dict, b: dict) -> pd.DataFrame:

@@ -77,5 +77,5 @@ def with_values(scenario: Scenario, assignments: dict[str, Any]) -> Scenario:
         raise ScenarioError(f"invalid value: {exc}".splitlines()[0] + "; "
                             + " ".join(str(exc).splitlines()[1:3]),
                             field=", ".join(assignments)) from None
-    out._source = scenario._source
+    out._source, out._allow_paths = scenario._source, scenario._allow_paths
     return out

@@ -15,16 +15,19 @@ from sim.config.scenario import Scenario
 Progress = Callable[[int, int], None]
 
 
-def _payload(scenario: Scenario) -> tuple[dict, str | None]:
-    return scenario.model_dump(mode="json"), scenario._source
+Payload = tuple[dict, str | None, tuple[str, ...]]  # scenario, its file, allowed folders
 
 
-def run_payload(payload: tuple[dict, str | None]) -> dict:
+def _payload(scenario: Scenario) -> Payload:
+    return scenario.model_dump(mode="json"), scenario._source, scenario._allow_paths
+
+
+def run_payload(payload: Payload) -> dict:
     """Worker entry point: rebuild the scenario, run it, return its summary."""
     import sim
-    data, source = payload
+    data, source, allow_paths = payload
     scenario = Scenario.model_validate(data)
-    scenario._source = source
+    scenario._source, scenario._allow_paths = source, allow_paths
     return sim.run(scenario).summary
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from sim.config.workload import (ClosedArrivalConfig, StreamConfig, TraceArrivalConfig,
                                  WorkloadConfig)
+from sim.inputs import DataFiles, as_data_files
 from sim.workload.arrivals import process_arrival_times
 from sim.workload.lengths import sample_lengths
 from sim.workload.trace import WorkloadDataError, load_trace, replay_trace, resolve_path
@@ -63,7 +64,7 @@ def stream_seed_seqs(seed_seq: np.random.SeedSequence, n_streams: int
 
 
 def _stream_requests(stream: StreamConfig, duration_s: float, rate_scale: float,
-                     seed_seq: np.random.SeedSequence, base_dir: pathlib.Path
+                     seed_seq: np.random.SeedSequence, base_dir: DataFiles
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(arrival_s, prompt_tokens, output_tokens, prefix_group) of one stream, by time.
 
@@ -103,19 +104,20 @@ def _stream_requests(stream: StreamConfig, duration_s: float, rate_scale: float,
 
 
 def generate_arrivals(workload: WorkloadConfig, duration_s: float,
-                      seed_seq: np.random.SeedSequence, base_dir: pathlib.Path
-                      ) -> RequestArrivals:
+                      seed_seq: np.random.SeedSequence,
+                      base_dir: DataFiles | pathlib.Path) -> RequestArrivals:
     """Generate every stream's requests in [start, min(end, duration_s)) and merge them
     (a closed-loop stream's with no time yet: see :class:`RequestArrivals`).
 
     Stream i draws from child i of ``seed_seq`` (see :func:`stream_seed_seqs`);
-    relative file paths are read from ``base_dir`` (the scenario's folder).
+    relative file paths are read from ``base_dir`` (the scenario's folder; a
+    :class:`~sim.inputs.DataFiles` also bounds where they may lie).
     Same inputs give bit-identical arrays.
     """
     names = tuple(workload.streams)
     seqs = stream_seed_seqs(seed_seq, len(names))
     parts = [_stream_requests(stream, float(duration_s), workload.rate_scale, seq,
-                              pathlib.Path(base_dir))
+                              as_data_files(base_dir))
              for stream, seq in zip(workload.streams.values(), seqs)]
     arrival_s = np.concatenate([p[0] for p in parts]).astype(np.float64, copy=False)
     order = np.argsort(arrival_s, kind="stable")

@@ -19,6 +19,7 @@ from sim.config.workload import (
     MixtureLengthConfig,
     UniformLengthConfig,
 )
+from sim.inputs import DataFiles
 from sim.workload.trace import (
     WorkloadDataError,
     check_token_counts,
@@ -46,7 +47,7 @@ def _round_clip(samples: np.ndarray, low: int, high: int | None) -> np.ndarray:
     return np.clip(np.rint(samples), low, upper).astype(np.int64)
 
 
-def load_empirical_values(cfg: EmpiricalLengthConfig, base_dir: pathlib.Path
+def load_empirical_values(cfg: EmpiricalLengthConfig, base_dir: DataFiles | pathlib.Path
                           ) -> tuple[np.ndarray, np.ndarray | None]:
     """The values to resample and their probabilities (None = equal)."""
     if cfg.values is not None:
@@ -64,7 +65,7 @@ def load_empirical_values(cfg: EmpiricalLengthConfig, base_dir: pathlib.Path
 
 
 def sample_lengths(cfg: LengthConfig, n: int, rng: np.random.Generator,
-                   base_dir: pathlib.Path) -> np.ndarray:
+                   base_dir: DataFiles | pathlib.Path) -> np.ndarray:
     """Draw ``n`` lengths (int64, >= 1) from ``cfg``."""
     if isinstance(cfg, FixedLengthConfig):
         return np.full(n, cfg.value, dtype=np.int64)

@@ -2,10 +2,15 @@
 
 Bad input files are the most common failure of a capacity study, so every
 problem is reported as :class:`WorkloadDataError` naming the file and, where
-known, the 1-based line of the CSV (line 1 is the header).
+known, the 1-based line of the CSV (line 1 is the header). Messages name the
+column and the line, never a value read from the file: a path may have named
+a file that is not a trace at all. Where a file may be read from is
+:mod:`sim.inputs`'s.
 """
 from __future__ import annotations
 
+import difflib
+import io
 import pathlib
 import warnings
 from dataclasses import dataclass
@@ -15,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from sim.config.workload import TraceArrivalConfig
+from sim.inputs import MAX_DATA_BYTES, DataFiles, InputFileError, as_data_files, open_regular
 
 TRACE_COLUMNS = ("timestamp", "prompt_tokens", "output_tokens")
 
@@ -30,11 +36,22 @@ class WorkloadDataError(ValueError):
         super().__init__(f"{where}: {message}")
 
 
-def resolve_path(path: str, base_dir: pathlib.Path) -> pathlib.Path:
+def resolve_path(path: str, base_dir: DataFiles | pathlib.Path) -> pathlib.Path:
     """Relative paths are relative to the scenario file, not the working directory,
-    so a scenario runs the same from anywhere."""
-    p = pathlib.Path(path).expanduser()
-    return p if p.is_absolute() else pathlib.Path(base_dir) / p
+    so a scenario runs the same from anywhere. A :class:`~sim.inputs.DataFiles`
+    also bounds where the file may lie (WorkloadDataError outside)."""
+    try:
+        return as_data_files(base_dir).path(path)
+    except InputFileError as exc:
+        raise WorkloadDataError(exc.path, exc.message) from None
+
+
+def _csv_problem_line(exc: Exception) -> Optional[int]:
+    """The line a pandas parser error names, if any (its text is not shown: it may quote
+    the file)."""
+    import re
+    found = re.search(r"\b(?:line|row) (\d+)", str(exc))
+    return int(found.group(1)) if found else None
 
 
 def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...]
@@ -45,30 +62,47 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...]
     file, so later checks can point at the offending line. Rows that are
     entirely empty are skipped.
     """
-    if not path.is_file():
-        raise WorkloadDataError(path, "file not found")
     try:
-        with warnings.catch_warnings():
+        fh = open_regular(path, max_bytes=MAX_DATA_BYTES)
+    except InputFileError as exc:
+        message = "file not found" if exc.message == "not found" else exc.message
+        raise WorkloadDataError(path, message) from None
+    try:
+        with fh, warnings.catch_warnings():
             # a row with more fields than the header: an error, never a silent misread
             warnings.simplefilter("error", pd.errors.ParserWarning)
-            frame = pd.read_csv(path, dtype=str, keep_default_na=False, index_col=False,
-                                skip_blank_lines=False, skipinitialspace=True)
+            frame = pd.read_csv(fh, dtype=str, keep_default_na=False, index_col=False,
+                                skip_blank_lines=False, skipinitialspace=True,
+                                encoding="utf-8")
     except pd.errors.ParserWarning:
         import csv
-        with open(path, newline="", encoding="utf-8") as fh:
-            rows = csv.reader(fh)
+        with open_regular(path) as raw, \
+                io.TextIOWrapper(raw, newline="", encoding="utf-8") as text:
+            rows = csv.reader(text)
             width = len(next(rows))
             line = next((i for i, row in enumerate(rows, start=2) if len(row) > width), None)
         raise WorkloadDataError(path, f"a row has more fields than the header's {width}",
                                 line=line) from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise WorkloadDataError(path, f"cannot read as CSV: {exc}") from exc
+    except UnicodeDecodeError:
+        raise WorkloadDataError(path, "cannot read as CSV: not UTF-8 text") from None
+    except pd.errors.EmptyDataError:
+        raise WorkloadDataError(path, "cannot read as CSV: the file is empty") from None
+    except pd.errors.ParserError as exc:
+        raise WorkloadDataError(path, "cannot read as CSV (a quote left open, or rows of "
+                                      "different widths)", line=_csv_problem_line(exc)) \
+            from None
+    except OSError as exc:
+        raise WorkloadDataError(path, f"cannot read: {exc.strerror or exc}") from None
     frame.columns = [str(c).strip() for c in frame.columns]
     missing = [c for c in columns if c not in frame.columns]
     if missing:
-        found = ", ".join(repr(c) for c in frame.columns) or "none"
-        raise WorkloadDataError(path, f"missing column(s) {', '.join(map(repr, missing))}; "
-                                      f"columns found: {found}", line=1)
+        hints = [m for c in missing
+                 for m in difflib.get_close_matches(c, [str(f) for f in frame.columns
+                                                        if str(f).isprintable()], 1, 0.8)]
+        hint = f" (did you mean {', '.join(map(repr, hints))}?)" if hints else ""
+        raise WorkloadDataError(path, f"missing column(s) {', '.join(map(repr, missing))}: "
+                                      f"line 1 must be a header naming them; it has "
+                                      f"{len(frame.columns)} column(s){hint}", line=1)
     # Header is line 1; with blank lines kept, data row i is on line i + 2.
     line_numbers = np.arange(len(frame), dtype=np.int64) + 2
     text = frame[list(columns)].apply(lambda col: col.str.strip())
@@ -82,7 +116,7 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...]
             i = int(np.argmax(bad))
             raw = text[name].iloc[i]
             what = "missing value" if raw == "" or pd.isna(raw) else \
-                f"{raw!r} is not a finite number"
+                "not a finite number"
             raise WorkloadDataError(path, f"column {name!r}: {what}",
                                     line=int(line_numbers[i]))
         out[name] = values
@@ -95,8 +129,8 @@ def check_token_counts(path: pathlib.Path, name: str, values: np.ndarray,
     bad = (values < 1) | (values != np.floor(values))
     if bad.any():
         i = int(np.argmax(bad))
-        raise WorkloadDataError(path, f"column {name!r}: {values[i]:g} is not a whole "
-                                      f"number >= 1", line=int(line_numbers[i]))
+        raise WorkloadDataError(path, f"column {name!r}: not a whole number >= 1",
+                                line=int(line_numbers[i]))
     return values.astype(np.int64)
 
 
@@ -118,13 +152,13 @@ def load_trace(path: pathlib.Path) -> Trace:
     ts = cols["timestamp"]
     if (ts < 0).any():
         i = int(np.argmax(ts < 0))
-        raise WorkloadDataError(path, f"negative timestamp {ts[i]:g}", line=int(lines[i]))
+        raise WorkloadDataError(path, "column 'timestamp': negative timestamp", line=int(lines[i]))
     backwards = np.diff(ts) < 0
     if backwards.any():
         i = int(np.argmax(backwards)) + 1
         raise WorkloadDataError(
-            path, f"timestamps must not decrease: {ts[i]:g} comes after {ts[i - 1]:g}",
-            line=int(lines[i]))
+            path, f"column 'timestamp': timestamps must not decrease (less than on line "
+                  f"{int(lines[i - 1])})", line=int(lines[i]))
     return Trace(ts,
                  check_token_counts(path, "prompt_tokens", cols["prompt_tokens"], lines),
                  check_token_counts(path, "output_tokens", cols["output_tokens"], lines))

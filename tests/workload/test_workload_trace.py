@@ -69,7 +69,7 @@ def test_absolute_path_and_blank_lines(tmp_path):
 @pytest.mark.parametrize("body, line, message", [
     ("0,1,1\n2,1,1\n1,1,1\n", 4, "decrease"),
     ("0,1,1\n-1,1,1\n", 3, "negative"),
-    ("0,1,1\nabc,1,1\n", 3, "'abc'"),
+    ("0,1,1\nabc,1,1\n", 3, "'timestamp': not a finite number"),
     ("0,1,1\n1,,1\n", 3, "missing value"),
     ("0,1,1\n1,2.5,1\n", 3, "whole number"),
     ("0,1,0\n", 2, "whole number"),
@@ -85,14 +85,15 @@ def test_bad_rows_name_file_and_line(tmp_path, body, line, message):
     assert str(err).startswith(f"{path}:{line}: ")
 
 
-def test_missing_column_is_named_with_columns_found(tmp_path):
+def test_missing_column_is_named_with_a_near_header_name_only(tmp_path):
     path = tmp_path / "trace.csv"
-    path.write_text("timestamp,prompt_tokens,completion_tokens\n0,1,1\n")
+    path.write_text("timestamp,prompt_tokens,completion_tokens,output_token\n0,1,1,1\n")
     with pytest.raises(WorkloadDataError) as info:
         run(tmp_path, trace_workload())
     assert info.value.path == path
     assert "'output_tokens'" in info.value.message
-    assert "'completion_tokens'" in info.value.message
+    assert "did you mean 'output_token'?" in info.value.message
+    assert "'completion_tokens'" not in info.value.message
 
 
 def test_missing_and_empty_files(tmp_path):
