@@ -64,6 +64,8 @@ def build_report(results, sweep=None) -> str:
                  ["requests / s", s["throughput"]["requests_per_s"]],
                  ["output tokens / s", s["throughput"]["output_tokens_per_s"]],
                  ["total cost (USD)", s["cost"]["total_usd"]],
+                 ["of which in no team's cost: idle capacity (USD)",
+                  s["cost"].get("unattributed_usd", 0.0)],
                  ["USD per million output tokens", s["cost"]["usd_per_million_output_tokens"]]]),
              _table(["latency (s)", "mean", "p50", "p90", "p99"],
                     [[k.upper()] + [lat[k][q] for q in ("mean", "p50", "p90", "p99")]

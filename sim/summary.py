@@ -134,6 +134,9 @@ def summarise(sim, requests: pd.DataFrame, ts: pd.DataFrame) -> dict:
         "teams": teams,
         "cost": {
             "total_usd": total_cost,
+            # capacity no request used (a pool no stream reached, or one that served
+            # nothing): in no team's cost, so that teams + unattributed = total
+            "unattributed_usd": max(total_cost - float(requests["cost_usd"].sum()), 0.0),
             "usd_per_million_output_tokens": _num(total_cost / out_tokens * 1e6)
             if out_tokens else None,
         },

@@ -78,6 +78,8 @@ def _overview(s: dict) -> Table:
     t.add_row("output tokens", f"{_num(thr.get('output_tokens_per_s'))} tok/s")
     t.add_section()
     t.add_row("total cost", _usd(cost.get("total_usd")))
+    if cost.get("unattributed_usd"):
+        t.add_row("  in no team's cost (idle)", _usd(cost.get("unattributed_usd")))
     t.add_row("cost per M output tokens", _usd(cost.get("usd_per_million_output_tokens")))
     return t
 

@@ -221,3 +221,18 @@ def test_print_summary_handles_missing_values():
     console = Console(file=io.StringIO())
     print_summary({"latency_s": {"ttft": {"mean": None, "p50": None}}, "cost": {}}, console)
     assert "TTFT" in console.file.getvalue()
+
+
+def test_idle_capacity_is_its_own_cost_line_and_teams_plus_it_make_the_total():
+    """A pool no stream reaches is billed; its cost is in no team's, but in
+    unattributed_usd, so teams + unattributed = total."""
+    import sim
+    from tests.simfactories import make_pool, make_scenario, poisson_stream
+    res = sim.run(make_scenario(
+        streams={"s": {**poisson_stream(rate=2.0), "pool": "busy", "team": "a"}},
+        pools={"busy": make_pool(), "idle": make_pool(replicas=2)}, duration=30.0))
+    cost = res.summary["cost"]
+    idle = res.summary["pools"]["idle"]["cost_usd"]
+    teams = sum(t["cost_usd"] for t in res.summary["teams"].values())
+    assert idle > 0 and cost["unattributed_usd"] == pytest.approx(idle, rel=1e-9)
+    assert teams + cost["unattributed_usd"] == pytest.approx(cost["total_usd"], rel=1e-9)
