@@ -107,6 +107,11 @@ def plot_profile(profile: dict, path: str | Path) -> Path:
                  + (f", {profile['threads']} thread(s)" if profile.get("threads") else "")
                  + f"), torch {profile['torch_version']}, {profile['date']}", fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.96))
+    import io
+
+    from sim.atomic_write import write_file
     path = Path(path)
-    fig.savefig(path)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    write_file(path, buffer.getvalue())     # never through a link
     return path

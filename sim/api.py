@@ -60,6 +60,28 @@ def _length_files(loc: tuple, cfg) -> Iterator[tuple[tuple, str]]:
         yield from _length_files(loc + ("components", i, "dist"), component.dist)
 
 
+def data_files(scenario: Scenario) -> list[Path]:
+    """The files a scenario reads besides itself: traces, length distributions and
+    calibrated profiles (those that can be found), where they would be read from."""
+    files = scenario_files(scenario)
+    found: list[str] = []
+    for stream in scenario.workload.streams.values():
+        if stream.arrival.type == "trace":
+            found.append(stream.arrival.path)
+        for key in ("prompt_tokens", "output_tokens"):
+            found += [text for _loc, text in _length_files((), getattr(stream, key))]
+    paths = [files.locate(text) for text in found]
+    from sim.cost.calibrated import resolve_profile_path
+    for pool in scenario.pools.values():
+        profile = getattr(getattr(pool, "cost_model", None), "profile", None)
+        if profile:
+            try:
+                paths.append(resolve_profile_path(profile, files))
+            except (ValueError, OSError):
+                pass
+    return paths
+
+
 def _check_data_files(scenario: Scenario, path: Path, line_map: LineMap) -> None:
     """Trace and length files named by the scenario are regular files where they may be
     read from (see :mod:`sim.inputs`), relative to the scenario file."""

@@ -101,11 +101,15 @@ def _add_allow_path(parser: argparse.ArgumentParser) -> None:
                              "scenario's folder and fleetsim's shipped data (repeatable)")
 
 
-def _inputs(args: argparse.Namespace) -> list[str]:
-    """The files a command reads, which its output must never replace."""
+def _inputs(args: argparse.Namespace, scenario=None) -> list[str]:
+    """The files a command reads (and those ``scenario`` names: traces, lengths,
+    calibrated profiles), which its output must never replace."""
     found = [getattr(args, "scenario", None), getattr(args, "sweep", None)]
     found += list(getattr(args, "scenarios", None) or [])
     found += list(getattr(args, "from_logs", None) or [])
+    if scenario is not None:
+        from sim.api import data_files
+        found += [str(p) for p in data_files(scenario)]
     return [f for f in found if f]
 
 
@@ -148,7 +152,7 @@ def _cmd_replications(args: argparse.Namespace, scenario) -> int:
 
     default = Path("results") / f"{slug(scenario.name)}-replications"
     out_dir = Path(args.out) if args.out else default
-    inputs = _inputs(args)
+    inputs = _inputs(args, scenario)
     out_dir = prepare_folder(out_dir, force=args.force, inputs=inputs)
     seeds = [scenario.seed + i for i in range(args.replications)]
     scenarios = [with_values(scenario, {"seed": s}) for s in seeds]
@@ -209,7 +213,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.replications > 1:
         return _cmd_replications(args, scenario)
     out_dir = Path(args.out) if args.out else Path("results") / slug(scenario.name)
-    out_dir = prepare_folder(out_dir, force=args.force, inputs=_inputs(args))
+    inputs = _inputs(args, scenario)
+    out_dir = prepare_folder(out_dir, force=args.force, inputs=inputs)
     sweep = _read_sweep(args.sweep) if args.sweep else None
     progress = _Progress() if not args.quiet else None
     try:
@@ -217,7 +222,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.close()
-    written = write_outputs(results, out_dir, force=args.force, sweep=sweep, inputs=_inputs(args))
+    written = write_outputs(results, out_dir, force=args.force, sweep=sweep, inputs=inputs)
     if args.json:
         print(json.dumps(results.summary, indent=2))
     elif not args.quiet:
@@ -250,7 +255,8 @@ def _cmd_size(args: argparse.Namespace) -> int:
         for pool in pools or list(scenario.pools):
             print(json.dumps({"pool": pool, **max_rate(scenario, slos, pool)}))
         return 0
-    out = prepare_folder(args.out, force=args.force, inputs=_inputs(args)) if args.out else None
+    inputs = _inputs(args, scenario)
+    out = prepare_folder(args.out, force=args.force, inputs=inputs) if args.out else None
     table = size(scenario, slos, pools)
     if out is not None:
         def write(folder: Path) -> list[Path]:
@@ -258,7 +264,7 @@ def _cmd_size(args: argparse.Namespace) -> int:
             table.to_json(folder / "size.json", orient="records", indent=2)
             return [folder / "size.csv", folder / "size.json"]
 
-        write_folder(write, out, force=args.force, inputs=_inputs(args), command="size")
+        write_folder(write, out, force=args.force, inputs=inputs, command="size")
     with_pd_options(lambda: print(table.to_string(index=False)))
     return 0
 
@@ -270,7 +276,8 @@ def with_pd_options(fn) -> None:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from sim.output_paths import check_file, write_file
+    from sim.atomic_write import write_file
+    from sim.output_paths import check_file
     from sim.planning.overrides import parse_vary
     from sim.outputs import csv_safe
     from sim.planning.sweep import sweep
@@ -278,11 +285,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     scenario = _load(args)
     varies = [parse_vary(v) for v in args.vary]
     out = Path(args.out) if args.out else Path("results") / f"{slug(scenario.name)}-sweep.csv"
+    inputs = _inputs(args, scenario)
     out = check_file(out, kind="a `fleetsim sweep` table", is_kind=_is_sweep_table,
-                     inputs=_inputs(args))
+                     inputs=inputs)
     if args.report:
         check_file(Path(args.report), kind="a `fleetsim sweep` page", is_kind=_is_sweep_page,
-                   inputs=_inputs(args))
+                   inputs=inputs)
     bar, update = _bar("sweep") if not args.quiet else (None, None)
     try:
         table = sweep(scenario, varies, executor=args.executor, workers=args.workers,
@@ -333,9 +341,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_drift_check(args: argparse.Namespace) -> int:
-    from sim.planning.check import check
+    from sim.output_paths import check_file
+    from sim.planning.check import check, is_baseline
 
-    code, lines = check(args.scenarios, Path(args.baseline), _slos(args), args.tolerance,
+    baseline = Path(args.baseline)
+    if args.update:     # before any work: never an input, never a file check did not write
+        check_file(baseline, kind="a `fleetsim check` baseline", is_kind=is_baseline,
+                   inputs=_inputs(args))
+    code, lines = check(args.scenarios, baseline, _slos(args), args.tolerance,
                         args.update, allow_paths=_allowed(args))
     for line in lines:
         print(line)
@@ -382,7 +395,8 @@ def _cmd_calibrate_from_kernels(args: argparse.Namespace) -> int:
     from calibrate import from_kernels
     from calibrate.kernel_db import GPU_FOLDERS, KernelDbError
     from calibrate.spec import load_model
-    from sim.output_paths import os_error, probe
+    from sim.cost.measured import profile_name
+    from sim.output_paths import os_error
     if args.gpu is None:
         raise ScenarioError(f"calibrate --from {args.source}: name the GPU with --gpu "
                             f"({', '.join(sorted(GPU_FOLDERS))})")
@@ -402,7 +416,7 @@ def _cmd_calibrate_from_kernels(args: argparse.Namespace) -> int:
             f"weights) leaves no room for a KV cache on {args.tp} x {hw.name} "
             f"({hw.planning_memory / 2 ** 30:.1f} GiB each)")
     out = Path(args.out) if args.out else from_kernels.default_folder(hw.name, args.engine)
-    probe(out)
+    _check_profile_files(out / profile_name(shape.name, args.tp, dtype, kv_dtype))
     try:
         profile = from_kernels.build(shape, hw.name, args.tp, args.engine, dtype, kv_dtype,
                                      hw.hbm_bandwidth, version=args.engine_version,
@@ -428,6 +442,28 @@ def _cmd_calibrate_from_kernels(args: argparse.Namespace) -> int:
     return 0
 
 
+def is_profile(path: Path) -> bool:
+    """True if ``path`` is a calibrated step-time profile (``kind:
+    fleetsim-calibrated-step-time``), which `fleetsim calibrate` may replace."""
+    import yaml
+    try:
+        with open(path, "rb") as fh:
+            data = yaml.safe_load(fh.read(1 << 20))
+    except (OSError, yaml.YAMLError, UnicodeError, RecursionError):
+        return False
+    return isinstance(data, dict) and data.get("kind") == "fleetsim-calibrated-step-time"
+
+
+def _check_profile_files(profile: Path, *siblings: str) -> None:
+    """Before the work: the profile (and its sibling files with these suffixes, the
+    plot and the log) may be written, replacing only what `calibrate` wrote."""
+    from sim.output_paths import check_file
+    check_file(profile, kind="a calibrated profile fleetsim wrote", is_kind=is_profile)
+    for suffix in siblings:
+        check_file(profile.with_suffix(suffix), kind="the plot or log of a calibrated profile",
+                   is_kind=lambda _p: is_profile(profile))
+
+
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     if args.source is not None:
         return _cmd_calibrate_from_kernels(args)
@@ -444,9 +480,15 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise ScenarioError(f"calibration needs torch ({exc}); install it with "
                             f"pip install 'fleetsim[calibrate]'") from None
-    if args.out:
-        from sim.output_paths import probe
-        probe(Path(args.out))
+    from calibrate.run import device_slug, profile_stem
+    from calibrate.spec import load_model
+    try:
+        stem = profile_stem(load_model(args.model).name, args.tp)
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
+    out = Path(args.out) if args.out else Path("profiles") / "calibrated" / device_slug(
+        args.device)
+    _check_profile_files(out / f"{stem}.yaml", ".png", ".log")
     try:
         result = calibrate(args.model, device=args.device, tp=args.tp, out=args.out,
                            quick=args.quick, dtype=args.dtype, threads=args.threads,
@@ -649,21 +691,88 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands whose only product is what they print: a reader that goes away early
+# (`fleetsim schema | head`) is not a failure for them (exit 0). For the others a
+# closed or full standard output is an error naming <stdout> with exit 1: the work
+# ran (and its files, if any, were saved), but what it printed was lost.
+_PRINT_ONLY = ("schema", "profiles", "lint", "compare")
+
+
+class _StdoutError(Exception):
+    """An OSError met writing to standard output (not to an output file)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Stdout:
+    """``sys.stdout`` whose write errors are told apart from any other OSError."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise _StdoutError(exc) from None
+
+    def flush(self):
+        try:
+            return self._stream.flush()
+        except OSError as exc:
+            raise _StdoutError(exc) from None
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _reason(exc: OSError) -> str:
+    if isinstance(exc, BrokenPipeError):
+        return "reader went away"
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+def _stdout_failed(args: argparse.Namespace, reason: str) -> int:
+    _silence_stdout()
+    if args.command in _PRINT_ONLY and reason == "reader went away":
+        return 0
+    print(f"error: <stdout>: cannot print the output: {reason} (the work ran; any files "
+          f"were written)", file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    real_stdout = sys.stdout
+    if real_stdout is not None:
+        sys.stdout = _Stdout(real_stdout)
+    try:
+        return _main(args)
+    finally:
+        sys.stdout = real_stdout
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         code = args.func(args)
-        sys.stdout.flush()          # a closed pipe shows here, not at interpreter exit
+        if sys.stdout is None:
+            quiet = getattr(args, "quiet", False) and args.command != "check"
+            return code if quiet else _stdout_failed(args, "standard output is closed")
+        sys.stdout.flush()          # a closed pipe or a full disk shows here, not at exit
         return code
+    except _StdoutError as exc:
+        return _stdout_failed(args, _reason(exc.error))
     except ScenarioError as exc:
         print(format_cli_error(exc), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:     # the reader went away (`fleetsim schema | head`)
-        _silence_stdout()
-        return 0
+    except BrokenPipeError as exc:  # not stdout's: a worker's or an engine's pipe
+        print(format_cli_error(exc), file=sys.stderr)
+        return 1
     except (OSError, UnicodeError) as exc:
         print(format_cli_error(exc), file=sys.stderr)
         return 2
@@ -674,7 +783,7 @@ def _silence_stdout() -> None:
     import os
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, sys.__stdout__.fileno())
     except (OSError, ValueError, AttributeError):
         pass
 

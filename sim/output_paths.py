@@ -2,50 +2,37 @@
 
 Nothing a user types can make fleetsim delete what it did not write:
 
-* A default output name is :func:`slug` of the scenario's name: printable
-  ASCII only, never empty, never ``.``/``..``, never a path.
-* Every folder fleetsim writes holds :data:`MARKER`. An existing non-empty
-  folder is replaced (with ``--force``) only if it holds the marker; never a
-  symbolic link, the current folder, the home folder, ``/``, any folder that
-  holds one of these, or a folder that holds one of the command's inputs.
+* A default output name is :func:`~sim.output_names.slug` of the scenario's
+  name: printable ASCII only, never empty, never ``.``/``..``, never a path,
+  never the same for two names.
+* Every folder fleetsim writes holds :data:`MARKER`, listing the files written.
+  An existing non-empty folder is replaced (with ``--force``) only if it holds
+  the marker and nothing the marker does not list; never a symbolic link, the
+  current folder, the home folder, ``/``, any folder that holds one of these,
+  or a folder that holds one of the command's inputs (the scenario and the
+  data files it names). Folders are compared by identity (device and inode),
+  so a bind mount or a case-insensitive name does not get past the check.
 * A single output file (a sweep table, a sweep page) replaces only a file of
   the same kind.
-* A run writes into a hidden sibling (``.NAME.tmp-PID``) and renames it into
-  place. One killed before the rename leaves that sibling behind; the next
-  write into the same parent removes it once the process ``PID`` is gone
-  (folders only when they hold the marker).
+* The writers are :mod:`sim.atomic_write`'s: a hidden sibling renamed into place.
 * :func:`check_folder` and :func:`check_file` run before the work starts, so
   an output that cannot be written is a located error (exit 2) at once, not
   after the simulation; a write that fails later is one with exit 1.
 """
 from __future__ import annotations
 
-import json
 import os
-import re
-import shutil
-import stat
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from sim.errors import ScenarioError
+from sim.output_names import MARKER, MAX_SLUG_CHARS, has_marker, slug, unlisted
 
-MARKER = ".fleetsim-output"
-MAX_SLUG_CHARS = 80
-_MARKER_MAX_BYTES = 4096
-_TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?:tmp|old)-(?P<pid>\d+)$")
+__all__ = ["MARKER", "MAX_SLUG_CHARS", "check_file", "check_folder", "has_marker",
+           "os_error", "output_error", "prepare_folder", "probe", "shown", "slug"]
 
 Inputs = Iterable[str | os.PathLike]
-
-
-def slug(name: str) -> str:
-    """A safe folder or file name for ``name``: letters, digits, ``-``, ``_`` and
-    ``.`` (every other run of characters becomes one ``-``), no leading dot,
-    at most 80 characters; ``scenario`` when nothing is left."""
-    text = re.sub(r"[^A-Za-z0-9._-]+", "-", str(name))
-    text = text.lstrip(".-")[:MAX_SLUG_CHARS].rstrip(".-")
-    return text or "scenario"
 
 
 def output_error(message: str, path: str | os.PathLike, *, exit_code: int = 2) -> ScenarioError:
@@ -70,35 +57,6 @@ def os_error(exc: OSError, path: str | os.PathLike, *, started: bool) -> Scenari
     return output_error(message, where, exit_code=1 if started else 2)
 
 
-# --- the marker --------------------------------------------------------------------------
-
-def marker_text(command: str | None = None) -> str:
-    """The marker's contents: the same for every run of one version (no clock, no pid)."""
-    from sim import __version__
-    data = {"written_by": "fleetsim", "version": __version__}
-    if command:
-        data["command"] = command
-    return json.dumps(data) + "\n"
-
-
-def write_marker(folder: Path, command: str | None = None) -> None:
-    with open(folder / MARKER, "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(marker_text(command))
-
-
-def has_marker(folder: Path) -> bool:
-    """True if ``folder`` holds a marker file (a small regular file naming fleetsim)."""
-    path = Path(folder) / MARKER
-    try:
-        info = os.lstat(path)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > _MARKER_MAX_BYTES:
-            return False
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("written_by") == "fleetsim"
-
-
 # --- what may be replaced ----------------------------------------------------------------
 
 def _normal(path: str | os.PathLike) -> Path:
@@ -107,24 +65,59 @@ def _normal(path: str | os.PathLike) -> Path:
     return path.resolve() if path.name in ("", ".", "..") else path
 
 
-def _holds(outer: Path, inner: Path) -> bool:
-    return outer == inner or outer in inner.parents
+def _identity(path: str | os.PathLike) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _with_parents(path: str | os.PathLike) -> list[Path]:
+    """``path`` (as written, and with links resolved) and each folder above it."""
+    found = [Path(os.path.abspath(path))]
+    try:
+        found.append(Path(path).resolve())
+    except (OSError, RuntimeError):
+        pass
+    return [q for p in found for q in (p, *p.parents)]
+
+
+def _holds(target: tuple[int, int], inner: str | os.PathLike) -> bool:
+    """True if ``inner`` or a folder above it is the file or folder ``target``."""
+    return any(_identity(p) == target for p in _with_parents(inner))
+
+
+def _homes() -> list[Path]:
+    found = []
+    try:
+        found.append(Path.home())
+    except (OSError, RuntimeError, KeyError):
+        pass
+    try:
+        import pwd
+        found.append(Path(pwd.getpwuid(os.getuid()).pw_dir))
+    except (ImportError, KeyError, OSError):
+        pass
+    return found
 
 
 def _never_replaced(target: Path, inputs: Inputs) -> str | None:
     """Why ``target`` must not be replaced whatever it holds, or None."""
-    real = target.parent.resolve() / target.name
-    if real.parent == real:
+    here = _identity(target)
+    if here is None:
+        return None
+    if here == _identity("/"):
         return "it is the root folder"
     guarded = []
-    for what, where in (("the current folder", Path.cwd), ("your home folder", Path.home)):
-        try:
-            guarded.append((what, where().resolve()))
-        except (OSError, RuntimeError):
-            pass
-    guarded += [(f"the input {p}", Path(p).resolve()) for p in inputs]
+    try:
+        guarded.append(("the current folder", Path.cwd()))
+    except OSError:
+        pass
+    guarded += [("your home folder", h) for h in _homes()]
+    guarded += [(f"the input {shown(p)}", Path(p)) for p in inputs]
     for what, where in guarded:
-        if _holds(real, where):
+        if _holds(here, where):
             return f"it is or holds {what}"
     return None
 
@@ -165,12 +158,17 @@ def check_folder(out_dir: str | os.PathLike, *, force: bool, inputs: Inputs = ()
     if empty:
         return out_dir
     if not has_marker(out_dir):
-        raise output_error(f"output folder holds files fleetsim did not write (no {MARKER}); "
-                           f"fleetsim replaces only its own results, even with --force: "
-                           f"choose another --out, or empty the folder yourself", out_dir)
-    if not force:
-        raise output_error(f"output folder {out_dir} exists; pass --force to replace it",
+        raise output_error(f"output folder has no {MARKER} marker, so fleetsim did not "
+                           f"write it; fleetsim replaces only its own results, even with "
+                           f"--force: choose another --out, or empty the folder yourself",
                            out_dir)
+    if not force:
+        raise output_error("output folder exists; pass --force to replace it", out_dir)
+    extra = unlisted(out_dir)
+    if extra is not None:
+        raise output_error(f"output folder holds {extra}, which fleetsim did not write "
+                           f"there; fleetsim replaces only its own results, even with "
+                           f"--force: move it out, or choose another --out", out_dir)
     return out_dir
 
 
@@ -188,7 +186,8 @@ def check_file(path: str | os.PathLike, *, kind: str, is_kind: Callable[[Path], 
     if os.path.lexists(path):
         if path.is_dir():
             raise output_error("output path is a folder, not a file", path)
-        if any(_holds(path.resolve(), Path(p).resolve()) for p in inputs):
+        here = _identity(path)
+        if here is not None and any(_holds(here, p) for p in inputs):
             raise output_error("output path is one of the command's inputs", path)
         if not is_kind(path):
             raise output_error(f"output file exists and is not {kind}; fleetsim replaces "
@@ -231,79 +230,3 @@ def prepare_folder(out_dir: str | os.PathLike, *, force: bool, inputs: Inputs = 
             exc.filename = None     # name the output, not the temporary folder
             raise os_error(exc, out_dir, started=False) from None
     return out_dir
-
-
-# --- leftovers of killed runs ------------------------------------------------------------
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (OSError, OverflowError, ValueError):   # another user's process, or not a pid
-        return True
-    return True
-
-
-def remove(path: Path) -> None:
-    """Remove exactly ``path`` (a folder tree, or a link/file without following it)."""
-    if path.is_symlink() or not path.is_dir():
-        path.unlink(missing_ok=True)
-    else:
-        shutil.rmtree(path)
-
-
-def remove_stale(parent: Path, name: str) -> list[Path]:
-    """Remove the temporary siblings that killed runs left in ``parent``.
-
-    A folder ``.X.tmp-PID`` or ``.X.old-PID`` goes when it holds the marker and
-    process PID is gone (or is this process and X is ``name``: an earlier,
-    interrupted write of the same output); a file ``.name.tmp-PID`` (a single
-    output file being written) under the same conditions. Links are left alone.
-    """
-    removed = []
-    try:
-        with os.scandir(parent) as it:
-            entries = list(it)
-    except OSError:
-        return removed
-    for entry in entries:
-        match = _TEMP_NAME.match(entry.name)
-        if match is None or entry.is_symlink():
-            continue
-        pid = int(match["pid"])
-        own = pid == os.getpid()
-        if (own and match["name"] != name) or (not own and _alive(pid)):
-            continue
-        path = Path(entry.path)
-        if entry.is_dir(follow_symlinks=False):
-            if not has_marker(path):
-                continue
-        elif match["name"] != name or ".tmp-" not in entry.name:
-            continue
-        try:
-            remove(path)
-        except OSError:
-            continue
-        removed.append(path)
-    return removed
-
-
-def write_file(path: Path, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` through a hidden temporary sibling renamed into place."""
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    try:
-        remove_stale(path.parent, path.name)
-        if isinstance(data, str):
-            data = data.encode("utf-8")
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise os_error(exc, path, started=True) from None
-    finally:
-        if os.path.lexists(tmp):
-            try:
-                remove(tmp)
-            except OSError:
-                pass

@@ -34,7 +34,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from sim.output_paths import check_folder, os_error, remove, remove_stale, write_marker
+from sim.atomic_write import write_folder
+
+__all__ = ["csv_safe", "summary_json", "write_folder", "write_outputs"]
 
 # Summary keys that depend on the machine or the clock, never written.
 _VOLATILE_KEYS = ("wall_s",)
@@ -153,61 +155,9 @@ def write_outputs(results, out_dir: Path, *, force: bool = False, sweep=None,
     """Write ``results`` to ``out_dir`` and return the final paths of the files written.
 
     An existing non-empty ``out_dir`` is replaced only with ``force`` and only if
-    fleetsim wrote it (see :mod:`sim.output_paths`), and only once the new
+    fleetsim wrote it (see :mod:`sim.output_paths`; written by
+    :func:`sim.atomic_write.write_folder`), and only once the new
     folder is complete. Parent folders are created as needed.
     """
     return write_folder(lambda folder: _write_all(results, folder, sweep), out_dir,
                         force=force, inputs=inputs, command="run")
-
-
-def write_folder(write, out_dir: Path, *, force: bool = False, inputs=(),
-                 command: str | None = None) -> list[Path]:
-    """Build a folder with ``write(tmp_folder) -> [paths]`` and rename it to ``out_dir``.
-
-    The folder appears complete or not at all, holding the marker that lets a
-    later ``force`` replace it; the rules for an existing ``out_dir`` are
-    :func:`sim.output_paths.check_folder`'s. An OSError becomes a located
-    :class:`ScenarioError` with exit code 1 (the work had started).
-    """
-    out_dir = check_folder(out_dir, force=force, inputs=inputs)
-    parent = out_dir.parent
-    tmp = parent / f".{out_dir.name}.tmp-{os.getpid()}"
-    old = parent / f".{out_dir.name}.old-{os.getpid()}"
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        remove_stale(parent, out_dir.name)
-        for stale in (tmp, old):   # left by an earlier, interrupted write in this process
-            if os.path.lexists(stale):
-                remove(stale)
-        tmp.mkdir()
-    except OSError as exc:
-        raise os_error(exc, out_dir, started=True) from None
-    try:
-        write_marker(tmp, command)  # first, so that a killed run's leftover is known as ours
-        written = write(tmp)
-        check_folder(out_dir, force=force, inputs=inputs)  # it may have appeared meanwhile
-        if os.path.lexists(out_dir):
-            os.replace(out_dir, old)   # out_dir is a folder here: empty, or ours and force
-        try:
-            os.replace(tmp, out_dir)
-        except BaseException:
-            if os.path.lexists(old):
-                os.replace(old, out_dir)
-            raise
-    except OSError as exc:
-        _discard(tmp)
-        raise os_error(exc, out_dir, started=True) from None
-    except BaseException:
-        _discard(tmp)
-        raise
-    if os.path.lexists(old):
-        _discard(old)
-    return [out_dir / p.relative_to(tmp) for p in written]
-
-
-def _discard(path: Path) -> None:
-    try:
-        if os.path.lexists(path):
-            remove(path)
-    except OSError:
-        pass   # a later run removes it (remove_stale)

@@ -569,15 +569,15 @@ def test_negative_seed_flag_is_a_clear_error(tmp_path, capsys, good):
 def test_existing_output_folder_needs_force(tmp_path, capsys, good):
     out = tmp_path / "out"
     assert run_main(["run", str(good), "--out", str(out), "--quiet"]) == 0
-    (out / "stale.txt").write_text("from an older run")
+    (out / "summary.json").write_text("from an older run")
     code = run_main(["run", str(good), "--out", str(out), "--quiet"])
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith(f"error: {out}: ")
     assert "exists; pass --force to replace it" in err
-    assert (out / "stale.txt").exists()
+    assert (out / "summary.json").read_text() == "from an older run"
     assert run_main(["run", str(good), "--out", str(out), "--quiet", "--force"]) == 0
-    assert not (out / "stale.txt").exists() and (out / "summary.json").is_file()
+    assert (out / "summary.json").read_text() != "from an older run"
 
 
 def test_force_never_replaces_a_folder_fleetsim_did_not_write(tmp_path, capsys, good):

@@ -87,13 +87,37 @@ def no_simulation(monkeypatch):
 
 # -- default folder names -----------------------------------------------------------------
 
+def _h(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()[:8]
+
+
 @pytest.mark.parametrize("name,expected", [
-    (".", "scenario"), ("", "scenario"), ("..", "scenario"), ("../../x", "x"),
-    ("/abs/path", "abs-path"), ("a\x00b\nc\td", "a-b-c-d"), ("héllo wörld", "h-llo-w-rld"),
-    ("v1.2_run-3", "v1.2_run-3"), ("x" * 500, "x" * MAX_SLUG_CHARS), (".hidden", "hidden"),
+    (".", f"scenario-{_h('.')}"), ("", f"scenario-{_h('')}"), ("..", f"scenario-{_h('..')}"),
+    ("../../x", f"x-{_h('../../x')}"), ("/abs/path", f"abs-path-{_h('/abs/path')}"),
+    ("a\x00b\nc\td", f"a-b-c-d-{_h(chr(0).join(['a', 'b']) + chr(10) + 'c' + chr(9) + 'd')}"),
+    ("héllo wörld", f"hello-world-{_h('héllo wörld')}"),
+    ("v1.2_run-3", "v1.2_run-3"), ("x" * 500, "x" * 71 + "-" + _h("x" * 500)),
+    (".hidden", f"hidden-{_h('.hidden')}"), ("x" * MAX_SLUG_CHARS, "x" * MAX_SLUG_CHARS),
 ])
 def test_slug_examples(name, expected):
+    """A plain name is its own slug; any other gets a hash of the name."""
     assert slug(name) == expected
+
+
+@pytest.mark.parametrize("a,b", [("chat 70b", "chat/70b"), ("chat 70b", "chat:70b"),
+                                 ("日本語", "模型"), ("x" * 81, "x" * 80 + "y"),
+                                 ("chat-70b", "chat 70b"), ("..", "  ")])
+def test_distinct_names_never_share_a_slug(a, b):
+    assert slug(a) != slug(b)
+
+
+def test_two_scenarios_whose_names_differ_get_two_folders(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    one = write_scenario(tmp_path / "in", "chat 70b", "c1.yaml")
+    two = write_scenario(tmp_path / "in", "chat/70b", "c2.yaml")
+    assert run_main(["run", str(one), "--quiet"]) == 0
+    assert run_main(["run", str(two), "--quiet"]) == 0
+    assert len(list((tmp_path / "results").iterdir())) == 2
 
 
 @given(st.text())
@@ -163,11 +187,47 @@ def test_force_replaces_an_earlier_fleetsim_output(tmp_path):
     assert run_main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
     assert has_marker(out)
     marker = (out / MARKER).read_bytes()
-    (out / "old.txt").write_text("from the earlier run")
+    assert "summary.json" in json.loads(marker)["files"]
+    (out / "summary.json").write_text("edited")
     assert run_main(["run", str(scenario), "--out", str(out), "--quiet", "--force"]) == 0
-    assert not (out / "old.txt").exists() and (out / "summary.json").is_file()
+    assert (out / "summary.json").read_text() != "edited"
     assert (out / MARKER).read_bytes() == marker          # no clock, no pid
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "s.yaml"]
+
+
+@pytest.mark.parametrize("extra", ["NOTES.md", "analysis/fit.ipynb", "plots/mine.png",
+                                   "empty-folder/"])
+def test_force_refuses_a_marked_folder_holding_files_it_did_not_write(tmp_path, capsys, extra):
+    """The marker lists what fleetsim wrote; anything else in the folder stops --force."""
+    out = tmp_path / "out"
+    scenario = write_scenario(tmp_path)
+    assert run_main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+    added = out / extra
+    if extra.endswith("/"):
+        added.mkdir()
+    else:
+        added.parent.mkdir(exist_ok=True)
+        added.write_text("mine")
+    before = tree_hashes(out)
+    assert run_main(["run", str(scenario), "--out", str(out), "--quiet", "--force"]) == 2
+    assert extra.split("/")[0] in capsys.readouterr().err
+    assert tree_hashes(out) == before and added.exists()
+
+
+def test_force_never_deletes_a_data_file_the_scenario_reads(tmp_path, capsys):
+    out = tmp_path / "out"
+    scenario = write_scenario(tmp_path)
+    assert run_main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+    marker = json.loads((out / MARKER).read_text())
+    (out / "trace.csv").write_text("timestamp,prompt_tokens,output_tokens\n0.1,10,5\n")
+    marker["files"].append("trace.csv")          # even when the marker vouches for it
+    (out / MARKER).write_text(json.dumps(marker))
+    lines = scenario.read_text().replace("{type: poisson, rate: 2/s}",
+                                         "{type: trace, path: out/trace.csv}").splitlines()
+    scenario.write_text("\n".join(x for x in lines if "_tokens:" not in x) + "\n")
+    assert run_main(["run", str(scenario), "--out", str(out), "--quiet", "--force"]) == 2
+    assert "trace.csv" in capsys.readouterr().err
+    assert (out / "trace.csv").is_file()
 
 
 def test_a_forged_marker_that_is_a_link_does_not_count(tmp_path, capsys):
@@ -377,3 +437,182 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     err = child.stderr.read().decode()
     assert child.wait(timeout=120) == 0
     assert err == ""
+
+
+# -- check --update, single files, calibrated profiles ----------------------------------
+
+def test_check_update_never_overwrites_an_input_or_a_users_file(tmp_path, capsys,
+                                                                 no_simulation):
+    scenario = write_scenario(tmp_path)
+    user = tmp_path / "user.json"
+    user.write_text('{"mine": 1}')
+    yaml_file = tmp_path / "victim.yaml"
+    yaml_file.write_text("not: json\n")
+    for target in (scenario, user, yaml_file, tmp_path):
+        before = tree_hashes(tmp_path)
+        assert run_main(["check", str(scenario), "--baseline", str(target), "--slo",
+                         "ttft_p99=2s", "--update"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and "Traceback" not in err
+        assert tree_hashes(tmp_path) == before
+
+
+def test_check_reads_a_baseline_that_is_not_json_as_a_located_error(tmp_path, capsys):
+    scenario = write_scenario(tmp_path)
+    bad = tmp_path / "b.json"
+    bad.write_text("not: json\n")
+    assert run_main(["check", str(scenario), "--baseline", str(bad), "--slo",
+                     "ttft_p99=2s"]) == 2
+    assert f"{bad}:1" in capsys.readouterr().err
+
+
+def test_check_update_replaces_its_own_baseline(tmp_path):
+    scenario = write_scenario(tmp_path)
+    base = tmp_path / "base.json"
+    args = ["check", str(scenario), "--baseline", str(base), "--slo", "ttft_p99=2s"]
+    assert run_main(args + ["--update"]) == 0
+    assert run_main(args + ["--update"]) == 0
+    assert run_main(args) == 0
+
+
+def test_a_link_planted_at_the_temporary_name_is_not_written_through(tmp_path):
+    from sim.atomic_write import write_file
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    out = tmp_path / "t.csv"
+    for name in (f".t.csv.tmp-{os.getpid()}", f".t.csv.tmp-{os.getpid()}-abcdefgh"):
+        (tmp_path / name).symlink_to(victim)
+    write_file(out, "a,b\n1,2\n")
+    assert victim.read_text() == "precious"
+    assert not out.is_symlink() and out.read_text() == "a,b\n1,2\n"
+
+
+def test_calibrate_replaces_only_its_own_profiles(tmp_path, capsys):
+    from sim.cli import _check_profile_files, is_profile
+    from sim.errors import ScenarioError
+    ours = tmp_path / "ours.yaml"
+    ours.write_text("# header\nkind: fleetsim-calibrated-step-time\nversion: 1\n")
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("my hand-tuned profile\n")
+    link = tmp_path / "link.yaml"
+    link.symlink_to(ours)
+    assert is_profile(ours) and not is_profile(mine)
+    _check_profile_files(ours, ".png", ".log")
+    (tmp_path / "mine.log").write_text("mine")
+    for path, siblings in ((mine, ()), (link, ()), (tmp_path / "mine.yaml", (".log",))):
+        with pytest.raises(ScenarioError):
+            _check_profile_files(path, *siblings)
+    ours.with_suffix(".log").write_text("x")
+    _check_profile_files(ours, ".log")
+
+
+def test_calibrate_from_kernels_refuses_a_users_file_before_the_work(tmp_path, capsys,
+                                                                     monkeypatch):
+    pytest.importorskip("calibrate.from_kernels")
+    from calibrate import from_kernels
+    from sim.cost.measured import profile_name
+
+    def boom(*a, **k):
+        raise AssertionError("the work ran")
+
+    monkeypatch.setattr(from_kernels, "build", boom)
+    target = tmp_path / profile_name("llama-3.1-8b", 1, "bf16", "bf16")
+    target.write_text("my hand-tuned profile\n")
+    assert run_main(["calibrate", "--from", "aiconfigurator", "--gpu", "H100-SXM", "--model",
+                     "llama-3.1-8b", "--out", str(tmp_path), "--quiet"]) == 2
+    assert "not a calibrated profile" in capsys.readouterr().err
+    assert target.read_text() == "my hand-tuned profile\n"
+
+
+# -- identity, races, standard output ----------------------------------------------------
+
+def test_a_bind_mount_of_the_input_folder_does_not_get_past_the_guard(tmp_path, capsys):
+    real, alias = tmp_path / "real", tmp_path / "alias"
+    scenario = write_scenario(real / "out")
+    alias.mkdir()
+    if subprocess.run(["mount", "--bind", str(real), str(alias)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("bind mounts are not available here")
+    try:
+        (real / "out" / MARKER).write_text('{"written_by": "fleetsim"}')
+        assert run_main(["run", str(alias / "out" / "s.yaml"), "--out", str(real / "out"),
+                         "--quiet", "--force"]) == 2
+        assert "input" in capsys.readouterr().err
+        assert scenario.is_file()
+    finally:
+        subprocess.run(["umount", str(alias)], check=False)
+
+
+def test_guards_compare_identities_not_names(tmp_path):
+    """A second name for the input's folder (here a hard-to-spot link above it) is caught."""
+    from sim.output_paths import check_folder
+    from sim.errors import ScenarioError
+    proj = tmp_path / "proj"
+    scenario = write_scenario(proj)
+    (proj / MARKER).write_text('{"written_by": "fleetsim"}')
+    (tmp_path / "other").symlink_to(tmp_path)
+    with pytest.raises(ScenarioError, match="input"):
+        check_folder(proj, force=True, inputs=[tmp_path / "other" / "proj" / "s.yaml"])
+    assert scenario.is_file()
+
+
+def test_a_folder_swapped_in_before_the_removal_is_put_back(tmp_path, monkeypatch, capsys):
+    import sim.atomic_write
+    out = tmp_path / "out"
+    scenario = write_scenario(tmp_path)
+    assert run_main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+    real_replace = os.replace
+
+    def racing(src, dst):
+        if Path(src) == out and ".old-" in str(dst):   # a user's folder appears just now
+            real_replace(out, tmp_path / "ours-moved")
+            out.mkdir()
+            (out / "thesis.tex").write_text("mine")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(sim.atomic_write.os, "replace", racing)
+    assert run_main(["run", str(scenario), "--out", str(out), "--quiet", "--force"]) == 1
+    assert "not saved" in capsys.readouterr().err
+    assert (out / "thesis.tex").read_text() == "mine"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_folder_that_appears_during_the_run_exits_1_and_says_so(tmp_path, monkeypatch,
+                                                                   capsys):
+    import sim.outputs
+    out = tmp_path / "out"
+    scenario = write_scenario(tmp_path)
+    real_write_all = sim.outputs._write_all
+
+    def meanwhile(results, folder, sweep=None):
+        out.mkdir()
+        (out / "theirs.txt").write_text("x")
+        return real_write_all(results, folder, sweep)
+
+    monkeypatch.setattr(sim.outputs, "_write_all", meanwhile)
+    assert run_main(["run", str(scenario), "--out", str(out), "--quiet"]) == 1
+    assert "results were not saved" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["theirs.txt"]
+
+
+@pytest.mark.parametrize("command,redirect,code", [
+    (["schema"], ">&-", 1), (["schema"], "> /dev/full", 1), (["profiles"], "| true", 0),
+    (["run", "{s}", "--out", "{o}"], "> /dev/full", 1),
+    (["run", "{s}", "--out", "{o}"], ">&-", 1),
+])
+def test_a_closed_or_full_stdout_is_a_located_error(tmp_path, command, redirect, code):
+    """Exit 0 only for a print-only command whose reader went away; else exit 1, naming
+    <stdout>, and a run's results are saved all the same."""
+    if redirect == "> /dev/full" and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    scenario = write_scenario(tmp_path)
+    args = " ".join(a.format(s=scenario, o=tmp_path / "out") for a in command)
+    shell = f"set -o pipefail; {sys.executable} -m sim {args} {redirect}"
+    done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True,
+                          cwd=Path(sim.__file__).parent.parent)
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr
+    if code:
+        assert "<stdout>" in done.stderr
+    if command[0] == "run":
+        assert (tmp_path / "out" / "summary.json").is_file()

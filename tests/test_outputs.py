@@ -159,11 +159,11 @@ def test_force_replaces_and_output_is_byte_identical(results, tmp_path):
     out = tmp_path / "run"
     first = write_outputs(results, out)
     snapshot = {p: p.read_bytes() for p in first}
-    (out / "stale.txt").write_text("from an older run")
+    (out / "summary.json").write_text("from an older run")
     (tmp_path / "sibling").mkdir()
     second = write_outputs(results, out, force=True)
     assert second == first
-    assert not (out / "stale.txt").exists()
+    assert (out / "summary.json").read_text() != "from an older run"
     assert (tmp_path / "sibling").is_dir()
     for path, data in snapshot.items():  # PNGs included: no dates, no version tags
         assert path.read_bytes() == data, path.name

@@ -111,12 +111,27 @@ def read_baseline(baseline: Path) -> dict:
     return data
 
 
+def is_baseline(path: Path) -> bool:
+    """True if ``path`` reads as a baseline `fleetsim check --update` wrote: a JSON
+    object of scenario entries, each with ``pools`` and ``latency_s``."""
+    try:
+        data = read_baseline(path)
+    except ScenarioError:
+        return False
+    return bool(data) and all(isinstance(e, dict) and "pools" in e and "latency_s" in e
+                              for e in data.values())
+
+
 def check(paths: list[str], baseline: Path, slos: list[Slo], tolerance: float,
           update: bool, allow_paths: Iterable[str] = ()) -> tuple[int, list[str]]:
-    stored = read_baseline(baseline)
+    """Measure ``paths`` and compare them with ``baseline``; with ``update``, write
+    the baseline instead (the caller has checked it may be written: see
+    :func:`sim.output_paths.check_file`)."""
+    from sim.atomic_write import write_file
+    stored = {} if update else read_baseline(baseline)
     current = {str(p): measure_scenario(p, slos, allow_paths) for p in paths}
     if update:
-        baseline.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
+        write_file(baseline, json.dumps(current, indent=2, sort_keys=True) + "\n")
         return 0, [f"wrote {baseline} ({len(current)} scenarios)"]
     lines, failed = [], False
     for path, now in current.items():

@@ -1,0 +1,188 @@
+"""Writers that make an output appear complete or not at all.
+
+* :func:`write_file` writes a file under a fresh hidden name in the same
+  folder (``tempfile.mkstemp``: created exclusively, never through a link)
+  and renames it into place.
+* :func:`write_folder` builds a folder as a hidden sibling ``.NAME.tmp-PID``
+  and renames it into place; an earlier folder it replaces is moved aside to
+  ``.NAME.old-PID`` and removed only once it is known to be the very folder
+  that was checked, still holding the marker.
+* :func:`remove_stale` removes what a killed run left behind.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from sim.errors import ScenarioError
+from sim.output_names import has_marker, listed_files, unlisted, write_marker
+from sim.output_paths import check_folder, os_error, output_error
+
+_TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)"
+                        r"(?:-(?P<rand>[A-Za-z0-9_]{6,}))?$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError, ValueError):   # another user's process, or not a pid
+        return True
+    return True
+
+
+def remove(path: Path) -> None:
+    """Remove exactly ``path`` (a folder tree, or a link/file without following it)."""
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path)
+
+
+def remove_stale(parent: Path, name: str) -> list[Path]:
+    """Remove the temporary siblings that killed runs left in ``parent``.
+
+    A folder ``.X.tmp-PID`` or ``.X.old-PID`` goes when it holds the marker and
+    process PID is gone (or is this process and X is ``name``: an earlier,
+    interrupted write of the same output); a file ``.name.tmp-PID-RANDOM`` (a
+    single output file being written, named by :func:`write_file`) under the
+    same conditions. Links and anything else are left alone.
+    """
+    removed = []
+    try:
+        with os.scandir(parent) as it:
+            entries = list(it)
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _TEMP_NAME.match(entry.name)
+        if match is None or entry.is_symlink():
+            continue
+        pid = int(match["pid"])
+        own = pid == os.getpid()
+        if (own and match["name"] != name) or (not own and _alive(pid)):
+            continue
+        path = Path(entry.path)
+        if entry.is_dir(follow_symlinks=False):
+            if match["rand"] is not None or not has_marker(path):
+                continue
+        elif match["name"] != name or match["kind"] != "tmp" or match["rand"] is None:
+            continue
+        try:
+            remove(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def write_file(path: Path, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` through a fresh hidden sibling renamed into place."""
+    path = Path(path)
+    tmp = None
+    try:
+        remove_stale(path.parent, path.name)
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-{os.getpid()}-")
+        tmp = Path(name)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise os_error(exc, path, started=True) from None
+    finally:
+        if tmp is not None and os.path.lexists(tmp):
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def write_folder(write, out_dir: Path, *, force: bool = False, inputs=(),
+                 command: str | None = None) -> list[Path]:
+    """Build a folder with ``write(tmp_folder) -> [paths]`` and rename it to ``out_dir``.
+
+    The folder appears complete or not at all, holding the marker (with the
+    list of files written) that lets a later ``force`` replace it; the rules
+    for an existing ``out_dir`` are :func:`sim.output_paths.check_folder`'s.
+    Anything that stops the write once the work has run (an OSError, an
+    ``out_dir`` that appeared meanwhile) is a located :class:`ScenarioError`
+    with exit code 1.
+    """
+    inputs = list(inputs)
+    out_dir = check_folder(out_dir, force=force, inputs=inputs)
+    parent = out_dir.parent
+    tmp = parent / f".{out_dir.name}.tmp-{os.getpid()}"
+    old = parent / f".{out_dir.name}.old-{os.getpid()}"
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        remove_stale(parent, out_dir.name)
+        for stale in (tmp, old):   # left by an earlier, interrupted write in this process
+            if os.path.lexists(stale):
+                remove(stale)
+        tmp.mkdir()
+    except OSError as exc:
+        raise os_error(exc, out_dir, started=True) from None
+    try:
+        write_marker(tmp, command)  # first, so that a killed run's leftover is known as ours
+        written = write(tmp)
+        write_marker(tmp, command, listed_files(tmp))
+        try:
+            check_folder(out_dir, force=force, inputs=inputs)  # it may have appeared meanwhile
+        except ScenarioError as exc:
+            raise output_error(f"{exc.message} (the work ran, but its results were not "
+                               f"saved)", out_dir, exit_code=1) from None
+        checked = _identity(out_dir)
+        if checked is not None:
+            was_empty = not os.listdir(out_dir)
+            os.replace(out_dir, old)   # out_dir is a folder here: empty, or ours and force
+            if _identity(old) != checked or not (
+                    (was_empty and not os.listdir(old))
+                    or (has_marker(old) and unlisted(old) is None)):
+                os.replace(old, out_dir)
+                raise output_error("output folder changed while the results were being "
+                                   "saved; it was left as it is (the work ran, but its "
+                                   "results were not saved)", out_dir, exit_code=1)
+        try:
+            os.replace(tmp, out_dir)
+        except BaseException:
+            if os.path.lexists(old):
+                os.replace(old, out_dir)
+            raise
+    except OSError as exc:
+        _discard(tmp)
+        raise os_error(exc, out_dir, started=True) from None
+    except BaseException:
+        _discard(tmp)
+        raise
+    if os.path.lexists(old):
+        _discard(old)
+    return [out_dir / p.relative_to(tmp) for p in written]
+
+
+def _discard(path: Path) -> None:
+    try:
+        if os.path.lexists(path):
+            remove(path)
+    except OSError:
+        pass   # a later run removes it (remove_stale)
