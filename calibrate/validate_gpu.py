@@ -212,6 +212,55 @@ UNITS = {"output_tokens_per_s": "output tok/s", "ttft_p50_ms": "TTFT p50 ms",
          "ttft_p99_ms": "TTFT p99 ms", "tpot_p50_ms": "TPOT p50 ms", "tpot_p99_ms": "TPOT p99 ms"}
 
 
+def _is_report(path: Path) -> bool:
+    """True if ``path`` is a validation-gpu.json this script wrote."""
+    try:
+        with open(path, "rb") as fh:
+            data = json.loads(fh.read(64 << 20))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and bool(data) and all(
+        isinstance(r, dict) and "rows" in r and "headline" in r for r in data.values())
+
+
+def _out_problem(out: Path) -> str | None:
+    """Why the two reports cannot be written in ``out`` (checked before any row runs):
+    each is absent, or a regular file this script wrote (never a link), and ``out``
+    takes a new file. Self-contained: ``--before-checkout`` imports an older fleetsim."""
+    import os
+    import tempfile
+    json_path = out / "validation-gpu.json"
+    for path in (json_path, out / "validation-gpu.md"):
+        if os.path.islink(path):
+            return f"{path}: a symbolic link; never written through, remove it"
+        if os.path.lexists(path) and (not path.is_file() or not _is_report(json_path)):
+            return (f"{path}: exists and was not written by this script; choose another "
+                    f"--out or remove it")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=out, prefix=".validate-gpu-probe-")
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        return f"--out {out}: {exc.strerror or exc}"
+    return None
+
+
+def _write(path: Path, text: str) -> None:
+    """Write ``path`` through a fresh temporary file renamed into place (no links followed)."""
+    import os
+    import tempfile
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-{os.getpid()}-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(name, 0o644)
+        os.replace(name, path)
+    finally:
+        if os.path.lexists(name):
+            os.unlink(name)
+
+
 def markdown(reports: dict[str, dict]) -> str:
     """One table for the published figures with a column per cost model run, then the
     headline of each."""
@@ -304,13 +353,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: row {row.name}: {exc}", file=sys.stderr)
                 return 2
     if args.out is not None:
-        try:
-            args.out.mkdir(parents=True, exist_ok=True)
-            probe = args.out / ".validate-gpu-probe"
-            probe.write_text("")
-            probe.unlink()
-        except OSError as exc:
-            print(f"error: --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        problem = _out_problem(args.out)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
             return 2
     reports = {}
     for model in (["before"] if legacy else dict.fromkeys(args.cost_model or ["scenario"])):
@@ -326,8 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(reports)
     print(text)
     if args.out is not None:
-        (args.out / "validation-gpu.json").write_text(json.dumps(reports, indent=1) + "\n")
-        (args.out / "validation-gpu.md").write_text(text)
+        _write(args.out / "validation-gpu.json", json.dumps(reports, indent=1) + "\n")
+        _write(args.out / "validation-gpu.md", text)
     first = next(iter(reports.values()))
     missed = [c for c, h in first["headline"].items() if h["n"] and not h["met"]]
     return 1 if args.strict and missed else 0

@@ -126,6 +126,23 @@ def test_a_row_runs_end_to_end_and_writes_its_report(tmp_path, capsys):
             r["predicted"]["tpot_p50_ms"] / 7.0 - 1.0)
     assert "| one | TPOT p50 ms | 7.0 |" in (out / "validation-gpu.md").read_text()
     assert vg.main(["--table", str(table), "--only", "two"]) == 2
+    assert vg._out_problem(out) is None                  # its own reports: replaced
+
+
+def test_out_never_replaces_a_users_file_or_writes_through_a_link(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "validation-gpu.md").write_text("my notes")
+    assert "not written by this script" in vg._out_problem(mine)
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "validation-gpu.json").symlink_to(tmp_path / "elsewhere.json")
+    assert "symbolic link" in vg._out_problem(linked)
+    fresh = tmp_path / "fresh"
+    assert vg._out_problem(fresh) is None
+    vg._write(fresh / "validation-gpu.md", "text")
+    assert (fresh / "validation-gpu.md").read_text() == "text"
+    assert [p.name for p in fresh.iterdir()] == ["validation-gpu.md"]
 
 
 def test_before_checkout_needs_a_checkout_and_no_cost_model(tmp_path, capsys):
