@@ -308,14 +308,15 @@ def test_every_shipped_gpu_profile_loads_for_its_model_and_tp():
     assert all(s["why"] for s in index["skipped"])
 
 
-def test_a_shipped_gpu_profile_is_what_the_installed_database_gives():
+@pytest.mark.parametrize("model, dtype", [("llama-3.1-8b", "fp8"), ("mixtral-8x7b", "bf16")])
+def test_a_shipped_gpu_profile_is_what_the_installed_database_gives(model, dtype):
     pytest.importorskip("aiconfigurator_core")
     from sim.paths import data_dir
     path = (data_dir("profiles") / "calibrated" / "gpu" / "h100-sxm" / "vllm"
-            / "llama-3.1-8b-tp2-fp8.yaml")
+            / f"{model}-tp2-{dtype}.yaml")
     shipped = load_profile(path)
     hw = profiles.find_hardware("H100-SXM")
-    again = from_kernels.build(load_model("llama-3.1-8b"), "H100-SXM", 2, "vllm", "fp8",
+    again = from_kernels.build(load_model(model), "H100-SXM", 2, "vllm", dtype,
                                "bf16", hw.hbm_bandwidth)
     assert again["tables"] == shipped["tables"]
     assert again["overhead"] == shipped["overhead"]

@@ -13,7 +13,7 @@ import pytest
 
 from calibrate import from_kernels
 from calibrate.kernel_db import KernelDb, KernelDbError
-from calibrate.spec import ModelShape, ShardShape, load_model
+from calibrate.spec import ModelShape, ShardShape
 from sim import profiles
 from sim.config.profiles import ModelSpec
 from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel, load_profile
@@ -175,17 +175,13 @@ def test_cli_refuses_a_missing_moe_combination_with_exit_2(moe_db, tmp_path, cap
 
 
 # -- the shipped mixtral profiles -------------------------------------------------------------
-def test_a_shipped_moe_profile_is_what_the_installed_database_gives():
-    pytest.importorskip("aiconfigurator_core")
+def test_a_shipped_moe_profile_names_the_moe_kernel_it_read():
+    """(That it is what the installed database gives is checked beside the dense
+    profiles: test_kernel_profiles.)"""
     from sim.paths import data_dir
     path = (data_dir("profiles") / "calibrated" / "gpu" / "h100-sxm" / "vllm"
             / "mixtral-8x7b-tp2-bf16.yaml")
     shipped = load_profile(path)
-    hw = profiles.find_hardware("H100-SXM")
-    again = from_kernels.build(load_model("mixtral-8x7b"), "H100-SXM", 2, "vllm", "bf16",
-                               "bf16", hw.hbm_bandwidth)
-    assert again["tables"] == shipped["tables"]
-    assert again["source"] == shipped["source"]
     assert shipped["source"]["kernels"]["moe"] == (
         "0.24.0 bfloat16 vllm_unquantizedfusedmoe_triton_tritonexperts, moe_tp 2 moe_ep 1, "
         "balanced routing")
