@@ -29,7 +29,6 @@ EngineName = Literal["vllm", "sglang", "trtllm"]
 
 @dataclass(frozen=True)
 class EnginePreset:
-    name: str
     front_end_s_per_layer: float   # per request, added to TTFT
     kv_admission: str              # the continuous scheduler's default
     source: str
@@ -37,15 +36,15 @@ class EnginePreset:
 
 PRESETS: dict[str, EnginePreset] = {
     "vllm": EnginePreset(
-        "vllm", front_end_s_per_layer=0.8e-3, kv_admission="on_demand",
+        front_end_s_per_layer=0.8e-3, kv_admission="on_demand",
         source="AIConfigurator 0.12's vLLM backend: CPU-side prefill dispatch not captured "
                "by kernel timings, 0.8 ms per layer per request, fitted by its authors on "
                "their own measured vLLM runs"),
     "sglang": EnginePreset(
-        "sglang", front_end_s_per_layer=0.0, kv_admission="on_demand",
+        front_end_s_per_layer=0.0, kv_admission="on_demand",
         source="AIConfigurator 0.12's SGLang backend adds no per-request dispatch time"),
     "trtllm": EnginePreset(
-        "trtllm", front_end_s_per_layer=0.0, kv_admission="guaranteed_no_evict",
+        front_end_s_per_layer=0.0, kv_admission="guaranteed_no_evict",
         source="TensorRT-LLM's default capacity scheduler (GUARANTEED_NO_EVICT); "
                "AIConfigurator 0.12's TensorRT-LLM backend adds no per-request dispatch "
                "time"),
@@ -60,8 +59,13 @@ def with_engine_admission(engine: str, scheduler_cfg):
     return scheduler_cfg
 
 
-def front_end_s(engine: str, num_layers: int, override_s: float | None = None) -> float:
-    """Seconds a request spends in the engine's front end before it can be scheduled."""
+def front_end_s(engine: str, num_layers: int, override_s: float | None = None,
+                measured_on_engine: bool = False) -> float:
+    """Seconds a request spends in the engine's front end before it can be scheduled: the
+    pool's own, else none when the step times were measured on the whole engine (they
+    hold it already), else the engine's."""
     if override_s is not None:
         return float(override_s)
+    if measured_on_engine:
+        return 0.0
     return PRESETS[engine].front_end_s_per_layer * num_layers

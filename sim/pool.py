@@ -100,9 +100,8 @@ class Pool:
         self.max_outstanding = qcfg.max_outstanding_per_replica
         # seconds a request spends in the engine's front end before it reaches the queue:
         # the pool's, else the engine's, unless the step times were measured on the engine
-        self.front_end_s = (0.0 if self.cfg.front_end is None and self.cost_model.measures_engine
-                            else front_end_s(self.cfg.engine, spec.model.num_layers,
-                                             self.cfg.front_end))
+        self.front_end_s = front_end_s(self.cfg.engine, spec.model.num_layers,
+                                       self.cfg.front_end, self.cost_model.measures_engine)
         self._in_front_end: dict[int, Request] = {}
         self._limits = ReplicaLimits(max_model_len=spec.max_model_len)
         # the scheduler's settings, with what they leave to the engine filled in

@@ -2,9 +2,10 @@
 
 Arrivals are generated up front (columnar), then one process releases them
 in time order into their pools; a closed-loop stream's requests are released
-as its clients free up (one when another of the stream's requests ends). The run ends when every request has reached
-a terminal status after the arrival window, or at ``duration + drain``,
-when whatever is still open ends as ``unfinished``.
+as its clients free up (one when another of the stream's requests ends). The
+run ends when every request has reached a terminal status after the arrival
+window, or at ``duration + drain``, when whatever is still open ends as
+``unfinished``.
 """
 from __future__ import annotations
 
@@ -217,16 +218,13 @@ class Simulation:
     # -- closed-loop streams ----------------------------------------------------------
     def _start_clients(self) -> None:
         """Each closed-loop stream's clients send their first requests at its start."""
-        arr = self.arrivals
         streams = self.scenario.workload.streams
-        for s, name in enumerate(arr.stream_names):
-            cfg = streams[name]
-            if cfg.arrival.type != "closed" or s not in self._clients:
-                continue
+        for s, (pending, _think_s) in self._clients.items():
+            cfg = streams[self.arrivals.stream_names[s]]
             stop_s = min(self.scenario.duration, cfg.end if cfg.end is not None else math.inf)
             call_after(self.env, stop_s, (lambda _e, s=s: self._close_window(s),))
             send = (lambda _e, s=s: self._send_closed(s),)
-            for _ in range(min(cfg.arrival.concurrency, len(self._clients[s][0]))):
+            for _ in range(min(cfg.arrival.concurrency, len(pending))):
                 call_after(self.env, cfg.start, send)
 
     def _send_closed(self, s: int) -> None:
