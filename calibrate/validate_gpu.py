@@ -278,7 +278,7 @@ def markdown(reports: dict[str, dict]) -> str:
     lines += ["", f"| class | rows | target | "
               + " | ".join(f"{n}: median abs error | {n}: worst" for n in names) + " |",
               "|---|---:|---:|" + "---:|---|" * len(names)]
-    for cls in first and reports[names[0]]["headline"]:
+    for cls in reports[names[0]]["headline"]:
         h0 = reports[names[0]]["headline"][cls]
         cells = []
         for n in names:
