@@ -51,9 +51,11 @@ validate-gpu: $(DEV_STAMP)
 		--out results/validate-gpu --strict
 
 # the shipped GPU profiles, rebuilt from NVIDIA AIConfigurator's measured kernels (the
-# kernels extra, part of the dev extras); about a minute, nothing timed
+# kernels extra, part of the dev extras), for each engine; a few minutes, nothing timed
 gpu-profiles: $(DEV_STAMP)
-	$(PY) -m calibrate.gpu_profiles --out profiles/calibrated/gpu
+	for engine in vllm sglang trtllm; do \
+		$(PY) -m calibrate.gpu_profiles --engine $$engine --out profiles/calibrated/gpu || exit 1; \
+	done
 
 # the roofline's constants fitted per operation to the same measured kernels, and its distance
 # from them per GPU (profiles/calibrated/gpu/roofline-fit.{yaml,md}); seconds, nothing timed

@@ -54,6 +54,10 @@ MOE_DTYPES = {"bf16": ("bfloat16",), "fp16": ("float16",), "fp8": ("fp8", "fp8_b
 MOE_EVEN = "balanced"            # tokens spread evenly over the experts
 MOE_SKEWED = "power_law_"        # else the least skewed power law a table has
 MS = 1e-3
+# a GEMM timed slower than a larger m of its shape by more than this share is dropped
+# (GemmCurves); below it, the difference is timing noise (the flat, memory-bound small-m
+# end of a curve scatters by a few per cent)
+GEMM_NOISE = 0.10
 
 
 class KernelDbError(ValueError):
@@ -326,30 +330,53 @@ def _main_kernel(rows) -> str:
     return sorted(k for k, c in counts.items() if c == best)[0]
 
 
+def monotone_in_m(points: list[tuple[float, float]],
+                  tolerance: float = GEMM_NOISE) -> list[tuple[float, float]]:
+    """The points (sorted by m) that no larger m of the curve beats by more than
+    ``tolerance`` (a share of the larger m's seconds): timing noise is kept (the table's
+    monotone fit evens it out), a point slower than that is not the kernel's time."""
+    kept, best = [], math.inf
+    for m, t in reversed(points):
+        if t <= best * (1.0 + tolerance):
+            kept.append((m, t))
+            best = min(best, t)
+    return kept[::-1]
+
+
 class GemmCurves:
     """GEMM seconds at any (m, n, k) from the measured grid.
 
     Each measured (n, k) has a curve over m, read linearly in (log m, log seconds)
     between measured m, the first point's below them and in proportion to m past the
-    last (the GEMM split into as many). A shape off the grid is read by bilinear
+    last (the GEMM split into as many). A GEMM of m rows is never slower than the same
+    GEMM of more rows (an engine may pad the rows, as vLLM does to its CUDA-graph
+    sizes), so a point timed slower than a larger m of its shape is dropped before the
+    curve is drawn (``monotone_in_m``; ``dropped`` counts them): vLLM's and SGLang's FP8
+    CUTLASS rows have such points at m = 256·j + 1 (on H200 m = 257 is timed at 1.7 x
+    m = 512), which TensorRT-LLM's FP8 and every BF16 table lack. A shape off the grid is read by bilinear
     interpolation of log seconds in (log n, log k) between the four measured shapes
     around it: exact for a GEMM bound by its weights (time ∝ n·k) or by its FLOPs
     (∝ m·n·k); past the largest n or k measured it is split into equal parts that are.
     """
 
-    def __init__(self, curves: dict[tuple[int, int], list[list[float]]]) -> None:
+    def __init__(self, curves: dict[tuple[int, int], list[list[float]]],
+                 dropped: int = 0) -> None:
         self.curves = curves                   # (n, k) -> [[m, seconds], ...] by m
+        self.dropped = dropped                 # measured points slower than a larger m
         self.ns = sorted({n for n, _ in curves})
         self.ks = sorted({k for _, k in curves})
 
     @staticmethod
     def from_rows(rows) -> "GemmCurves":
-        curves = {}
+        curves, dropped = {}, 0
         for (n, k), g in rows.groupby(["n", "k"]):
             # a shape measured twice at one m: the median
             points = zip(g["m"].to_numpy(np.float64), g["latency"].to_numpy(np.float64) * MS)
-            curves[(int(n), int(k))] = [list(p) for p in make_table_raw(list(points))]
-        return GemmCurves(curves)
+            raw = make_table_raw(list(points))
+            kept = monotone_in_m(raw)
+            dropped += len(raw) - len(kept)
+            curves[(int(n), int(k))] = [list(p) for p in kept]
+        return GemmCurves(curves, dropped)
 
     def _on_curve(self, n: int, k: int, m: float) -> float:
         return float(evaluate(self.curves[(n, k)], m))

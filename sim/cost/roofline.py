@@ -45,12 +45,12 @@ GEMMS_PER_LAYER = 4     # QKV, attention output, gate+up, down
 # Fitted to the measured kernels by ``python -m calibrate.roofline_fit`` (the median over
 # GPUs of each operation's fit; profiles/calibrated/gpu/roofline-fit.yaml, ``generic``).
 FITTED = {
-    "flops_efficiency": 0.86,
-    "quantized_flops_efficiency": 0.51,
+    "flops_efficiency": 0.83,
+    "quantized_flops_efficiency": 0.54,
     "gemm_half_tokens": 130.0,
-    "weight_bandwidth_efficiency": 0.88,
-    "quantized_weight_bandwidth_efficiency": 0.74,
-    "gemm_fixed_time": 5.1e-06,
+    "weight_bandwidth_efficiency": 0.89,
+    "quantized_weight_bandwidth_efficiency": 0.77,
+    "gemm_fixed_time": 4.9e-06,
     "bandwidth_efficiency": 0.79,
     "attention_efficiency": 0.5,
     "attention_prefill_fixed_time": 1.4e-05,
