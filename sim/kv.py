@@ -14,6 +14,19 @@ evicted; eviction takes the tail block of the least recently used group
 (a chain is only usable from its start, so tails go first). Blocks of
 different groups are never shared.
 
+A preempted request keeps its work the same way: vLLM (V1, prefix caching on by
+default) caches every full block, not only shared prefixes, so the blocks a preempted
+request gives back stay cached until evicted, and when it is admitted again it starts
+from those still there instead of recomputing prompt and output. Its full computed
+blocks past its group's prefix become an evictable chain of its own (``preempt``),
+which only it can hit, and only while the blocks before them are cached; on
+re-admission they are its own blocks again. Without prefix caching a preempted
+request recomputes everything.
+
+Eviction order is an approximation of vLLM's single free-block queue (least recently
+freed first): never-used blocks and blocks of finished requests (which no later
+request shares) go first, then cached chains, least recently used first.
+
 ``num_free_blocks`` counts every block an allocation can have: never-used
 ones plus evictable cached ones. ``num_cached_blocks`` counts the latter.
 """
@@ -30,7 +43,7 @@ def blocks_for(num_tokens: int, block_size_tokens: int) -> int:
 
 class KvCacheManager:
     __slots__ = ("num_blocks", "block_size_tokens", "num_free_blocks", "prefix_caching",
-                 "num_cached_blocks", "_chains")
+                 "num_cached_blocks", "_chains", "_resume_from")
 
     def __init__(self, num_blocks: int, block_size_tokens: int,
                  prefix_caching: bool = False) -> None:
@@ -39,7 +52,10 @@ class KvCacheManager:
         self.num_free_blocks = num_blocks
         self.prefix_caching = prefix_caching
         self.num_cached_blocks = 0                       # evictable, refcount 0
-        self._chains: OrderedDict[str, list[int]] = OrderedDict()  # group -> refcounts
+        # a prefix group's name -> refcounts of its chain's blocks; a preempted Request ->
+        # its own cached blocks (all 0), in least recently used order
+        self._chains: OrderedDict[str | Request, list[int]] = OrderedDict()
+        self._resume_from: dict[Request, int] = {}       # block index its own chain starts at
 
     @property
     def num_used_blocks(self) -> int:
@@ -80,6 +96,34 @@ class KvCacheManager:
         if req.prefix_blocks:
             self.release_prefix(req)
 
+    def preempt(self, req: Request) -> None:
+        """Free a preempted request's blocks; with prefix caching its full computed ones
+        stay cached for it (evictable) until it is admitted again."""
+        start = req.prefix_blocks
+        keep = 0
+        if self.prefix_caching:
+            keep = min(req.num_computed_tokens // self.block_size_tokens - start,
+                       req.num_blocks)
+        self.free(req)
+        self._forget(req)                       # an older chain of its own is stale
+        if keep > 0:
+            self._chains[req] = [0] * keep
+            self._resume_from[req] = start
+            self.num_cached_blocks += keep
+
+    def clear(self) -> None:
+        """Empty the cache (the replica was lost)."""
+        self.num_free_blocks = self.num_blocks
+        self.num_cached_blocks = 0
+        self._chains.clear()
+        self._resume_from.clear()
+
+    def _forget(self, req: Request) -> None:
+        chain = self._chains.pop(req, None)
+        if chain is not None:
+            del self._resume_from[req]
+            self.num_cached_blocks -= len(chain)
+
     @property
     def capacity_tokens(self) -> int:
         """The longest sequence an empty cache holds."""
@@ -91,8 +135,19 @@ class KvCacheManager:
 
     # -- prefix cache ---------------------------------------------------------------
     def hit_blocks(self, req: Request) -> int:
-        """Cached blocks ``req`` could start from (0 without a prefix group)."""
-        if not self.prefix_caching or req.prefix_group is None:
+        """Cached blocks ``req`` could start from: its group's shared prefix, then (after
+        a preemption) its own blocks still cached, never its last token."""
+        if not self.prefix_caching:
+            return 0
+        shared = self._shared_hit(req)
+        own = self._chains.get(req)
+        if own and self._resume_from[req] == shared:
+            usable = (req.num_tokens - 1) // self.block_size_tokens
+            return max(min(shared + len(own), usable), shared)
+        return shared
+
+    def _shared_hit(self, req: Request) -> int:
+        if req.prefix_group is None:
             return 0
         chain = self._chains.get(req.prefix_group)
         if not chain:
@@ -100,20 +155,36 @@ class KvCacheManager:
         usable = min(req.prefix_tokens, req.prompt_tokens - 1) // self.block_size_tokens
         return min(len(chain), usable)
 
+    def _split(self, req: Request, hit: int) -> tuple[int, int]:
+        """(shared prefix blocks, own cached blocks) of ``hit`` blocks from hit_blocks."""
+        shared = min(hit, self._shared_hit(req))
+        return shared, hit - shared
+
     def pinned_by(self, req: Request, hit: int) -> int:
         """How many of the first ``hit`` cached blocks are evictable (and would
         stop being free if ``req`` took them)."""
-        chain = self._chains[req.prefix_group]
-        return sum(1 for i in range(hit) if chain[i] == 0)
+        shared, own = self._split(req, hit)
+        pinned = own                            # a request's own cached blocks are all evictable
+        if shared:
+            chain = self._chains[req.prefix_group]
+            pinned += sum(1 for i in range(shared) if chain[i] == 0)
+        return pinned
 
     def acquire_prefix(self, req: Request, hit: int) -> None:
+        shared, own = self._split(req, hit)
+        if own:                                 # its own cached blocks are its own again
+            self._forget(req)
+            self.num_free_blocks -= own
+            req.num_blocks += own
+        if not shared:
+            return
         chain = self._chains[req.prefix_group]
-        for i in range(hit):
+        for i in range(shared):
             if chain[i] == 0:
                 self.num_cached_blocks -= 1
                 self.num_free_blocks -= 1
             chain[i] += 1
-        req.prefix_blocks = hit
+        req.prefix_blocks = shared
         self._chains.move_to_end(req.prefix_group)
 
     def release_prefix(self, req: Request) -> None:
@@ -140,7 +211,7 @@ class KvCacheManager:
             return False
         self.acquire_prefix(req, hit)
         req.num_computed_tokens = cached
-        req.cached_prompt_tokens = cached
+        req.cached_prompt_tokens = req.prefix_blocks * self.block_size_tokens
         ok = self.allocate(req, num_new_tokens)
         assert ok, "prefix hit admitted without room for its own blocks"
         return True
@@ -169,6 +240,7 @@ class KvCacheManager:
                 count -= 1
             if not chain:
                 del self._chains[group]
+                self._resume_from.pop(group, None)
             if not count:
                 return
         assert count == 0, "evicted fewer cached blocks than the free count promised"

@@ -36,7 +36,7 @@ class ReferenceContinuousScheduler(Scheduler):
 
     # -- planning -------------------------------------------------------------
     def _preempt(self, victim: Request) -> None:
-        self.kv.free(victim)
+        self.kv.preempt(victim)
         victim.num_computed_tokens = 0
         victim.preemptions += 1
         self.waiting.appendleft(victim)
@@ -124,7 +124,8 @@ class ReferenceContinuousScheduler(Scheduler):
                     break
                 kv.acquire_prefix(req, hit)
                 req.num_computed_tokens = cached
-                req.cached_prompt_tokens = cached
+                # the shared prefix's tokens (not a preempted request's own cached blocks)
+                req.cached_prompt_tokens = req.prefix_blocks * kv.block_size_tokens
             if not kv.allocate(req, num_new):
                 break
             self.waiting.popleft()

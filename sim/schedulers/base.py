@@ -197,7 +197,7 @@ class Scheduler(ABC):
         """Forget every request (the replica was lost); the KV cache is empty."""
         self.waiting.clear()
         self.running = []
-        self.kv.num_free_blocks = self.kv.num_blocks
+        self.kv.clear()
 
     def open_requests(self) -> list[Request]:
         """Requests not yet terminal, with their token counts up to date."""

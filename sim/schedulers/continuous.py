@@ -168,7 +168,7 @@ class ContinuousScheduler(Scheduler):
             self.cohort.remove(victim, self.step, alloc_step)
         else:
             self.prefilling.remove(victim)
-        self.kv.free(victim)
+        self.kv.preempt(victim)
         victim.num_computed_tokens = 0
         victim.preemptions += 1
         if self._no_evict:
@@ -366,8 +366,14 @@ class ContinuousScheduler(Scheduler):
 
     def _steps_within_free_blocks(self, max_steps: int) -> int:
         """Largest j <= max_steps whose steps 2..j need at most the free blocks
-        (step 1's blocks are already held)."""
-        cohort, free = self.cohort, self.kv.num_free_blocks
+        (step 1's blocks are already held). A waiting head that could start from cached
+        blocks is checked again before the decoders evict any (its need changes with
+        them: the evictable blocks it would take count against the free ones), so the
+        run stops where never-used blocks run out."""
+        cohort, kv = self.cohort, self.kv
+        free = kv.num_free_blocks
+        if self.waiting and kv.num_cached_blocks and kv.hit_blocks(self.waiting[0]):
+            free -= kv.num_cached_blocks
         held = cohort.blocks_held
         end_step = self.step + max_steps
         end_blocks = cohort.blocks_at(end_step)

@@ -182,7 +182,7 @@ class SpeculativeScheduler(Scheduler):
 
     # -- planning -------------------------------------------------------------------
     def _preempt(self, victim: Request) -> None:
-        self.kv.free(victim)
+        self.kv.preempt(victim)
         victim.num_computed_tokens = 0
         victim.preemptions += 1
         self.waiting.appendleft(victim)
