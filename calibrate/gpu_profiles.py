@@ -24,7 +24,10 @@ from calibrate.profile_io import ProfileDumper
 from calibrate.spec import load_model
 
 MODELS = ("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen2.5-72b")
-# apart from MODELS, which the roofline fit (calibrate.roofline_fit) reads as dense layers
+# apart from MODELS, which the roofline fit (calibrate.roofline_fit) reads as dense layers:
+# a model whose layers one of MODELS has already (Llama-2-70B: Llama-3.1-70B's layers, a
+# smaller vocabulary), and the mixtures of experts
+SAME_LAYER_MODELS = ("llama-2-70b",)
 MOE_MODELS = ("mixtral-8x7b",)
 GPUS = ("H100-SXM", "H200", "B200", "A100-80GB", "L40S")
 TPS = (1, 2, 4, 8)
@@ -45,7 +48,7 @@ def build_all(out: Path, engine: str = "vllm", log=print, root=None) -> dict:
     for gpu in GPUS:
         hw = profiles.find_hardware(gpu)
         folder = out / gpu.lower() / engine
-        for model in MODELS + MOE_MODELS:
+        for model in MODELS + SAME_LAYER_MODELS + MOE_MODELS:
             shape = load_model(model)
             for tp in TPS:
                 for dtype, kv_dtype in DTYPES:

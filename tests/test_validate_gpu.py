@@ -160,3 +160,19 @@ def test_an_invalid_row_scenario_is_refused_before_any_row_runs(tmp_path, capsys
         "kind": "server", "load": "low", "published": {"ttft_p50_ms": 1.0}}]}))
     assert vg.main(["--table", str(table)]) == 2
     assert "row bad:" in capsys.readouterr().err
+
+
+def test_operating_point_sums_the_step_of_littles_law_batch():
+    """A Server row's step at its published operating point: throughput / replicas x
+    TPOT sequences running, the prompt tokens of one TPOT's arrivals; none for offline."""
+    from calibrate.operating_point import operating_point
+    rows = {row.name: row for row in vg.read_table(TABLE)}
+    assert operating_point(rows["krai-h200-vllm-offline"]) is None
+    row = rows["krai-h200-vllm-server"]
+    point = operating_point(row)
+    tpot_s = row.published["tpot_p50_ms"] / 1e3
+    assert point["running"] == pytest.approx(row.published["output_tokens_per_s"] / 8 * tpot_s)
+    assert point["prefill_tokens"] == pytest.approx(93 / 8 * 222.3 * tpot_s)
+    # a 70B step of hundreds of sequences: tens of milliseconds, not micro- or whole seconds
+    assert 20 < point["step_ms"] < 500
+    assert point["error"] == pytest.approx(point["step_ms"] / row.published["tpot_p50_ms"] - 1)
