@@ -6,8 +6,9 @@ calibrate`` on a device, with each term read from the database's kernels at
 the model's shapes on one tensor-parallel shard:
 
 - ``dense`` by tokens m: the four GEMMs of a layer (QKV, attention output,
-  gate+up, down) in the weight dtype (each read from its measured curve less the
-  points timed slower than a larger m, ``GemmCurves``), plus the layer's memory-bound
+  gate+up, down) in the weight dtype (each read from its measured curve, a point
+  timed slower than a larger m read as that m's time, ``GemmCurves``), plus the
+  layer's memory-bound
   element-wise kernels (two RMSNorms with their residual adds, SiLU-and-mul,
   rotary embedding with the KV-cache write), which the database does not
   time: bytes moved / (HBM bandwidth x 0.8) + 3 us each, the database's own
@@ -180,9 +181,9 @@ def build(shape: ModelShape, hardware: str, tp: int, engine: str, dtype: str,
     from sim.cost.roofline import RooflineConfig
     defaults = RooflineConfig()
     kernels = {"gemm": f"{db.version} {dtype}",
-               # timed slower than a larger m of the same shape (GemmCurves), not read
-               "gemm_points_dropped": gemm.dropped + (head_gemm.dropped if head_gemm is not gemm
-                                                      else 0),
+               # timed slower than a larger m of the same shape, read as that m's time
+               "gemm_points_capped": gemm.capped + (head_gemm.capped if head_gemm is not gemm
+                                                    else 0),
                "attention_prefill": prefill_kernel,
                "attention_decode": decode_kernel, "allreduce": comm_kernel}
     if moe is not None:

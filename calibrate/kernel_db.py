@@ -54,8 +54,8 @@ MOE_DTYPES = {"bf16": ("bfloat16",), "fp16": ("float16",), "fp8": ("fp8", "fp8_b
 MOE_EVEN = "balanced"            # tokens spread evenly over the experts
 MOE_SKEWED = "power_law_"        # else the least skewed power law a table has
 MS = 1e-3
-# a GEMM timed slower than a larger m of its shape by more than this share is dropped
-# (GemmCurves); below it, the difference is timing noise (the flat, memory-bound small-m
+# a GEMM timed slower than a larger m of its shape by more than this share is read as the
+# larger m's time (GemmCurves); below it, the difference is timing noise (the flat, memory-bound small-m
 # end of a curve scatters by a few per cent)
 GEMM_NOISE = 0.10
 
@@ -330,17 +330,19 @@ def _main_kernel(rows) -> str:
     return sorted(k for k, c in counts.items() if c == best)[0]
 
 
-def monotone_in_m(points: list[tuple[float, float]],
-                  tolerance: float = GEMM_NOISE) -> list[tuple[float, float]]:
-    """The points (sorted by m) that no larger m of the curve beats by more than
-    ``tolerance`` (a share of the larger m's seconds): timing noise is kept (the table's
-    monotone fit evens it out), a point slower than that is not the kernel's time."""
-    kept, best = [], math.inf
+def capped_in_m(points: list[tuple[float, float]],
+                tolerance: float = GEMM_NOISE) -> tuple[list[tuple[float, float]], int]:
+    """The points (sorted by m) with each one timed slower than a larger m of the curve
+    by more than ``tolerance`` (a share of the larger m's seconds) read as that larger
+    m's time, and how many were: timing noise is kept (the table's monotone fit evens
+    it out)."""
+    out, best, capped = [], math.inf, 0
     for m, t in reversed(points):
-        if t <= best * (1.0 + tolerance):
-            kept.append((m, t))
-            best = min(best, t)
-    return kept[::-1]
+        if t > best * (1.0 + tolerance):
+            t, capped = best, capped + 1
+        out.append((m, t))
+        best = min(best, t)
+    return out[::-1], capped
 
 
 class GemmCurves:
@@ -348,35 +350,36 @@ class GemmCurves:
 
     Each measured (n, k) has a curve over m, read linearly in (log m, log seconds)
     between measured m, the first point's below them and in proportion to m past the
-    last (the GEMM split into as many). A GEMM of m rows is never slower than the same
-    GEMM of more rows (an engine may pad the rows, as vLLM does to its CUDA-graph
-    sizes), so a point timed slower than a larger m of its shape is dropped before the
-    curve is drawn (``monotone_in_m``; ``dropped`` counts them): vLLM's and SGLang's FP8
-    CUTLASS rows have such points at m = 256·j + 1 (on H200 m = 257 is timed at 1.7 x
-    m = 512), which TensorRT-LLM's FP8 and every BF16 table lack. A shape off the grid is read by bilinear
+    last (the GEMM split into as many). A point timed more than GEMM_NOISE slower than
+    a larger m of its shape is read as that larger m's time (``capped_in_m``;
+    ``capped`` counts them). vLLM's and SGLang's FP8 CUTLASS rows have such points at
+    m = 256·j + 1 (on H200 m = 257 is timed at 1.3-1.7 x m = 512), which TensorRT-LLM's
+    FP8 and the BF16 tables mostly lack: past m = 128 vLLM's SM90 FP8 kernel runs
+    128 x 128 tiles in clusters of two along m, so every m in (256·j, 256·(j + 1)] does
+    the work of 256·(j + 1) rows and is timed here as that m is, a step at each
+    multiple of 256. A shape off the grid is read by bilinear
     interpolation of log seconds in (log n, log k) between the four measured shapes
     around it: exact for a GEMM bound by its weights (time ∝ n·k) or by its FLOPs
     (∝ m·n·k); past the largest n or k measured it is split into equal parts that are.
     """
 
     def __init__(self, curves: dict[tuple[int, int], list[list[float]]],
-                 dropped: int = 0) -> None:
+                 capped: int = 0) -> None:
         self.curves = curves                   # (n, k) -> [[m, seconds], ...] by m
-        self.dropped = dropped                 # measured points slower than a larger m
+        self.capped = capped                   # measured points slower than a larger m
         self.ns = sorted({n for n, _ in curves})
         self.ks = sorted({k for _, k in curves})
 
     @staticmethod
     def from_rows(rows) -> "GemmCurves":
-        curves, dropped = {}, 0
+        curves, capped = {}, 0
         for (n, k), g in rows.groupby(["n", "k"]):
             # a shape measured twice at one m: the median
             points = zip(g["m"].to_numpy(np.float64), g["latency"].to_numpy(np.float64) * MS)
-            raw = make_table_raw(list(points))
-            kept = monotone_in_m(raw)
-            dropped += len(raw) - len(kept)
-            curves[(int(n), int(k))] = [list(p) for p in kept]
-        return GemmCurves(curves, dropped)
+            curve, count = capped_in_m(make_table_raw(list(points)))
+            capped += count
+            curves[(int(n), int(k))] = [list(p) for p in curve]
+        return GemmCurves(curves, capped)
 
     def _on_curve(self, n: int, k: int, m: float) -> float:
         return float(evaluate(self.curves[(n, k)], m))

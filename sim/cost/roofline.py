@@ -45,10 +45,10 @@ GEMMS_PER_LAYER = 4     # QKV, attention output, gate+up, down
 # Fitted to the measured kernels by ``python -m calibrate.roofline_fit`` (the median over
 # GPUs of each operation's fit; profiles/calibrated/gpu/roofline-fit.yaml, ``generic``).
 FITTED = {
-    "flops_efficiency": 0.83,
-    "quantized_flops_efficiency": 0.54,
+    "flops_efficiency": 0.85,
+    "quantized_flops_efficiency": 0.53,
     "gemm_half_tokens": 130.0,
-    "weight_bandwidth_efficiency": 0.89,
+    "weight_bandwidth_efficiency": 0.9,
     "quantized_weight_bandwidth_efficiency": 0.77,
     "gemm_fixed_time": 4.9e-06,
     "bandwidth_efficiency": 0.79,
