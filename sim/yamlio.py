@@ -12,8 +12,9 @@ of the offending key. It is stricter than plain PyYAML in two ways:
 Its errors never quote the file: they give a line, a column and, for a file
 that is not the kind expected (``expected_keys``), no key of it at all.
 
-It is also slightly friendlier: ``1e6`` and ``2.5e9`` read as floats (YAML
-1.2 style) rather than strings, as scenario authors expect.
+Plain scalars follow YAML 1.2, not PyYAML's YAML 1.1: ``on``/``off``/``yes``/``no``
+stay strings (a key ``on:`` is the key "on", not True), ``1:30`` is not 90, ``010`` is
+ten, dates stay strings, and ``1e6`` and ``2.5e9`` read as floats.
 
 Every problem is raised as :class:`sim.errors.ScenarioError`.
 """
@@ -40,14 +41,40 @@ _MAX_NODES = 1_000_000  # guards the line walk against alias bombs
 
 
 class SafeLineLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that also reads ``1e6`` (no dot, no exponent sign) as a float."""
+    """``yaml.SafeLoader`` with YAML 1.2's plain scalars instead of YAML 1.1's."""
 
 
+_BOOL, _INT, _FLOAT = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int",
+                       "tag:yaml.org,2002:float")
+_YAML11_ONLY = {_BOOL, _INT, _FLOAT, "tag:yaml.org,2002:timestamp"}
+
+# YAML 1.1 reads `on`, `off`, `yes`, `no` as booleans (a key `on:` becomes True), `1:30`
+# as 90, `010` as 8 and `2024-01-01` as a date; YAML 1.2 (and every scenario author)
+# reads them as written. Only true/false are booleans, integers are decimal (or 0x, 0o),
+# floats also take an exponent without a dot (`1e6`); `_` may group digits.
+SafeLineLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in _YAML11_ONLY]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 SafeLineLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
+    _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+SafeLineLoader.add_implicit_resolver(
+    _INT, re.compile(r"^(?:[-+]?[0-9][0-9_]*|[-+]?0x[0-9a-fA-F][0-9a-fA-F_]*|[-+]?0o[0-7][0-7_]*)$"),
+    list("-+0123456789"))
+SafeLineLoader.add_implicit_resolver(
+    _FLOAT, re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?
+                        |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+                        |[-+]?\.(?:inf|Inf|INF)
+                        |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+.0123456789"))
+
+
+def _construct_int(loader: yaml.SafeLoader, node: ScalarNode) -> int:
+    text = loader.construct_scalar(node).replace("_", "")
+    digits = text.lstrip("+-").lower()
+    return int(text, 0) if digits.startswith(("0x", "0o")) else int(text, 10)
+
+
+SafeLineLoader.add_constructor(_INT, _construct_int)
 
 
 @dataclass

@@ -17,7 +17,9 @@ from sim import units
 class StrictModel(BaseModel):
     """Base for every config block: unknown keys are errors, values are frozen."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # no number is infinite or NaN: each one drives work, memory or a figure
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True,
+                              allow_inf_nan=False)
 
 
 def _positive(x: float) -> float:

@@ -16,11 +16,13 @@ import yaml
 
 from sim.config.scenario import Scenario
 from sim.errors import ScenarioError
+from sim.yamlio import SafeLineLoader
 
 
 def parse_value(text: str) -> Any:
+    """A value as a scenario file would read it (YAML 1.2 scalars: ``on`` is a string)."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=SafeLineLoader)
     except yaml.YAMLError:
         return text
 
