@@ -332,7 +332,7 @@ CASES = [
          ["is a fp8 variant but pool 'main' runs bf16 weights"]),
     Case("served-model-two-routes", edit((
         "gateway:\n",
-        "gateway:\n  models:\n    m: {pools: {main: 1.0}, cascade: {first: main, then: main, "
+        "gateway:\n  models:\n    m: {pools: {main: 1.0}, cascade: {first: main, then: big, "
         "escalation: 0.5}}\n")),
          15, "gateway.models.m", ["give exactly one of `pools`"]),
     Case("stream-model-not-served",

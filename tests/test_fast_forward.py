@@ -17,6 +17,9 @@ SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("
 def with_exact_steps(scenario: Scenario, exact: bool, duration_s: float) -> Scenario:
     data = scenario.model_dump()
     data["duration"] = min(data["duration"], duration_s)
+    # a shortened run keeps its warm-up and samples inside it
+    data["warmup"] = min(data["warmup"], data["duration"] / 2)
+    data["sample_interval"] = min(data["sample_interval"], data["duration"])
     for pool in data["pools"].values():
         if pool["scheduler"]["type"] == "continuous":
             pool["scheduler"]["exact_steps"] = exact

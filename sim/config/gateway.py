@@ -41,6 +41,13 @@ class CascadeConfig(StrictModel):
     then: Name = Field(description="Pool that gets the escalated share (the large model)")
     escalation: float = Field(ge=0, le=1, description="Share escalated after the first attempt")
 
+    @model_validator(mode="after")
+    def _check_pools(self) -> "CascadeConfig":
+        if self.first == self.then:
+            raise ValueError(f"a cascade escalates to another pool; first and then are both "
+                             f"'{self.first}'")
+        return self
+
 
 class LengthRouteConfig(StrictModel):
     """Route by request class: short prompts to one pool, long ones to another."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from sim import profiles
 from sim.config.profiles import HardwareSpec, ModelSpec
+from sim.config import sanity
 from sim.config.scenario import PoolConfig, Scenario
 from sim.cost.memory import KvBudget, kv_budget
 
@@ -250,8 +251,16 @@ def _route_streams(scenario: Scenario, problems: list[tuple[Loc, str]]) -> dict[
             if stream.pool not in scenario.pools:
                 problems.append((here + ("pool",), f"unknown pool '{stream.pool}'; pools: "
                                  f"{_choices(scenario.pools)}"))
-            else:
-                routes[sname] = stream.pool
+                continue
+            serves = scenario.pools[stream.pool].model
+            wanted = (served_name.split("@", 1)[0] if served_name in gw.models
+                      else stream.model)
+            if wanted is not None and wanted.lower() != serves.lower():
+                problems.append((here + ("pool",), f"pool '{stream.pool}' serves '{serves}', "
+                                 f"not the stream's model '{stream.model}'; drop `pool:` to "
+                                 "route by model, or name a pool that serves it"))
+                continue
+            routes[sname] = stream.pool
             continue
         if stream.model is None:
             if len(scenario.pools) == 1:
@@ -282,6 +291,7 @@ def resolve(scenario: Scenario) -> tuple[Resolved | None, list[tuple[Loc, str]]]
             pools[name] = resolved
     _check_gateway(scenario, problems)
     routes = _route_streams(scenario, problems)
+    problems.extend(sanity.check(scenario))
     if problems:
         return None, problems
     return Resolved(scenario=scenario, pools=pools, stream_pool=routes), problems

@@ -123,20 +123,27 @@ class PoolConfig(StrictModel):
     sizing: SizingOptions | None = Field(None, description="Options for `fleetsim size`")
 
 
+MAX_RUN_S = 10 * 365 * 86400.0
+
+
 class Scenario(StrictModel):
     """A fleet and its traffic."""
 
     name: Name = Field("scenario", description="Short name shown in reports")
     description: str = Field("", description="Free text")
     seed: int = Field(0, ge=0, description="Seed of the run's random streams")
-    duration: PositiveSeconds = Field(description="Arrivals are generated in [0, duration)")
+    duration: PositiveSeconds = Field(le=MAX_RUN_S, description="Arrivals are generated in "
+                                                                "[0, duration); at most 10 years")
     drain: Seconds = Field(
-        3600.0, description="After `duration`, time allowed for in-flight requests to finish; "
+        3600.0, le=MAX_RUN_S, description="After `duration`, time allowed for in-flight requests to finish; "
                             "requests still open then end as `unfinished`")
     sample_interval: PositiveSeconds = Field(1.0, description="Time-series sampling period")
     warmup: Seconds = Field(0.0, description="Requests arriving before this are left out "
                                              "of the latency figures (the queue filling up)")
     record_steps: bool = Field(False, description="Record one row per engine step")
+    max_requests: PositiveInt = Field(
+        20_000_000, description="Refuse a run whose streams would send more requests than "
+                                "this (each holds about 2 KB of memory)")
     hardware: dict[Name, HardwareSpec] = Field(
         default_factory=dict, description="Extra hardware profiles defined inline")
     models: dict[Name, ModelSpec] = Field(

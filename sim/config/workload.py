@@ -327,7 +327,8 @@ class StreamConfig(StrictModel):
     model: Optional[Name] = Field(default=None, description="Model name the stream calls.")
     pool: Optional[Name] = Field(
         default=None, description="Send straight to this pool instead of routing by model.")
-    priority: int = Field(default=0, description="Scheduling priority; lower is more urgent.")
+    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000,
+                          description="Scheduling priority; lower is more urgent.")
     api_key: Optional[Name] = Field(
         default=None, description="API key id the client sends (see gateway.keys).")
     retry: Optional[RetryPolicy] = Field(

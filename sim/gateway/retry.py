@@ -21,8 +21,8 @@ from sim.config.common import PositiveInt, PositiveSeconds, StrictModel
 class RetryPolicy(StrictModel):
     """How a client retries a refused request."""
 
-    max_attempts: PositiveInt = 3
-    """Total tries including the first; 1 means never retry."""
+    max_attempts: Annotated[PositiveInt, Field(le=100)] = 3
+    """Total tries including the first (at most 100); 1 means never retry."""
     base: PositiveSeconds = 1.0
     multiplier: Annotated[float, Field(ge=1.0, allow_inf_nan=False)] = 2.0
     max_delay: PositiveSeconds = 60.0

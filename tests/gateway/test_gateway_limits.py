@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from sim.gateway import PeriodBudget, RetryPolicy, TokenBucket, retry_delay_s
+from sim.gateway import PeriodBudget, RetryPolicy, TokenBucket, backoff_cap_s, retry_delay_s
 
 # ------------------------------------------------------------------ token bucket
 
@@ -264,15 +264,16 @@ def test_retry_respects_retry_after():
 
 def test_retry_huge_attempt_does_not_overflow():
     """Far past the cap the delay is max_delay, not an overflow."""
-    policy = RetryPolicy(max_attempts=10**6, jitter="none")
-    assert retry_delay_s(policy, 5000, 0.0, np.random.default_rng(0)) == 60.0
+    policy = RetryPolicy(max_attempts=100, jitter="none")
+    assert backoff_cap_s(policy, 5000) == 60.0
+    assert retry_delay_s(policy, 99, 0.0, np.random.default_rng(0)) == 60.0
 
 
 def test_retry_policy_validation():
     """Units parse ('500ms'); bad values and unknown keys are config errors."""
     assert RetryPolicy(base="500ms", max_delay="1min").base == 0.5
     assert RetryPolicy(base="500ms", max_delay="1min").max_delay == 60.0
-    for bad in ({"max_attempts": 0}, {"multiplier": 0.5}, {"base": 0}, {"max_delay": -1},
+    for bad in ({"max_attempts": 0}, {"max_attempts": 101}, {"multiplier": 0.5}, {"base": 0}, {"max_delay": -1},
                 {"jitter": "decorrelated"}, {"retries": 3}):
         with pytest.raises(ValidationError):
             RetryPolicy(**bad)
