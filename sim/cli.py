@@ -278,12 +278,13 @@ def with_pd_options(fn) -> None:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from sim.atomic_write import write_file
     from sim.output_paths import check_file
-    from sim.planning.overrides import parse_vary
+    from sim.planning.overrides import check_grid, parse_vary
     from sim.outputs import csv_safe
     from sim.planning.sweep import sweep
 
     scenario = _load(args)
     varies = [parse_vary(v) for v in args.vary]
+    check_grid(varies)
     out = Path(args.out) if args.out else Path("results") / f"{slug(scenario.name)}-sweep.csv"
     inputs = _inputs(args, scenario)
     out = check_file(out, kind="a `fleetsim sweep` table", is_kind=_is_sweep_table,

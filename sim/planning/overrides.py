@@ -19,6 +19,10 @@ from sim.errors import ScenarioError
 from sim.yamlio import SafeLineLoader
 
 
+# scenarios one sweep may run: each is a whole simulation
+MAX_GRID_POINTS = 10_000
+
+
 def parse_value(text: str) -> Any:
     """A value as a scenario file would read it (YAML 1.2 scalars: ``on`` is a string)."""
     try:
@@ -43,8 +47,28 @@ def parse_vary(spec: str) -> tuple[str, list[Any]]:
                                 field="--vary") from None
         if inc <= 0 or hi < lo:
             raise ScenarioError(f"--vary {spec!r}: the range is empty", field="--vary")
-        return path, list(range(lo, hi + 1, inc))
-    return path, [parse_value(v) for v in values.split(",") if v != ""]
+        points = range(lo, hi + 1, inc)
+        if len(points) > MAX_GRID_POINTS:
+            raise ScenarioError(f"--vary {spec!r}: {len(points):,} values; a sweep runs at "
+                                f"most {MAX_GRID_POINTS:,} scenarios: widen the step",
+                                field="--vary")
+        return path, list(points)
+    listed = [parse_value(v) for v in values.split(",") if v.strip() != ""]
+    if not listed:
+        raise ScenarioError(f"--vary {spec!r}: no values; write PATH=V1,V2,... or "
+                            "PATH=START..STOP[:STEP]", field="--vary")
+    return path, listed
+
+
+def check_grid(varies: list[tuple[str, list[Any]]]) -> None:
+    """The whole grid (every combination of the --vary values) within MAX_GRID_POINTS."""
+    size = 1
+    for _, values in varies:
+        size *= len(values)
+    if size > MAX_GRID_POINTS:
+        raise ScenarioError(f"the --vary values make {size:,} scenarios; a sweep runs at most "
+                            f"{MAX_GRID_POINTS:,}: vary fewer fields or fewer values",
+                            field="--vary")
 
 
 def apply(data: dict, path: str, value: Any) -> dict:

@@ -1,6 +1,8 @@
 """Service-level objectives: ``ttft_p99=2s``, ``tpot_p99=50ms``, ``attainment=0.99``."""
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +44,9 @@ def parse_slo(text: str) -> Slo:
     if metric == "attainment" and not 0 < target <= 1:
         raise ScenarioError(f"--slo {text!r}: attainment is a fraction in (0, 1]",
                             field="--slo")
+    if metric != "attainment" and not 0 < target < math.inf:
+        raise ScenarioError(f"--slo {text!r}: a latency target is a time greater than 0, "
+                            "e.g. 2s or 50ms", field="--slo")
     return Slo(metric, target)
 
 

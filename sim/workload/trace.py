@@ -123,6 +123,10 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...]
     return out, line_numbers
 
 
+# a request longer than this fits no model (the longest contexts are a few million)
+MAX_TOKENS = 100_000_000
+
+
 def check_token_counts(path: pathlib.Path, name: str, values: np.ndarray,
                        line_numbers: np.ndarray) -> np.ndarray:
     """Lengths must be whole numbers of at least one token; returns them as int64."""
@@ -131,6 +135,11 @@ def check_token_counts(path: pathlib.Path, name: str, values: np.ndarray,
         i = int(np.argmax(bad))
         raise WorkloadDataError(path, f"column {name!r}: not a whole number >= 1",
                                 line=int(line_numbers[i]))
+    huge = values > MAX_TOKENS
+    if huge.any():
+        i = int(np.argmax(huge))
+        raise WorkloadDataError(path, f"column {name!r}: more than {MAX_TOKENS:,} tokens, "
+                                "longer than any model's context", line=int(line_numbers[i]))
     return values.astype(np.int64)
 
 
