@@ -385,6 +385,166 @@ CASES = [
          files={"t.csv": "a: 1\n"}),
 ]
 
+
+def after_team(line: str) -> str:
+    """BASE with ``line`` (a stream field, indented) right after the team: line 9."""
+    return edit(("      team: search\n", f"      team: search\n      {line}\n"))
+
+
+def after_duration(line: str) -> str:
+    """BASE with a top-level ``line`` right after ``duration``: line 4."""
+    return edit(("duration: 20s\n", f"duration: 20s\n{line}\n"))
+
+
+def stream_field(key: str, value: str) -> str:
+    """BASE with the stream's (line 10-12) ``key`` set to ``value``."""
+    lines = {"arrival": "      arrival: {type: poisson, rate: 2/s}\n",
+             "prompt_tokens": "      prompt_tokens: {type: uniform, low: 100, high: 400}\n",
+             "output_tokens": "      output_tokens: {type: fixed, value: 50}\n"}
+    return edit((lines[key], f"      {key}: {value}\n"))
+
+
+STREAM = "workload.streams.chat"
+# Part two: bounds on what drives work and memory, numbers that are not numbers, times
+# against the run's length, routes that make no sense, YAML 1.1 surprises, and traces
+# with absurd rows.
+CASES += [
+    # -- bounds: requests, samples, ticks, retries, priorities, times ----------------------
+    Case("rate-a-billion-per-second", stream_field("arrival", "{type: poisson, rate: 1e9/s}"),
+         5, "workload", ["2e+10 requests", "max_requests = 20,000,000"]),
+    Case("requests-above-a-lowered-max", after_duration("max_requests: 10"), 6, "workload",
+         ["up to 40 requests", "max_requests = 10"]),
+    Case("max-requests-zero", after_duration("max_requests: 0"), 4, "max_requests",
+         ["greater than 0"]),
+    Case("gamma-rate-too-high", stream_field("arrival", "{type: gamma, rate: 5e7/s, cv: 2}"),
+         5, "workload", ["requests", "max_requests"]),
+    Case("sinusoidal-peak-counts", stream_field(
+        "arrival", "{type: poisson, rate: {type: sinusoidal, mean: 6e5/s, amplitude: 6e5/s, "
+                   "period: 10s}}"), 5, "workload", ["2.4e+07 requests"]),
+    Case("piecewise-peak-counts", stream_field(
+        "arrival", "{type: poisson, rate: {type: piecewise, points: [[0, 1/s], [10, 3e6/s]]}}"),
+         5, "workload", ["6e+07 requests"]),
+    Case("closed-too-many-requests",
+         stream_field("arrival", "{type: closed, concurrency: 4, requests: 100000000}"),
+         10, f"{STREAM}.arrival.requests", ["less than or equal to 10000000"]),
+    Case("sample-interval-a-nanosecond", edit(("sample_interval: 1s", "sample_interval: 1ns")),
+         4, "sample_interval", ["time-series samples", "the most is 2,000,000"]),
+    Case("sample-interval-longer-than-run", edit(("sample_interval: 1s", "sample_interval: 1h")),
+         4, "sample_interval", ["longer than the run's duration"]),
+    Case("duration-1e308", edit(("duration: 20s", "duration: 1e308")), 3, "duration",
+         ["less than or equal to 315360000"]),
+    Case("duration-inf", edit(("duration: 20s", "duration: .inf")), 3, "duration", ["finite"]),
+    Case("duration-nan", edit(("duration: 20s", "duration: .nan")), 3, "duration", []),
+    Case("drain-a-million-years", after_duration("drain: 3e13"), 4, "drain",
+         ["less than or equal to 315360000"]),
+    Case("warmup-longer-than-run", after_duration("warmup: 1h"), 4, "warmup",
+         ["must end before the arrivals do"]),
+    Case("warmup-equal-to-run", after_duration("warmup: 20s"), 4, "warmup",
+         ["every request would be left out"]),
+    Case("stream-starts-after-run", after_team("start: 1h"), 9, f"{STREAM}.start",
+         ["after the run's arrivals end", "send nothing"]),
+    Case("stream-starts-at-run-end", after_team("start: 20s"), 9, f"{STREAM}.start",
+         ["send nothing"]),
+    Case("stream-ends-before-start", after_team("start: 10s\n      end: 5s"), 7, STREAM,
+         ["must be after start"]),
+    Case("priority-300-digits", after_team("priority: " + "9" * 300), 9, f"{STREAM}.priority",
+         ["less than or equal to 1000000"]),
+    Case("priority-hugely-negative", after_team("priority: -" + "9" * 40), 9,
+         f"{STREAM}.priority", ["greater than or equal to -1000000"]),
+    Case("priority-fraction", after_team("priority: 1.5"), 9, f"{STREAM}.priority",
+         ["integer"]),
+    Case("retry-a-billion-attempts",
+         after_team("retry: {max_attempts: 1000000000, base: 1s, max_delay: 2s}"), 9,
+         f"{STREAM}.retry.max_attempts", ["less than or equal to 100"]),
+    Case("retry-zero-delay", after_team("retry: {max_attempts: 3, base: 0s, max_delay: 0s}"),
+         9, f"{STREAM}.retry.base", ["greater than 0"]),
+    Case("retry-multiplier-inf", after_team("retry: {max_attempts: 3, multiplier: .inf}"), 9,
+         f"{STREAM}.retry.multiplier", ["finite"]),
+    Case("autoscaler-tick-a-nanosecond", append_to_pool(
+        "    autoscaler: {type: target, metric: inflight_per_replica, target: 4, "
+        "min_replicas: 1, max_replicas: 2, tick: 1ns}\n"), 27, "pools.main.autoscaler.tick",
+         ["autoscaler decisions", "the most is 10,000,000"]),
+    Case("replicas-1e29", edit(("    replicas: 1\n", "    replicas: 1e29\n")), 22,
+         "pools.main.replicas", []),
+    Case("team-name-too-long", edit(("team: search", "team: " + "t" * 200)), 8,
+         f"{STREAM}.team", ["at most 128 characters"]),
+    # -- numbers that are not numbers --------------------------------------------------------
+    Case("lognormal-cv-inf", stream_field("prompt_tokens", "{type: lognormal, mean: 100, cv: .inf}"),
+         11, f"{STREAM}.prompt_tokens.cv", ["finite number"]),
+    Case("lognormal-cv-nan", stream_field("prompt_tokens", "{type: lognormal, mean: 100, cv: .nan}"),
+         11, f"{STREAM}.prompt_tokens.cv", ["finite number"]),
+    Case("lognormal-mean-inf", stream_field("output_tokens", "{type: lognormal, mean: .inf, cv: 1}"),
+         12, f"{STREAM}.output_tokens.mean", ["finite number"]),
+    Case("exponential-mean-inf",
+         stream_field("output_tokens", "{type: exponential, mean: .inf}"),
+         12, f"{STREAM}.output_tokens.mean", ["finite number"]),
+    Case("gamma-cv-inf", stream_field("arrival", "{type: gamma, rate: 2/s, cv: .inf}"), 10,
+         f"{STREAM}.arrival.cv", ["finite number"]),
+    Case("rate-inf", stream_field("arrival", "{type: poisson, rate: .inf}"), 10,
+         f"{STREAM}.arrival.rate", ["must be finite"]),
+    Case("rate-scale-inf", edit(("  streams:\n", "  rate_scale: .inf\n  streams:\n")), 6,
+         "workload.rate_scale", ["finite number"]),
+    Case("requests-per-min-inf", edit(("requests_per_min: 600", "requests_per_min: .inf")), 16,
+         "gateway.teams.search.requests_per_min", []),
+    Case("memory-utilization-nan", append_to_pool("    gpu_memory_utilization: .nan\n"), 27,
+         "pools.main.gpu_memory_utilization", []),
+    Case("kv-cache-bytes-inf", append_to_pool("    kv_cache_bytes: .inf\n"), 27,
+         "pools.main.kv_cache_bytes", []),
+    Case("escalation-nan", edit(("gateway:\n", "gateway:\n  models:\n    m: {cascade: {first: "
+                                 "main, then: big, escalation: .nan}}\n")), 15,
+         "gateway.models.m.cascade.escalation", []),
+    # -- routes that make no sense ---------------------------------------------------------
+    Case("stream-pool-serves-another-model", edit(
+        ("      team: search\n", "      team: search\n      pool: main\n"),
+        ("      model: llama-3.1-8b\n      arrival", "      model: llama-3.1-70b\n      arrival")),
+         9, f"{STREAM}.pool", ["serves 'llama-3.1-8b'", "not the stream's model 'llama-3.1-70b'"]),
+    Case("cascade-escalates-to-itself", edit((
+        "gateway:\n", "gateway:\n  models:\n    m: {cascade: {first: main, then: main, "
+        "escalation: 0.5}}\n")), 15, "gateway.models.m.cascade",
+         ["escalates to another pool", "both 'main'"]),
+    Case("spot-pool-of-fixed-size", append_to_pool("    spot: {preemptions_per_hour: 3}\n"),
+         27, "pools.main.spot", ["never gets back the replicas"]),
+    Case("spot-pool-with-fixed-autoscaler", append_to_pool(
+        "    spot: {preemptions_per_hour: 3}\n    autoscaler: {type: fixed}\n"), 27,
+         "pools.main.spot", ["give it an autoscaler that replaces them"]),
+    Case("spot-negative-preemptions", append_to_pool("    spot: {preemptions_per_hour: -1}\n"),
+         27, "pools.main.spot.preemptions_per_hour", ["greater than or equal to 0"]),
+    # -- YAML 1.1 surprises read as YAML 1.2 ------------------------------------------------
+    Case("yaml11-sexagesimal-duration", edit(("duration: 20s", "duration: 1:30")), 3,
+         "duration", ["cannot read '1:30' as a duration"]),
+    Case("yaml11-sexagesimal-interval", edit(("sample_interval: 1s", "sample_interval: 0:30")),
+         4, "sample_interval", ["cannot read '0:30'"]),
+    Case("yaml11-on-key", after_duration("on: 3"), 4, "on", ["unknown key 'on'"]),
+    Case("yaml11-yes-key-in-pool", append_to_pool("    yes: 1\n"), 27, "pools.main.yes",
+         ["unknown key 'yes'"]),
+    Case("yaml11-off-as-replicas", edit(("    replicas: 1\n", "    replicas: off\n")), 22,
+         "pools.main.replicas", ["valid integer"]),
+    Case("yaml11-octal-looking-tp", edit(("    tp: 1\n", "    tp: 03\n")), 21, "pools.main.tp",
+         ["tp=3 does not divide"]),
+    Case("yaml11-date-as-seed", edit(("seed: 1", "seed: 2024-01-01")), 2, "seed",
+         ["valid integer"]),
+    # -- traces with absurd rows -----------------------------------------------------------
+    Case("trace-prompt-1e30-tokens", trace_stream(), 3, None,
+         ["column 'prompt_tokens'", "more than 100,000,000 tokens"], where="t.csv",
+         files={"t.csv": TRACE_HEADER + "0,100,10\n1,1e30,10\n"}),
+    Case("trace-output-1e30-tokens", trace_stream(), 2, None,
+         ["column 'output_tokens'", "more than 100,000,000 tokens"], where="t.csv",
+         files={"t.csv": TRACE_HEADER + "0,100,1e30\n"}),
+    Case("trace-infinite-timestamp", trace_stream(), 2, None, ["not a finite number"],
+         where="t.csv", files={"t.csv": TRACE_HEADER + "inf,100,10\n"}),
+    Case("trace-nan-tokens", trace_stream(), 2, None, ["column 'prompt_tokens'"],
+         where="t.csv", files={"t.csv": TRACE_HEADER + "0,nan,10\n"}),
+    Case("trace-fractional-tokens", trace_stream(), 2, None, ["not a whole number >= 1"],
+         where="t.csv", files={"t.csv": TRACE_HEADER + "0,10.5,10\n"}),
+    Case("trace-time-scale-inf", edit((POISSON_LINES,
+                                       "      arrival: {type: trace, path: t.csv, "
+                                       "time_scale: .inf}\n")), 10,
+         f"{STREAM}.arrival.time_scale", ["finite number"],
+         files={"t.csv": TRACE_HEADER + "0,10,5\n"}),
+    Case("trace-is-the-scenario-folder", trace_stream("."), 10, f"{STREAM}.arrival.path",
+         ["folder"]),
+]
+
 assert len(CASES) >= 30
 assert len({c.id for c in CASES}) == len(CASES)
 
@@ -661,3 +821,55 @@ def test_bad_input_in_a_subprocess_has_no_traceback(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"error: {path}:10: workload.streams.chat.arrival.type: ")
     assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+# -- bad command lines around a good scenario ---------------------------------------------------
+# (case id, argv after the command with {s} for the scenario and {d} for the folder, stderr
+# fragments): each exits 2 with a located message before any simulation runs.
+ARGV_CASES = [
+    ("sweep-empty-vary", ["sweep", "{s}", "--vary", "", "--out", "{d}/o"], ["--vary"]),
+    ("sweep-vary-no-values", ["sweep", "{s}", "--vary", "pools.main.replicas=", "--out", "{d}/o"],
+     ["no values"]),
+    ("sweep-vary-empty-range", ["sweep", "{s}", "--vary", "pools.main.replicas=5..1",
+                                "--out", "{d}/o"], ["the range is empty"]),
+    ("sweep-range-of-a-hundred-million", ["sweep", "{s}", "--vary",
+                                          "pools.main.replicas=1..100000000", "--out", "{d}/o"],
+     ["100,000,000 values", "at most 10,000"]),
+    ("sweep-grid-too-large", ["sweep", "{s}", "--vary", "pools.main.replicas=1..200",
+                              "--vary", "seed=1..100", "--out", "{d}/o"],
+     ["20,000 scenarios"]),
+    ("sweep-vary-unknown-field", ["sweep", "{s}", "--vary", "pools.main.replica=1,2",
+                                  "--out", "{d}/o"], ["replica", "did you mean 'replicas'"]),
+    ("size-negative-slo", ["size", "{s}", "--slo", "ttft_p99=-1s", "--out", "{d}/o"],
+     ["greater than 0"]),
+    ("size-zero-slo", ["size", "{s}", "--slo", "tpot_p99=0", "--out", "{d}/o"],
+     ["greater than 0"]),
+    ("size-infinite-slo", ["size", "{s}", "--slo", "ttft_p99=inf", "--out", "{d}/o"], ["--slo"]),
+    ("size-attainment-above-one", ["size", "{s}", "--slo", "attainment=1.5", "--out", "{d}/o"],
+     ["(0, 1]"]),
+    ("size-unknown-slo-metric", ["size", "{s}", "--slo", "ttft_p42=1s", "--out", "{d}/o"],
+     ["unknown metric"]),
+    ("size-no-slo", ["size", "{s}", "--out", "{d}/o"], ["give at least one --slo"]),
+    ("check-baseline-is-a-folder", ["check", "{s}", "--baseline", "{d}"], ["is a folder"]),
+    ("run-out-below-a-file", ["run", "{s}", "--out", "{s}/sub"], ["is a file, not a folder"]),
+    ("run-set-unknown-field", ["run", "{s}", "--set", "pools.main.tpp=2", "--out", "{d}/o"],
+     ["did you mean 'tp'"]),
+]
+
+
+@pytest.mark.parametrize("argv, fragments", [pytest.param(a, f, id=i) for i, a, f in ARGV_CASES])
+def test_a_bad_command_line_is_refused_before_any_work(tmp_path, capsys, argv, fragments):
+    path = tmp_path / "s.yaml"
+    path.write_text(BASE, encoding="utf-8")
+    args = [a.format(s=path, d=tmp_path) for a in argv]
+    code = run_main(args)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("error: ") and "Traceback" not in err, err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_catalogue_holds_150_cases():
+    assert len(CASES) + len(ARGV_CASES) >= 150

@@ -12,11 +12,12 @@ import copy
 import difflib
 from typing import Any
 
+import pydantic
 import yaml
 
 from sim.config.scenario import Scenario
-from sim.errors import ScenarioError
-from sim.yamlio import SafeLineLoader
+from sim.errors import ScenarioError, from_validation_error
+from sim.yamlio import LineMap, SafeLineLoader
 
 
 # scenarios one sweep may run: each is a whole simulation
@@ -99,9 +100,8 @@ def with_values(scenario: Scenario, assignments: dict[str, Any]) -> Scenario:
         data = apply(data, path, value)
     try:
         out = Scenario.model_validate(data)
-    except Exception as exc:  # pydantic.ValidationError: report the field, not a traceback
-        raise ScenarioError(f"invalid value: {exc}".splitlines()[0] + "; "
-                            + " ".join(str(exc).splitlines()[1:3]),
-                            field=", ".join(assignments)) from None
+    except pydantic.ValidationError as exc:  # the field at fault, with the valid choices
+        raise from_validation_error(exc, file=None, line_map=LineMap(), root_model=Scenario,
+                                    data=data) from None
     out._source, out._allow_paths = scenario._source, scenario._allow_paths
     return out
