@@ -23,7 +23,7 @@ from pydantic import BeforeValidator, Field, model_validator
 
 from sim import units
 from sim.autoscalers.base import Autoscaler
-from sim.config.common import NonNegativeInt, PositiveSeconds, StrictModel
+from sim.config.common import PositiveSeconds, ReplicaFloor, StrictModel
 
 _CLOCK = re.compile(r"^\s*(\d+):([0-5]\d)(?::([0-5]\d(?:\.\d*)?))?\s*$")
 
@@ -50,7 +50,7 @@ class ScheduleEntry(StrictModel):
     """From ``at`` (seconds into the period) on, ask for ``replicas``."""
 
     at: TimeOfDay = Field(description="Time of day: 'HH:MM', 'HH:MM:SS' or seconds")
-    replicas: NonNegativeInt = Field(description="Replica count from this time on")
+    replicas: ReplicaFloor = Field(description="Replica count from this time on")
 
     @model_validator(mode="before")
     @classmethod

@@ -80,7 +80,8 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from sim import units
 from sim.autoscalers.base import Autoscaler
 from sim.autoscalers.window import PercentileWindow, TimeWindow
-from sim.config.common import NonNegativeInt, PositiveInt, PositiveSeconds, Seconds, StrictModel
+from sim.config.common import (PositiveSeconds, ReplicaCount, ReplicaFloor, Seconds,
+                               StrictModel)
 
 Metric = Literal["queue_per_replica", "inflight_per_replica", "ttft_p95", "kv_util"]
 ADDITIVE_METRICS = ("queue_per_replica", "inflight_per_replica")
@@ -100,8 +101,8 @@ class TargetConfig(StrictModel):
     target_utilization: float = Field(
         0.7, gt=0, le=1, description="Usable fraction of the target (effective target = "
                                      "target * utilization)")
-    min_replicas: NonNegativeInt = Field(1, description="Fewest replicas; 0 allows scale to zero")
-    max_replicas: PositiveInt = Field(description="Most replicas")
+    min_replicas: ReplicaFloor = Field(1, description="Fewest replicas; 0 allows scale to zero")
+    max_replicas: ReplicaCount = Field(description="Most replicas")
     stable_window: PositiveSeconds = Field(60.0, description="Averaging window for normal "
                                                              "decisions")
     panic_window: PositiveSeconds = Field(6.0, description="Short window for bursts")

@@ -49,8 +49,15 @@ def _not_bool(value):
     return value
 
 
-PositiveInt = Annotated[int, BeforeValidator(_not_bool), Field(gt=0)]
-NonNegativeInt = Annotated[int, BeforeValidator(_not_bool), Field(ge=0)]
+# Counts fit 32 bits: no count a scenario gives (tokens, sequences, blocks, requests)
+# comes near, and none may overflow the int64 arrays they end up in.
+MAX_COUNT = 2 ** 31 - 1
+PositiveInt = Annotated[int, BeforeValidator(_not_bool), Field(gt=0, le=MAX_COUNT)]
+NonNegativeInt = Annotated[int, BeforeValidator(_not_bool), Field(ge=0, le=MAX_COUNT)]
+# Replicas of one pool: each is simulated as its own engine.
+MAX_REPLICAS = 100_000
+ReplicaCount = Annotated[int, BeforeValidator(_not_bool), Field(gt=0, le=MAX_REPLICAS)]
+ReplicaFloor = Annotated[int, BeforeValidator(_not_bool), Field(ge=0, le=MAX_REPLICAS)]
 
 
 MAX_NAME_CHARS = 128

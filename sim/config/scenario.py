@@ -10,8 +10,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, PrivateAttr
 
-from sim.config.common import (Bytes, BytesPerS, Fraction, PositiveBytes, PositiveInt, PositiveSeconds,
-                               Name, Seconds, StrictModel)
+from sim.config.common import (Bytes, BytesPerS, Fraction, Name, PositiveBytes, PositiveInt,
+                               PositiveSeconds, ReplicaCount, Seconds, StrictModel)
 from sim.config.gateway import GatewayConfig
 from sim.config.profiles import DType, HardwareSpec, ModelSpec
 from sim.config.workload import WorkloadConfig
@@ -67,7 +67,7 @@ class SizingOptions(StrictModel):
     tp: list[PositiveInt] | None = Field(None, description="Tensor-parallel degrees to try")
     weight_dtype: list[DType] | None = Field(None, description="Weight precisions to try "
                                              "(the KV cache follows: fp8 weights, fp8 KV)")
-    max_replicas: PositiveInt = Field(64, description="Largest replica count to consider")
+    max_replicas: ReplicaCount = Field(64, description="Largest replica count to consider")
 
 
 class PoolConfig(StrictModel):
@@ -76,7 +76,7 @@ class PoolConfig(StrictModel):
     model: Name = Field(description="Model profile name (shipped or under `models:`)")
     hardware: Name = Field(description="Hardware profile name (shipped or under `hardware:`)")
     tp: PositiveInt = Field(1, description="Tensor-parallel GPUs per replica")
-    replicas: PositiveInt = Field(1, description="Number of replicas")
+    replicas: ReplicaCount = Field(1, description="Number of replicas")
     pricing: Literal["on_demand", "reserved", "spot"] = Field(
         "on_demand", description="Which of the hardware's prices applies")
     price_per_gpu_hour: float | None = Field(

@@ -32,7 +32,9 @@ from sim.config.common import (
 
 # Phase of a sinusoid may be negative, so it does not use ``Seconds``.
 SignedSeconds = Annotated[float, BeforeValidator(units.seconds)]
-TokenCount = Annotated[int, Field(ge=1)]
+# A request longer than this fits no model (the longest contexts are a few million).
+MAX_TOKENS = 100_000_000
+TokenCount = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 
 
 # --------------------------------------------------------------------------
@@ -226,15 +228,18 @@ class LognormalLengthConfig(_ClippedLength):
     """
 
     type: Literal["lognormal"] = Field(description="Lognormal length.")
-    mean: float = Field(gt=0, description="Mean length in tokens (before clipping).")
-    cv: float = Field(gt=0, description="Coefficient of variation (std / mean).")
+    mean: float = Field(gt=0, le=MAX_TOKENS,
+                        description="Mean length in tokens (before clipping).")
+    cv: float = Field(gt=0, le=100, description="Coefficient of variation (std / mean); "
+                                                "at most 100.")
 
 
 class ExponentialLengthConfig(_ClippedLength):
     """Memoryless lengths; rounded to integers and clipped to [min, max]."""
 
     type: Literal["exponential"] = Field(description="Exponential length.")
-    mean: float = Field(gt=0, description="Mean length in tokens (before clipping).")
+    mean: float = Field(gt=0, le=MAX_TOKENS,
+                        description="Mean length in tokens (before clipping).")
 
 
 class EmpiricalLengthConfig(StrictModel):

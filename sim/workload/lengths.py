@@ -11,6 +11,7 @@ import pathlib
 import numpy as np
 
 from sim.config.workload import (
+    MAX_TOKENS,
     EmpiricalLengthConfig,
     ExponentialLengthConfig,
     FixedLengthConfig,
@@ -37,9 +38,8 @@ def lognormal_params(mean: float, cv: float) -> tuple[float, float]:
     sigma2 = math.log1p(cv * cv)
     return math.log(mean) - sigma2 / 2.0, math.sqrt(sigma2)
 
-
 # Far beyond any context window, and safely inside int64 after rounding.
-_MAX_TOKENS = 2**53
+_MAX_TOKENS = MAX_TOKENS
 
 
 def _round_clip(samples: np.ndarray, low: int, high: int | None) -> np.ndarray:

@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from sim.config.workload import TraceArrivalConfig
+from sim.config.workload import MAX_TOKENS, TraceArrivalConfig
 from sim.inputs import MAX_DATA_BYTES, DataFiles, InputFileError, as_data_files, open_regular
 
 TRACE_COLUMNS = ("timestamp", "prompt_tokens", "output_tokens")
@@ -122,9 +122,6 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...]
         out[name] = values
     return out, line_numbers
 
-
-# a request longer than this fits no model (the longest contexts are a few million)
-MAX_TOKENS = 100_000_000
 
 
 def check_token_counts(path: pathlib.Path, name: str, values: np.ndarray,
