@@ -55,8 +55,8 @@ MOE_EVEN = "balanced"            # tokens spread evenly over the experts
 MOE_SKEWED = "power_law_"        # else the least skewed power law a table has
 MS = 1e-3
 # a GEMM timed slower than a larger m of its shape by more than this share is read as the
-# larger m's time (GemmCurves); below it, the difference is timing noise (the flat, memory-bound small-m
-# end of a curve scatters by a few per cent)
+# larger m's time (GemmCurves); below it, the difference is timing noise (the flat,
+# memory-bound small-m end of a curve scatters by a few per cent)
 GEMM_NOISE = 0.10
 
 

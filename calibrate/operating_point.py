@@ -32,13 +32,14 @@ def _mean(dist) -> float:
 def operating_point(row) -> dict | None:
     """The step at ``row``'s published operating point, or None for a row that is not a
     Server run with a published throughput and TPOT p50."""
-    from sim.api import _resolve_or_raise, load_scenario
+    from sim.api import load_scenario
+    from sim.config.resolve import resolve
     from sim.pool import build_cost_model
     pub = row.published
     if row.kind != "server" or "output_tokens_per_s" not in pub or "tpot_p50_ms" not in pub:
         return None
     scenario = load_scenario(row.scenario)
-    resolved = _resolve_or_raise(scenario, str(row.scenario), None)
+    resolved, _ = resolve(scenario)        # load_scenario checked it already
     (pool,) = resolved.pools.values()
     (stream,) = scenario.workload.streams.values()
     replicas = pool.cfg.replicas

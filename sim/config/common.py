@@ -56,8 +56,8 @@ PositiveInt = Annotated[int, BeforeValidator(_not_bool), Field(gt=0, le=MAX_COUN
 NonNegativeInt = Annotated[int, BeforeValidator(_not_bool), Field(ge=0, le=MAX_COUNT)]
 # Replicas of one pool: each is simulated as its own engine.
 MAX_REPLICAS = 100_000
-ReplicaCount = Annotated[int, BeforeValidator(_not_bool), Field(gt=0, le=MAX_REPLICAS)]
-ReplicaFloor = Annotated[int, BeforeValidator(_not_bool), Field(ge=0, le=MAX_REPLICAS)]
+ReplicaCount = Annotated[PositiveInt, Field(le=MAX_REPLICAS)]
+ReplicaFloor = Annotated[NonNegativeInt, Field(le=MAX_REPLICAS)]
 
 
 MAX_NAME_CHARS = 128

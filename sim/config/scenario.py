@@ -135,8 +135,9 @@ class Scenario(StrictModel):
     duration: PositiveSeconds = Field(le=MAX_RUN_S, description="Arrivals are generated in "
                                                                 "[0, duration); at most 10 years")
     drain: Seconds = Field(
-        3600.0, le=MAX_RUN_S, description="After `duration`, time allowed for in-flight requests to finish; "
-                            "requests still open then end as `unfinished`")
+        3600.0, le=MAX_RUN_S,
+        description="After `duration`, time allowed for in-flight requests to finish; "
+                    "requests still open then end as `unfinished`")
     sample_interval: PositiveSeconds = Field(1.0, description="Time-series sampling period")
     warmup: Seconds = Field(0.0, description="Requests arriving before this are left out "
                                              "of the latency figures (the queue filling up)")

@@ -38,12 +38,8 @@ def lognormal_params(mean: float, cv: float) -> tuple[float, float]:
     sigma2 = math.log1p(cv * cv)
     return math.log(mean) - sigma2 / 2.0, math.sqrt(sigma2)
 
-# Far beyond any context window, and safely inside int64 after rounding.
-_MAX_TOKENS = MAX_TOKENS
-
-
 def _round_clip(samples: np.ndarray, low: int, high: int | None) -> np.ndarray:
-    upper = _MAX_TOKENS if high is None else min(high, _MAX_TOKENS)
+    upper = MAX_TOKENS if high is None else min(high, MAX_TOKENS)
     return np.clip(np.rint(samples), low, upper).astype(np.int64)
 
 
