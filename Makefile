@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test bench validate validate-gpu validate-vllm vllm gpu-profiles roofline-fit clean install
+.PHONY: demo test bench validate validate-gpu validate-vllm vllm-recorded vllm gpu-profiles roofline-fit clean install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,19 @@ $(VLLM_STAMP):
 	touch $@
 
 vllm: $(VLLM_STAMP)
+
+# the README's vLLM table: each scenario of scenarios/validate/vllm served on vLLM (CPU
+# build) at its arrival times, fleetsim's scheduler replayed on its log and compared step
+# by step; about 15 minutes. Exits 1 when a workload has under 99% identical steps.
+VLLM_WORKLOADS := $(sort $(wildcard scenarios/validate/vllm/*.yaml))
+validate-vllm: $(DEV_STAMP) $(VLLM_STAMP)
+	$(VENV)/bin/fleetsim validate --engine vllm $(VLLM_WORKLOADS) \
+		--out results/validate-vllm --force --strict
+
+# the recorded vLLM runs the tests replay (tests/data/vllm-recorded), from the last
+# validate-vllm run
+vllm-recorded: $(DEV_STAMP)
+	$(PY) -m calibrate.vllm_engine ship results/validate-vllm tests/data/vllm-recorded
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) results build dist *.egg-info

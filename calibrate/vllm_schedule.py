@@ -18,6 +18,7 @@ Nothing here needs vLLM or torch: a recorded log is enough.
 """
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,10 +156,17 @@ def load(plan: dict, log: dict, where: str = "log") -> ServeLog:
                     dict(log.get("meta") or {}))
 
 
+def read_json(path: Path) -> dict:
+    """A JSON file, gzip-compressed when its name ends in .gz."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            return json.load(fh)
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def read(plan_path: Path, log_path: Path) -> ServeLog:
-    plan = json.loads(Path(plan_path).read_text(encoding="utf-8"))
-    log = json.loads(Path(log_path).read_text(encoding="utf-8"))
-    return load(plan, log, str(log_path))
+    return load(read_json(plan_path), read_json(log_path), str(log_path))
 
 
 class _ForcedClock:
@@ -240,6 +248,22 @@ def replay(log: ServeLog) -> list[StepBatch]:
         if k > 4 * len(log.steps) + 1000:
             break                              # fleetsim cannot finish what vLLM did
     return out
+
+
+def preemptions(steps: list[StepBatch]) -> int:
+    return sum(len(b.preempted) for b in steps)
+
+
+def first_hits(steps: list[StepBatch]) -> int:
+    """Prompt tokens served from the prefix cache at each request's first admission."""
+    seen: set[int] = set()
+    total = 0
+    for b in steps:
+        for rid, hit in b.from_waiting.items():
+            if rid not in seen:
+                seen.add(rid)
+                total += hit
+    return total
 
 
 @dataclass

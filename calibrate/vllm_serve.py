@@ -8,7 +8,7 @@ fleetsim's: it imports only the standard library, torch, transformers and vLLM.
 
 The plan (JSON) names the model's shape, the engine's settings and the requests
 (arrival time, prompt token ids, output length, priority). The model is a Llama of
-that shape with random weights, saved to a folder beside the log (nothing is
+that shape with random weights, saved to a temporary folder (nothing is
 downloaded). The engine is vLLM's V1 ``LLMEngine`` with its engine core in this
 process, driven at the requests' arrival times: before each engine step every request
 whose arrival time has passed is added (the engine core likewise drains its input
@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -102,10 +103,9 @@ class StepLog:
 def serve(plan: dict, log_path: Path) -> dict:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
-    work = log_path.parent / (log_path.stem + "-model")
-    work.mkdir(parents=True, exist_ok=True)
-    build_model(plan["model"], work, plan["dtype"], plan.get("seed", 0))
-    engine = make_engine(plan, work)
+    with tempfile.TemporaryDirectory(prefix="fleetsim-vllm-model-") as work:
+        build_model(plan["model"], Path(work), plan["dtype"], plan.get("seed", 0))
+        engine = make_engine(plan, Path(work))
     core = engine.engine_core.engine_core
     steplog = StepLog(core.scheduler)
 

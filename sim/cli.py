@@ -506,7 +506,53 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_validate_vllm(args: argparse.Namespace) -> int:
+    """``validate --engine vllm``: serve on vLLM (or read recorded runs) and compare each
+    step's schedule with fleetsim's."""
+    if args.recalibrate or args.quick or args.replays is not None:
+        raise ScenarioError("validate --engine vllm: --recalibrate, --quick and --replays "
+                            "belong to the transformers engine")
+    from calibrate import vllm_engine
+    from calibrate.vllm_schedule import ServeLogError
+    from sim.output_paths import prepare_folder
+    log = (lambda _m: None) if args.quiet else print
+    try:
+        if args.from_logs:
+            folders = vllm_engine.recorded(args.from_logs)
+        else:
+            plans = [vllm_engine.plan(p, tuple(_allowed(args))) for p in args.scenarios]
+            python = vllm_engine.vllm_python()
+    except (vllm_engine.VllmError, ServeLogError) as exc:
+        raise ScenarioError(str(exc)) from None
+    out = Path(args.out) if args.out else Path("results") / "validate-vllm"
+    out = prepare_folder(out, force=args.force, inputs=_inputs(args))
+    if args.from_logs:
+        try:
+            rows = vllm_engine.compare_recorded(folders, out)
+        except (vllm_engine.VllmError, ServeLogError) as exc:
+            raise ScenarioError(str(exc)) from None
+    else:
+        try:
+            rows = vllm_engine.serve_all(plans, out, python, log=log)
+        except RuntimeError as exc:              # vLLM itself failed or hung
+            print(f"error: the engine: {exc}", file=sys.stderr)
+            return 1
+    print(vllm_engine.write_report(rows, out))
+    missed = [r for r in rows if r["share_identical"] < vllm_engine.TARGET_SHARE]
+    if args.strict and missed:
+        print(f"{len(missed)} workload(s) below {100 * vllm_engine.TARGET_SHARE:.0f}% identical "
+              f"steps", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
+    if args.engine == "vllm":
+        if bool(args.scenarios) == bool(args.from_logs):
+            raise ScenarioError("validate --engine vllm: give validation scenarios (to serve "
+                                "them on vLLM) or --from-logs PATH (recorded runs), not both "
+                                "or neither")
+        return _cmd_validate_vllm(args)
     if bool(args.scenarios) == bool(args.from_logs):
         raise ScenarioError("validate: give validation scenarios (to serve them on the "
                             "engine) or --from-logs PATH (to analyse a recorded run), not "
@@ -675,7 +721,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="redo the fit and the comparison on recorded engine logs (a folder "
                           "fleetsim validate wrote, or its engine_log.json.gz files) with "
                           "the simulator as it is now; nothing is served or timed")
-    val.add_argument("--out", help="output folder (default: results/validate)")
+    val.add_argument("--engine", choices=("transformers", "vllm"), default="transformers",
+                     help="the real engine: transformers' continuous batching (default), or "
+                          "vLLM's CPU build (make vllm), compared step by step")
+    val.add_argument("--out", help="output folder (default: results/validate, or "
+                                   "results/validate-vllm)")
     val.add_argument("--force", action="store_true",
                      help="replace an output folder an earlier fleetsim run wrote")
     val.add_argument("--recalibrate", action="store_true",

@@ -216,12 +216,18 @@ class KvCacheManager:
         assert ok, "prefix hit admitted without room for its own blocks"
         return True
 
-    def register_prefix(self, req: Request) -> None:
-        """After computing tokens: full blocks inside the shared prefix that the
-        group's chain lacks move from ``req``'s own blocks into the chain."""
+    def register_prefix(self, req: Request, num_tokens: int | None = None) -> None:
+        """Full blocks inside the shared prefix that the group's chain lacks move from
+        ``req``'s own blocks into the chain, up to ``num_tokens`` (default: its computed
+        tokens). The scheduler registers a chunk's blocks when it schedules the chunk, as
+        vLLM caches a block's hash when it allocates it: a request admitted later in the
+        same step may start from blocks this step computes (their KV is written before
+        attention reads it)."""
         if not self.prefix_caching or req.prefix_group is None:
             return
-        full = min(req.num_computed_tokens, req.prefix_tokens) // self.block_size_tokens
+        if num_tokens is None:
+            num_tokens = req.num_computed_tokens
+        full = min(num_tokens, req.prefix_tokens) // self.block_size_tokens
         chain = self._chains.setdefault(req.prefix_group, [])
         if req.prefix_blocks != len(chain) or full <= len(chain):
             return                  # the chain grew meanwhile, or nothing new to add

@@ -68,9 +68,16 @@ SafeLineLoader.add_implicit_resolver(
     list("-+.0123456789"))
 
 
+MAX_INT_DIGITS = 4000    # below Python's own limit on reading integers (4,300 digits)
+
+
 def _construct_int(loader: yaml.SafeLoader, node: ScalarNode) -> int:
     text = loader.construct_scalar(node).replace("_", "")
     digits = text.lstrip("+-").lower()
+    if len(digits) > MAX_INT_DIGITS:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"an integer of {len(digits):,} digits is too long (at most "
+                        f"{MAX_INT_DIGITS})", node.start_mark)
     return int(text, 0) if digits.startswith(("0x", "0o")) else int(text, 10)
 
 

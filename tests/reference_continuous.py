@@ -100,6 +100,8 @@ class ReferenceContinuousScheduler(Scheduler):
             if stop:
                 break
             scheduled[id(req)] = (req, num_new)
+            if not req.is_decoding:     # a prefill's blocks are cached as it is scheduled
+                self.kv.register_prefix(req, req.num_computed_tokens + num_new)
             budget -= num_new
         if not preempted:
             self._admit(now_s, budget, scheduled)
@@ -133,6 +135,8 @@ class ReferenceContinuousScheduler(Scheduler):
             if math.isnan(req.admitted_s):
                 req.admitted_s = now_s
             scheduled[id(req)] = (req, num_new)
+            if not req.is_decoding:     # a prefill's blocks are cached as it is scheduled
+                self.kv.register_prefix(req, req.num_computed_tokens + num_new)
             budget -= num_new
 
     def _schedule(self, now_s: float) -> tuple[list[tuple[Request, int]], bool]:

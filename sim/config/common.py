@@ -71,5 +71,6 @@ def _printable(name: str) -> str:
 
 
 # A name the scenario gives or refers to (a team, stream, pool, model, key): it reaches
-# terminals, CSV files and reports, so it is printable and at most 128 characters.
-Name = Annotated[str, StringConstraints(max_length=MAX_NAME_CHARS), AfterValidator(_printable)]
+# terminals, CSV files and reports, so it is printable, not empty and at most 128 characters.
+Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS),
+                 AfterValidator(_printable)]

@@ -301,6 +301,8 @@ class ContinuousScheduler(Scheduler):
                     break
             else:
                 prefill.append((req, num_new))
+                if req.prefix_group is not None and not req.is_decoding:
+                    self.kv.register_prefix(req, req.num_computed_tokens + num_new)
                 budget -= num_new
                 i += 1
                 continue
@@ -330,6 +332,8 @@ class ContinuousScheduler(Scheduler):
                     heapq.heappush(self._victims, (-req.priority, -req.arrival_s,
                                                    -req.request_id, req.seq, req))
                 prefill.append((req, num_new))
+                if req.prefix_group is not None:
+                    self.kv.register_prefix(req, req.num_computed_tokens + num_new)
                 budget -= num_new
                 admitted = True
         fast = (not prefill and not preempted and not admitted and num_decode > 0

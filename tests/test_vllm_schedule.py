@@ -1,0 +1,160 @@
+"""Schedule equivalence with the real vLLM engine, on runs recorded once and shipped.
+
+``tests/data/vllm-recorded/<workload>/`` holds what ``fleetsim validate --engine vllm``
+recorded when vLLM 0.32 (CPU build) served each scenario of ``scenarios/validate/vllm/``
+(see the folder's README): the plan (engine settings, requests' lengths and arrival order)
+and vLLM's log of every request and every step. fleetsim's scheduler, replayed on the
+same arrivals one step at a time, must schedule at least 99% of the steps exactly as
+vLLM did: the same requests, the same new tokens each, the same tokens computed before,
+the same prefix-cache hits on admission and the same preemptions. None of this needs
+vLLM or times anything.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from calibrate import vllm_engine, vllm_schedule
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "vllm-recorded"
+WORKLOADS = sorted(p.name for p in DATA.iterdir() if p.is_dir())
+SCENARIOS = ROOT / "scenarios" / "validate" / "vllm"
+
+
+def served(name: str) -> vllm_schedule.ServeLog:
+    folder = DATA / name
+    return vllm_schedule.read(folder / vllm_engine.PLAN_NAME, vllm_engine.log_file(folder))
+
+
+def test_every_workload_is_recorded():
+    assert WORKLOADS == sorted(f"vllm-{p.stem}" for p in SCENARIOS.glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_fleetsim_schedules_each_step_as_vllm_did(name):
+    log = served(name)
+    eq = vllm_schedule.compare(log.batches(), vllm_schedule.replay(log))
+    assert eq.steps >= len(log.steps) > 100
+    assert eq.share >= vllm_engine.TARGET_SHARE, json.dumps(eq.to_json(), indent=1)[:4000]
+
+
+def test_the_recordings_exercise_what_they_are_named_for():
+    def total(name, field):
+        return sum(int(r.get(field, 0)) for r in served(name).records)
+    assert total("vllm-preemption", "preemptions") > 0
+    assert total("vllm-prefix-cache", "cached_tokens") > 0
+    assert served("vllm-priority").settings.policy == "priority"
+    assert len({r.priority for r in served("vllm-priority").requests.values()}) == 2
+    long_steps = served("vllm-long-prompts").batches()
+    # a prompt split across steps: computed before > 0 while still in its prompt
+    assert any(0 < comp < served("vllm-long-prompts").requests[rid].prompt_tokens and new > 1
+               for b in long_steps for rid, (new, comp) in b.seqs.items())
+
+
+def test_a_different_schedule_is_caught_and_named():
+    """The comparison can fail: vLLM's log with one step changed."""
+    log = served("vllm-light")
+    ours = vllm_schedule.replay(log)
+    engine = log.batches()
+    k = next(i for i, b in enumerate(engine) if len(b.seqs) >= 2)
+    rid, (new, comp) = next(iter(engine[k].seqs.items()))
+    engine[k] = vllm_schedule.StepBatch({**engine[k].seqs, rid: (new + 1, comp)},
+                                        engine[k].from_waiting, engine[k].preempted)
+    eq = vllm_schedule.compare(engine, ours)
+    assert eq.identical == len(ours) - 1
+    assert eq.kinds == {"new_tokens": 1} and eq.first["new_tokens"]["step"] == k
+
+
+def test_without_the_whole_prompt_gate_the_preemption_run_diverges():
+    """vLLM 0.32 admits a waiting request only when its whole prompt fits: fleetsim's
+    older on-demand admission schedules the small-cache run differently."""
+    log = served("vllm-preemption")
+    gated = vllm_schedule.compare(log.batches(), vllm_schedule.replay(log))
+    log.settings = dataclasses.replace(log.settings, kv_admission="on_demand")
+    ungated = vllm_schedule.compare(log.batches(), vllm_schedule.replay(log))
+    assert ungated.share < gated.share
+
+
+def test_a_log_of_another_format_is_refused(tmp_path):
+    plan = vllm_schedule.read_json(DATA / "vllm-light" / vllm_engine.PLAN_NAME)
+    with pytest.raises(vllm_schedule.ServeLogError, match="not a vLLM serve log"):
+        vllm_schedule.load(plan, {"format": "other"}, "x.json")
+    with pytest.raises(vllm_schedule.ServeLogError, match="missing or malformed"):
+        vllm_schedule.load({"engine": {}}, {"format": vllm_schedule.SERVE_FORMAT,
+                                            "requests": [], "steps": []}, "x.json")
+
+
+# -- planning a scenario for vLLM -----------------------------------------------------------
+def test_a_plan_keeps_the_pools_limits_and_shares_prefix_token_ids():
+    p = vllm_engine.plan(SCENARIOS / "prefix-cache.yaml").data
+    assert p["engine"] == {"max_num_batched_tokens": 512, "max_num_seqs": 32,
+                           "block_size": 32, "num_blocks": 1024, "chunked_prefill": True,
+                           "prefix_caching": True, "policy": "fcfs",
+                           "kv_admission": "whole_prompt", "max_model_len": 4096}
+    by_group: dict[str, list[int]] = {}
+    for r in p["requests"]:
+        head = r["prompt"][:512]
+        assert by_group.setdefault(r["prefix_group"], head) == head
+        assert len(r["prompt"]) >= 512 + 4
+    assert len(by_group) == 2 and len({tuple(v) for v in by_group.values()}) == 2
+    assert vllm_engine.plan(SCENARIOS / "prefix-cache.yaml").data == p     # deterministic
+
+
+def _scenario(tmp_path, **edits) -> Path:
+    text = (SCENARIOS / "light.yaml").read_text(encoding="utf-8")
+    for old, new in edits.items():
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "s.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _cli(*argv, env=None):
+    return subprocess.run([sys.executable, "-m", "sim", *argv], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("edit, expect", [
+    ({"block_size: 32 ": "block_size: 16 "}, "block_size: vLLM's CPU attention takes block "
+                                             "sizes that are multiples of 32"),
+    ({"max: 128}": "max: 5000}"}, "more than the engine's 4096"),
+    ({"kv_admission: whole_prompt": "kv_admission: guaranteed_no_evict"},
+     "not 'guaranteed_no_evict'"),
+    ({"weight_dtype: bf16": "weight_dtype: fp8"}, "serves fp32 or bf16"),
+], ids=["block-size-16", "too-long", "no-evict", "fp8"])
+def test_a_scenario_vllm_cannot_serve_is_refused_before_anything_runs(tmp_path, edit, expect):
+    path = _scenario(tmp_path, **edit)
+    res = _cli("validate", "--engine", "vllm", str(path), "--out", str(tmp_path / "o"))
+    assert res.returncode == 2, res.stderr
+    assert expect in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_missing_vllm_environment_names_the_fix(tmp_path):
+    res = _cli("validate", "--engine", "vllm", str(SCENARIOS / "light.yaml"), "--out",
+               str(tmp_path / "o"), env={vllm_engine.VENV_ENV: str(tmp_path / "nope")})
+    assert res.returncode == 2
+    assert "make vllm" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_validate_from_recorded_vllm_runs(tmp_path):
+    out = tmp_path / "o"
+    res = _cli("validate", "--engine", "vllm", "--from-logs", str(DATA), "--out", str(out),
+               "--strict")
+    assert res.returncode == 0, res.stderr
+    for name in WORKLOADS:
+        assert f"| {name} |" in res.stdout
+        assert (out / name / "equivalence.json").is_file()
+    rows = json.loads((out / "equivalence.json").read_text(encoding="utf-8"))
+    assert [r["workload"] for r in rows] == WORKLOADS
+    bad = _cli("validate", "--engine", "vllm", "--from-logs", str(tmp_path / "missing"))
+    assert bad.returncode == 2 and "not a folder of recorded vLLM runs" in bad.stderr
