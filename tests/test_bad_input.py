@@ -448,6 +448,20 @@ CASES += [
          ["must be after start"]),
     Case("priority-300-digits", after_team("priority: " + "9" * 300), 9, f"{STREAM}.priority",
          ["less than or equal to 1000000"]),
+    Case("empirical-weights-overflow-their-sum",
+         stream_field("prompt_tokens", "{type: empirical, values: [10, 20], "
+                                       "weights: [1e308, 1e308]}"), 11,
+         f"{STREAM}.prompt_tokens", ["'weights' sum to more than the largest number"]),
+    Case("roofline-efficiency-zero", append_to_pool(
+        "    cost_model: {type: roofline, flops_efficiency: 0}\n"), 27,
+         "pools.main.cost_model.flops_efficiency", ["greater than 0"]),
+    Case("fair-queue-weight-negative", append_to_pool(
+        "    queue: {fair: true, weights: {search: -1}}\n"), 27,
+         "pools.main.queue.weights.search", ["greater than 0"]),
+    Case("looped-trace-of-a-nanosecond", edit(
+        (POISSON_LINES, "      arrival: {type: trace, path: t.csv, loop: true}\n")), None,
+         None, ["looping this trace", "more than 20,000,000"], where="t.csv",
+         files={"t.csv": TRACE_HEADER + "0,10,5\n0.000000001,10,5\n"}),
     Case("integer-of-5000-digits", after_team("priority: " + "9" * 5000), 9, None,
          ["invalid YAML", "an integer of 5,000 digits is too long (at most 4000)"]),
     Case("empty-stream-name", edit(("  streams:\n    chat:\n", "  streams:\n    \"\":\n")), 7,

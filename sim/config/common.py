@@ -43,6 +43,8 @@ FlopsPerS = Annotated[float, BeforeValidator(units.flops), AfterValidator(_posit
 RatePerS = Annotated[float, BeforeValidator(units.rate_per_s), AfterValidator(_non_negative)]
 PositiveRatePerS = Annotated[float, BeforeValidator(units.rate_per_s), AfterValidator(_positive)]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+# a share that divides: an efficiency of 0 would make every step take forever
+PositiveFraction = Annotated[float, Field(gt=0.0, le=1.0)]
 def _not_bool(value):
     if isinstance(value, bool):
         raise ValueError(f"expected an integer, got a boolean ({value})")

@@ -48,8 +48,8 @@ class QueueConfig(StrictModel):
         None, description="Most requests waiting in the pool; beyond it the lowest priority, "
                           "then the newest, is shed")
     fair: bool = Field(False, description="Weighted fair queueing between teams")
-    weights: dict[Name, float] = Field(default_factory=dict,
-                                      description="Fair-share weight per team (default 1)")
+    weights: dict[Name, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict, description="Fair-share weight per team (default 1; > 0)")
     max_outstanding_per_replica: PositiveInt | None = Field(
         None, description="Requests a replica may hold (queued + running) before the pool "
                           "keeps the rest; unset = hand every request to a replica at once")

@@ -15,6 +15,7 @@ numbers are turned into arrays by :mod:`sim.workload`.
 """
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
@@ -277,6 +278,9 @@ class EmpiricalLengthConfig(StrictModel):
                                      f"'values' has {len(self.values)}")
                 if not sum(self.weights) > 0:
                     raise ValueError("'weights' must not all be 0")
+                if not math.isfinite(sum(self.weights)):
+                    raise ValueError("'weights' sum to more than the largest number; they "
+                                     "are relative: scale them down")
         return self
 
 

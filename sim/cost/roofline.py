@@ -33,7 +33,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from sim.config.common import Fraction, Seconds, StrictModel
+from sim.config.common import PositiveFraction, Seconds, StrictModel
 from sim.config.profiles import BYTES_PER_ELEMENT, HardwareSpec, ModelSpec
 from sim.cost.base import CostModel, DecodeRun
 from sim.cost.shape import ArrayLike, BatchShape
@@ -62,12 +62,12 @@ FITTED = {
 
 class RooflineConfig(StrictModel):
     type: Literal["roofline"] = "roofline"
-    flops_efficiency: Fraction = Field(
+    flops_efficiency: PositiveFraction = Field(
         FITTED["flops_efficiency"],
         description="Largest share of peak bf16/fp16 FLOP/s that GEMMs reach (at many "
                     "tokens); a step of M tokens reaches this x M / (M + gemm_half_tokens). "
                     "Until gemm_half_tokens existed it was the share at every size")
-    quantized_flops_efficiency: Fraction = Field(
+    quantized_flops_efficiency: PositiveFraction = Field(
         FITTED["quantized_flops_efficiency"],
         description="The same for GEMMs run at a low-precision tensor-core rate (fp8, int8, "
                     "fp4 weights), a share of that rate")
@@ -75,23 +75,23 @@ class RooflineConfig(StrictModel):
         FITTED["gemm_half_tokens"], ge=0.0,
         description="Tokens in a step at which GEMMs reach half their largest share of peak "
                     "FLOP/s (0: the same share at every size)")
-    weight_bandwidth_efficiency: Fraction = Field(
+    weight_bandwidth_efficiency: PositiveFraction = Field(
         FITTED["weight_bandwidth_efficiency"],
         description="Share of peak memory bandwidth reached by GEMMs reading bf16/fp16 "
                     "weights (and the LM head)")
-    quantized_weight_bandwidth_efficiency: Fraction = Field(
+    quantized_weight_bandwidth_efficiency: PositiveFraction = Field(
         FITTED["quantized_weight_bandwidth_efficiency"],
         description="The same for weights of one byte or less (fp8, int8, int4, fp4)")
     gemm_fixed_time: Seconds = Field(
         FITTED["gemm_fixed_time"],
         description="Fixed time of one GEMM kernel whatever its size (four a layer, one for "
                     "the LM head)")
-    bandwidth_efficiency: Fraction = Field(
+    bandwidth_efficiency: PositiveFraction = Field(
         FITTED["bandwidth_efficiency"],
         description="Share of peak memory bandwidth reached by decode attention reading the "
                     "KV cache (weight reads: weight_bandwidth_efficiency; until that field "
                     "existed this covered both)")
-    attention_efficiency: Fraction = Field(
+    attention_efficiency: PositiveFraction = Field(
         FITTED["attention_efficiency"],
         description="Share of peak bf16 FLOP/s reached by prefill attention kernels")
     attention_prefill_fixed_time: Seconds = Field(
@@ -102,7 +102,7 @@ class RooflineConfig(StrictModel):
         FITTED["attention_decode_fixed_time"],
         description="Fixed time of one layer's decode attention kernel in a step with "
                     "decode tokens")
-    interconnect_efficiency: Fraction = Field(
+    interconnect_efficiency: PositiveFraction = Field(
         FITTED["interconnect_efficiency"],
         description="Share of the link's one-way bandwidth (half the hardware profile's "
                     "interconnect_bandwidth, which adds both directions) reached by a ring "

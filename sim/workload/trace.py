@@ -170,6 +170,10 @@ def load_trace(path: pathlib.Path) -> Trace:
                  check_token_counts(path, "output_tokens", cols["output_tokens"], lines))
 
 
+# a looped trace is copied whole before the run: bounded like max_requests' default
+MAX_LOOPED_REQUESTS = 20_000_000
+
+
 def replay_trace(cfg: TraceArrivalConfig, trace: Trace, path: pathlib.Path,
                  start_s: float, stop_s: float, rate_scale: float
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -190,6 +194,11 @@ def replay_trace(cfg: TraceArrivalConfig, trace: Trace, path: pathlib.Path,
         if not period_s > 0:
             raise WorkloadDataError(path, "cannot loop a trace whose timestamps are all 0")
         copies = max(1, int(np.ceil((stop_s - start_s) / period_s)))
+        if copies * len(ts) > MAX_LOOPED_REQUESTS:
+            raise WorkloadDataError(
+                path, f"looping this trace (period {period_s:g} s) over the run would send "
+                      f"{copies * len(ts):,} requests, more than {MAX_LOOPED_REQUESTS:,}; "
+                      f"shorten the run, or set time_scale to stretch the trace")
     offsets_s = np.arange(copies, dtype=np.float64) * period_s
     arrival_s = start_s + (offsets_s[:, None] + ts[None, :] * factor).ravel()
     keep = arrival_s < stop_s
