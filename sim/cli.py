@@ -39,6 +39,30 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _path(text: str) -> str:
+    """An argparse type: a path that names something (an empty one would mean here)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; name a folder or file")
+    return text
+
+
+MAX_REPLICATIONS = 10_000
+MAX_WORKERS = 256
+
+
+def _count(most: int):
+    """An argparse type: a whole number from 1 to ``most``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"a whole number, got {text!r}") from None
+        if not 1 <= value <= most:
+            raise argparse.ArgumentTypeError(f"must be from 1 to {most:,}, got {text!r}")
+        return value
+    return parse
+
+
 class _Progress:
     """A progress bar on stderr, shown only once a run has taken a few seconds."""
 
@@ -76,9 +100,10 @@ def _load(args: argparse.Namespace):
                                   duration_s=getattr(args, "duration", None))
     sets = {}
     for item in getattr(args, "set", None) or []:
-        if "=" not in item:
-            raise ScenarioError(f"--set {item!r}: write PATH=VALUE", field="--set")
-        path, value = item.split("=", 1)
+        path, eq, value = item.partition("=")
+        if not eq or not path.strip():
+            raise ScenarioError(f"--set {item!r}: write PATH=VALUE, e.g. "
+                                "pools.main.replicas=4", field="--set")
         sets[path] = parse_value(value)
     if getattr(args, "warmup", None) is not None:
         sets["warmup"] = args.warmup
@@ -280,8 +305,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from sim.output_paths import check_file
     from sim.planning.overrides import check_grid, parse_vary
     from sim.outputs import csv_safe
+    from sim.planning.runner import DaskSchedulerError
     from sim.planning.sweep import sweep
 
+    if args.scheduler is not None and args.executor != "dask":
+        raise ScenarioError("--scheduler names a Dask scheduler: add --executor dask",
+                            field="--scheduler")
     scenario = _load(args)
     varies = [parse_vary(v) for v in args.vary]
     check_grid(varies)
@@ -292,10 +321,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.report:
         check_file(Path(args.report), kind="a `fleetsim sweep` page", is_kind=_is_sweep_page,
                    inputs=inputs)
+        if Path(args.report).resolve() == out.resolve():
+            raise ScenarioError("the page would replace the table; name another file",
+                                field="--report")
     bar, update = _bar("sweep") if not args.quiet else (None, None)
     try:
         table = sweep(scenario, varies, executor=args.executor, workers=args.workers,
                       scheduler=args.scheduler, progress=update)
+    except DaskSchedulerError as exc:
+        raise ScenarioError(str(exc), field="--scheduler") from None
     finally:
         if bar is not None:
             bar.stop()
@@ -358,9 +392,14 @@ def _cmd_drift_check(args: argparse.Namespace) -> int:
 
 def _tolerance(text: str) -> float:
     try:
-        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"cannot read {text!r} as a tolerance (5% or 0.05)")
+        raise argparse.ArgumentTypeError(
+            f"cannot read {text!r} as a tolerance (5% or 0.05)") from None
+    if not 0 <= value <= 10:    # NaN fails too: a gate that can never fail is no gate
+        raise argparse.ArgumentTypeError(
+            f"a tolerance from 0 to 1000% (5% or 0.05), got {text!r}")
+    return value
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
@@ -602,7 +641,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="simulate a scenario and write its results")
     run.add_argument("scenario", help="scenario YAML file")
-    run.add_argument("--out", help="output folder (default: results/<scenario name>, made "
+    run.add_argument("--out", type=_path, help="output folder (default: results/<scenario name>, made "
                                    "safe as a folder name)")
     run.add_argument("--seed", type=int, help="override the scenario's seed")
     run.add_argument("--duration", type=_duration,
@@ -614,9 +653,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", metavar="PATH=VALUE",
                      help="override a scenario field, e.g. pools.main.replicas=4")
     run.add_argument("--warmup", type=_duration, help="leave out requests arriving before this")
-    run.add_argument("--replications", type=_positive_int, default=1,
+    run.add_argument("--replications", type=_count(MAX_REPLICATIONS), default=1,
                      help="run N seeds and report means with 95%% confidence intervals")
-    run.add_argument("--workers", type=_positive_int, default=1, help="processes for replications")
+    run.add_argument("--workers", type=_count(MAX_WORKERS), default=1,
+                     help="processes for replications (at most one per replication)")
     run.add_argument("--sweep", metavar="CSV",
                      help="a `fleetsim sweep` table whose throughput-against-latency curves "
                           "report.html shows")
@@ -631,7 +671,7 @@ def build_parser() -> argparse.ArgumentParser:
     size_p.add_argument("--max-rate", action="store_true",
                         help="instead: the highest load the fleet as configured sustains")
     size_p.add_argument("--set", action="append", metavar="PATH=VALUE")
-    size_p.add_argument("--out", help="folder for size.csv and size.json")
+    size_p.add_argument("--out", type=_path, help="folder for size.csv and size.json")
     size_p.add_argument("--force", action="store_true",
                         help="replace an output folder an earlier fleetsim run wrote")
     _add_allow_path(size_p)
@@ -643,11 +683,12 @@ def build_parser() -> argparse.ArgumentParser:
                          help="e.g. pools.main.replicas=2..8:2 or workload.rate_scale=1,2,4")
     sweep_p.add_argument("--set", action="append", metavar="PATH=VALUE")
     sweep_p.add_argument("--executor", choices=["local", "dask"], default="local")
-    sweep_p.add_argument("--workers", type=int, default=1)
+    sweep_p.add_argument("--workers", type=_count(MAX_WORKERS), default=1,
+                         help="processes (or Dask workers) for the grid's points")
     sweep_p.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786")
-    sweep_p.add_argument("--out", help="CSV file for the table (default: results/<scenario "
+    sweep_p.add_argument("--out", type=_path, help="CSV file for the table (default: results/<scenario "
                                        "name>-sweep.csv); replaces only an earlier sweep table")
-    sweep_p.add_argument("--report", metavar="HTML",
+    sweep_p.add_argument("--report", type=_path, metavar="HTML",
                          help="also write a self-contained page with the throughput-against-"
                               "latency curves")
     sweep_p.add_argument("--quiet", action="store_true")
@@ -662,7 +703,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     check_p = sub.add_parser("check", help="fail when sizing or latency drift from a baseline")
     check_p.add_argument("scenarios", nargs="+")
-    check_p.add_argument("--baseline", required=True)
+    check_p.add_argument("--baseline", type=_path, required=True)
     check_p.add_argument("--slo", action="append", metavar="METRIC=VALUE")
     check_p.add_argument("--tolerance", type=_tolerance, default=0.05)
     check_p.add_argument("--update", action="store_true", help="rewrite the baseline")
@@ -688,7 +729,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where to run the benchmarks (default: cpu)")
     cal.add_argument("--tp", type=int, default=1,
                      help="tensor-parallel degree whose shard shapes are timed (default: 1)")
-    cal.add_argument("--out", help="output folder (default: profiles/calibrated/<device>/)")
+    cal.add_argument("--out", type=_path, help="output folder (default: profiles/calibrated/<device>/)")
     cal.add_argument("--quick", action="store_true",
                      help="few points and small sizes (a smoke test, not a usable profile)")
     cal.add_argument("--dtype", choices=("fp32", "bf16", "fp16", "fp8"),
@@ -724,7 +765,7 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--engine", choices=("transformers", "vllm"), default="transformers",
                      help="the real engine: transformers' continuous batching (default), or "
                           "vLLM's CPU build (make vllm), compared step by step")
-    val.add_argument("--out", help="output folder (default: results/validate, or "
+    val.add_argument("--out", type=_path, help="output folder (default: results/validate, or "
                                    "results/validate-vllm)")
     val.add_argument("--force", action="store_true",
                      help="replace an output folder an earlier fleetsim run wrote")

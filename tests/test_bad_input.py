@@ -564,6 +564,59 @@ CASES += [
          ["folder"]),
 ]
 
+# Part three: numbers past any sense, settings a policy would ignore, and routes or
+# limits that could never do what they say.
+GATEWAY_MODELS = ("gateway:\n  teams:\n    search:\n      requests_per_min: 600\n",
+                  "gateway:\n  teams:\n    search:\n      requests_per_min: 600\n"
+                  "  models:\n    llama-3.1-8b:\n      disaggregated: {prefill: main, "
+                  "decode: %s}\n")
+SECOND_POOL = ("  second:\n    model: %s\n    hardware: H100-SXM\n")
+CASES += [
+    Case("gamma-cv-a-million", stream_field("arrival", "{type: gamma, rate: 2/s, cv: 1e6}"),
+         10, f"{STREAM}.arrival.cv", ["less than or equal to 100"]),
+    Case("speculative-two-billion-drafts", append_to_pool(
+        "    engine: vllm\n").replace(
+        "      type: continuous\n      max_num_batched_tokens: 8192\n",
+        "      type: speculative\n      proposer: ngram\n      acceptance_rate: 0.5\n"
+        "      num_speculative_tokens: 2000000000\n"), 27,
+         "pools.main.scheduler.num_speculative_tokens",
+         ["less than or equal to 64"]),
+    Case("price-of-1e300", append_to_pool("    price_per_gpu_hour: 1e300\n"), 27,
+         "pools.main.price_per_gpu_hour", ["less than or equal to 10000"]),
+    Case("spot-a-billion-preemptions", append_to_pool(
+        "    spot: {preemptions_per_hour: 1e9}\n"), 27,
+         "pools.main.spot.preemptions_per_hour", ["less than or equal to 3600"]),
+    Case("retry-max-delay-below-base", after_team(
+        "retry: {max_attempts: 3, base: 10s, max_delay: 1s}"), 9, f"{STREAM}.retry",
+         ["max_delay (1 s) is below base (10 s)"]),
+    Case("priority-aging-with-fcfs", edit((
+        "      max_num_batched_tokens: 8192\n",
+        "      max_num_batched_tokens: 8192\n      priority_aging: 10s\n")), 23,
+         "pools.main.scheduler", ["policy 'fcfs' ignores"]),
+    Case("queue-weights-without-fair", append_to_pool(
+        "    queue: {weights: {search: 2}}\n"), 27, "pools.main.queue.weights",
+         ["only with fair: true"]),
+    Case("queue-weights-of-an-unknown-team", append_to_pool(
+        "    queue: {fair: true, weights: {serach: 2}}\n"), 27,
+         "pools.main.queue.weights.serach", ["unknown team 'serach'", "search"]),
+    Case("scheduled-autoscaler-all-zero", append_to_pool(
+        "    autoscaler: {type: scheduled, table: [[0, 0], [3600, 0]]}\n"), 27,
+         "pools.main.autoscaler.table", ["never serve a request"]),
+    Case("api-key-of-another-team", edit(
+        ("      team: search\n", "      team: search\n      api_key: k\n"),
+        ("gateway:\n", "gateway:\n  keys:\n    k: {team: ads}\n")), 8,
+         f"{STREAM}.team", ["its API key 'k' belongs to 'ads'"]),
+    Case("usd-budget-without-prices", edit((
+        "      requests_per_min: 600", "      budget: {usd: 5}")), 16,
+         "gateway.teams.search.budget.usd", ["no served model has a price"]),
+    Case("disaggregated-on-one-pool", edit((GATEWAY_MODELS[0], GATEWAY_MODELS[1] % "main")),
+         19, "gateway.models.llama-3.1-8b.disaggregated.decode", ["both pool 'main'"]),
+    Case("disaggregated-across-two-models", edit(
+        (GATEWAY_MODELS[0], GATEWAY_MODELS[1] % "second")) + SECOND_POOL % "tiny-llama", 19,
+         "gateway.models.llama-3.1-8b.disaggregated.decode",
+         ["cannot be decoded by another"]),
+]
+
 assert len(CASES) >= 30
 assert len({c.id for c in CASES}) == len(CASES)
 
@@ -873,6 +926,21 @@ ARGV_CASES = [
     ("run-out-below-a-file", ["run", "{s}", "--out", "{s}/sub"], ["is a file, not a folder"]),
     ("run-set-unknown-field", ["run", "{s}", "--set", "pools.main.tpp=2", "--out", "{d}/o"],
      ["did you mean 'tp'"]),
+    ("run-set-no-field", ["run", "{s}", "--set", "=5", "--out", "{d}/o"],
+     ["--set '=5'", "PATH=VALUE"]),
+    ("sweep-vary-empty-value", ["sweep", "{s}", "--vary", "seed=1,,2", "--out", "{d}/o"],
+     ["an empty value between commas"]),
+    ("sweep-vary-no-field", ["sweep", "{s}", "--vary", "=1,2", "--out", "{d}/o"],
+     ["no field before '='"]),
+    ("sweep-same-field-twice", ["sweep", "{s}", "--vary", "seed=1,2", "--vary", "seed=3,4",
+                                "--out", "{d}/o"], ["given twice"]),
+    ("sweep-page-over-its-table", ["sweep", "{s}", "--vary", "seed=1,2", "--out", "{d}/o",
+                                   "--report", "{d}/o"], ["would replace the table"]),
+    ("sweep-scheduler-without-dask", ["sweep", "{s}", "--vary", "seed=1,2", "--out", "{d}/o",
+                                      "--scheduler", "tcp://127.0.0.1:1"],
+     ["add --executor dask"]),
+    ("check-baseline-number-of-5000-digits", ["check", "{s}", "--baseline", "{d}/b.json"],
+     ["number too long"]),
 ]
 
 
@@ -880,6 +948,7 @@ ARGV_CASES = [
 def test_a_bad_command_line_is_refused_before_any_work(tmp_path, capsys, argv, fragments):
     path = tmp_path / "s.yaml"
     path.write_text(BASE, encoding="utf-8")
+    (tmp_path / "b.json").write_text('{"robust": ' + "9" * 5000 + "}\n", encoding="utf-8")
     args = [a.format(s=path, d=tmp_path) for a in argv]
     code = run_main(args)
     err = capsys.readouterr().err
@@ -888,6 +957,57 @@ def test_a_bad_command_line_is_refused_before_any_work(tmp_path, capsys, argv, f
     for fragment in fragments:
         assert fragment in err, (fragment, err)
     assert not (tmp_path / "o").exists()
+
+
+# numbers on the command line outside what a run can use: argparse's usage error, exit 2
+FLAG_CASES = [
+    ("run-a-billion-replications", ["run", "{s}", "--replications", "1000000000"],
+     "--replications", "from 1 to 10,000"),
+    ("run-ten-thousand-workers", ["run", "{s}", "--replications", "2", "--workers", "10000"],
+     "--workers", "from 1 to 256"),
+    ("sweep-zero-workers", ["sweep", "{s}", "--vary", "seed=1,2", "--workers", "0"],
+     "--workers", "from 1 to 256"),
+    ("sweep-negative-workers", ["sweep", "{s}", "--vary", "seed=1,2", "--workers=-4"],
+     "--workers", "from 1 to 256"),
+    ("check-tolerance-nan", ["check", "{s}", "--baseline", "{d}/b.json", "--tolerance", "nan"],
+     "--tolerance", "from 0 to 1000%"),
+    ("check-tolerance-negative", ["check", "{s}", "--baseline", "{d}/b.json",
+                                  "--tolerance=-5%"], "--tolerance", "from 0 to 1000%"),
+    ("check-tolerance-huge", ["check", "{s}", "--baseline", "{d}/b.json", "--tolerance",
+                              "1e300%"], "--tolerance", "from 0 to 1000%"),
+    ("run-empty-out", ["run", "{s}", "--out", ""], "--out", "an empty path"),
+    ("sweep-empty-out", ["sweep", "{s}", "--vary", "seed=1,2", "--out", " "], "--out",
+     "an empty path"),
+]
+
+
+@pytest.mark.parametrize("argv, flag, fragment",
+                         [pytest.param(a, f, m, id=i) for i, a, f, m in FLAG_CASES])
+def test_a_flag_out_of_range_is_a_usage_error(tmp_path, capsys, monkeypatch, argv, flag,
+                                              fragment):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "s.yaml"
+    path.write_text(BASE, encoding="utf-8")
+    code = run_main([a.format(s=path, d=tmp_path) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"error: argument {flag}: " in err and fragment in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+def test_an_unreachable_dask_scheduler_is_a_located_error(tmp_path, capsys, monkeypatch):
+    """Nothing listens on port 1 of this machine: refused at once, never a traceback."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sim.planning.runner.DASK_CONNECT_TIMEOUT_S", 5.0)
+    path = tmp_path / "s.yaml"
+    path.write_text(BASE, encoding="utf-8")
+    code = run_main(["sweep", str(path), "--vary", "seed=1,2", "--executor", "dask",
+                     "--scheduler", "tcp://127.0.0.1:1", "--out", str(tmp_path / "o.csv")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("error: --scheduler: cannot reach the Dask scheduler "
+                          "'tcp://127.0.0.1:1'"), err
+    assert not (tmp_path / "o.csv").exists()
 
 
 def test_the_catalogue_holds_150_cases():

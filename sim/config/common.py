@@ -45,6 +45,12 @@ PositiveRatePerS = Annotated[float, BeforeValidator(units.rate_per_s), AfterVali
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 # a share that divides: an efficiency of 0 would make every step take forever
 PositiveFraction = Annotated[float, Field(gt=0.0, le=1.0)]
+# A price: well above any GPU's hourly rate, so a typo in units (cents, a yearly figure)
+# or a 1e300 is refused rather than printed as a cost
+MAX_USD_PER_GPU_HOUR = 10_000.0
+UsdPerGpuHour = Annotated[float, Field(ge=0, le=MAX_USD_PER_GPU_HOUR)]
+
+
 def _not_bool(value):
     if isinstance(value, bool):
         raise ValueError(f"expected an integer, got a boolean ({value})")

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from sim.config.common import (Bytes, BytesPerS, FlopsPerS, PositiveBytes,
-                               Name, PositiveInt, Seconds, StrictModel)
+                               Name, PositiveInt, Seconds, StrictModel, UsdPerGpuHour)
 
 DType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 
@@ -22,9 +22,9 @@ BYTES_PER_ELEMENT: dict[str, float] = {
 
 
 class GpuPrices(StrictModel):
-    on_demand: float = Field(ge=0, description="USD per GPU-hour, on demand")
-    reserved: float | None = Field(None, ge=0, description="USD per GPU-hour, reserved")
-    spot: float | None = Field(None, ge=0, description="USD per GPU-hour, spot")
+    on_demand: UsdPerGpuHour = Field(description="USD per GPU-hour, on demand")
+    reserved: UsdPerGpuHour | None = Field(None, description="USD per GPU-hour, reserved")
+    spot: UsdPerGpuHour | None = Field(None, description="USD per GPU-hour, spot")
 
 
 class HardwareSpec(StrictModel):

@@ -196,7 +196,19 @@ def _check_gateway(scenario: Scenario, problems: list[tuple[Loc, str]]) -> None:
         if served.by_prompt_length is not None:
             pools = {served.by_prompt_length.short: 1.0, served.by_prompt_length.long: 1.0}
         if served.disaggregated is not None:
-            pools = {served.disaggregated.prefill: 1.0, served.disaggregated.decode: 1.0}
+            split = served.disaggregated
+            pools = {split.prefill: 1.0, split.decode: 1.0}
+            if split.prefill == split.decode:
+                problems.append((here + ("disaggregated", "decode"), f"prefill and decode "
+                                 f"are both pool '{split.prefill}': disaggregation needs two "
+                                 "pools (for one pool, route with `pools:`)"))
+            elif split.prefill in scenario.pools and split.decode in scenario.pools and \
+                    scenario.pools[split.prefill].model != scenario.pools[split.decode].model:
+                problems.append((here + ("disaggregated", "decode"), f"pool '{split.decode}' "
+                                 f"serves '{scenario.pools[split.decode].model}' but prefill "
+                                 f"pool '{split.prefill}' serves "
+                                 f"'{scenario.pools[split.prefill].model}': one model's KV "
+                                 "cache cannot be decoded by another"))
         base = name.split("@", 1)[0].lower()
         for pool in pools:
             if pool not in scenario.pools:

@@ -85,6 +85,8 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
                              "the replicas the provider takes: give it an autoscaler that "
                              "replaces them (type: target with min_replicas, or scheduled), "
                              "or set preemptions_per_hour: 0"))
+    problems.extend(_check_pool_policies(scenario))
+    problems.extend(_check_teams(scenario))
     if total > scenario.max_requests:
         problems.append((("workload",), f"the streams would send up to {total:.3g} "
                          f"requests; the most is max_requests = {scenario.max_requests:,} "
@@ -97,4 +99,54 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
             problems.append((("workload",), f"the streams would send up to {total:.3g} "
                              f"requests, about {need / 2 ** 30:.1f} GiB; this machine has "
                              f"{memory / 2 ** 30:.1f} GiB: shorten the run or lower the rates"))
+    return problems
+
+
+def _known_teams(scenario: Scenario) -> set[str]:
+    gw = scenario.gateway
+    return ({s.team for s in scenario.workload.streams.values()} | set(gw.teams)
+            | {k.team for k in gw.keys.values()})
+
+
+def _check_pool_policies(scenario: Scenario) -> list[tuple[Loc, str]]:
+    """Settings a pool's policies would ignore, or that leave it nothing to serve with."""
+    problems: list[tuple[Loc, str]] = []
+    teams = _known_teams(scenario)
+    for name, pool in scenario.pools.items():
+        here = ("pools", name)
+        scaler = pool.autoscaler
+        table = getattr(scaler, "table", None)
+        if table is not None and all(row.replicas == 0 for row in table):
+            problems.append((here + ("autoscaler", "table"), "every row asks for 0 replicas: "
+                             "the pool would never serve a request"))
+        queue = pool.queue
+        if queue.weights and not queue.fair:
+            problems.append((here + ("queue", "weights"), "weights share the queue between "
+                             "teams only with fair: true; add it or remove the weights"))
+        for team in queue.weights:
+            if team not in teams:
+                problems.append((here + ("queue", "weights", team), f"unknown team '{team}'; "
+                                 f"teams: {', '.join(sorted(teams))}"))
+    return problems
+
+
+def _check_teams(scenario: Scenario) -> list[tuple[Loc, str]]:
+    """A stream's team against its API key's; budgets in dollars against prices."""
+    problems: list[tuple[Loc, str]] = []
+    gw = scenario.gateway
+    for name, stream in scenario.workload.streams.items():
+        key = gw.keys.get(stream.api_key) if stream.api_key is not None else None
+        # team "default" is what an unset team reads as: the key's team then applies
+        if key is not None and stream.team not in ("default", key.team):
+            problems.append((("workload", "streams", name, "team"), f"the stream says team "
+                             f"'{stream.team}' but its API key '{stream.api_key}' belongs to "
+                             f"'{key.team}': the gateway bills the key's team; give one"))
+    priced = any(m.usd_per_million_input_tokens > 0 or m.usd_per_million_output_tokens > 0
+                 for m in gw.models.values())
+    for team, limits in gw.teams.items():
+        if limits.budget is not None and limits.budget.usd is not None and not priced:
+            problems.append((("gateway", "teams", team, "budget", "usd"), "a budget in "
+                             "dollars, but no served model has a price (gateway.models.<name>"
+                             ".usd_per_million_input_tokens / _output_tokens): nothing would "
+                             "ever be spent; give prices or budget in tokens"))
     return problems

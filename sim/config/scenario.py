@@ -11,7 +11,8 @@ from typing import Annotated, Literal, Union
 from pydantic import Field, PrivateAttr
 
 from sim.config.common import (Bytes, BytesPerS, Fraction, Name, PositiveBytes, PositiveInt,
-                               PositiveSeconds, ReplicaCount, Seconds, StrictModel)
+                               PositiveSeconds, ReplicaCount, Seconds, StrictModel,
+                               UsdPerGpuHour)
 from sim.config.gateway import GatewayConfig
 from sim.config.profiles import DType, HardwareSpec, ModelSpec
 from sim.config.workload import WorkloadConfig
@@ -57,7 +58,8 @@ class QueueConfig(StrictModel):
 
 class SpotConfig(StrictModel):
     preemptions_per_hour: float = Field(
-        ge=0, description="Rate at which each replica is taken back (Poisson)")
+        ge=0, le=3600, description="Rate at which each replica is taken back (Poisson; at "
+                                   "most 3,600 an hour)")
 
 
 class SizingOptions(StrictModel):
@@ -79,8 +81,9 @@ class PoolConfig(StrictModel):
     replicas: ReplicaCount = Field(1, description="Number of replicas")
     pricing: Literal["on_demand", "reserved", "spot"] = Field(
         "on_demand", description="Which of the hardware's prices applies")
-    price_per_gpu_hour: float | None = Field(
-        None, ge=0, description="USD per GPU-hour; overrides the hardware profile's price")
+    price_per_gpu_hour: UsdPerGpuHour | None = Field(
+        None, description="USD per GPU-hour (at most 10,000); overrides the hardware "
+                          "profile's price")
     weight_dtype: DType = Field("bf16", description="Weight precision")
     kv_dtype: DType = Field("bf16", description="KV cache precision")
     block_size: PositiveInt = Field(16, description="Tokens per KV block")

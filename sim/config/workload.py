@@ -134,7 +134,8 @@ class GammaArrivalConfig(StrictModel):
         description="Arrival rate: a number/unit string ('5/s') or a piecewise/sinusoidal "
                     "block.")
     cv: float = Field(
-        gt=0, description="Coefficient of variation of the gaps: 1 is Poisson, >1 bursty.")
+        gt=0, le=100, description="Coefficient of variation of the gaps: 1 is Poisson, >1 "
+                                  "bursty; at most 100")
 
 
 class TraceArrivalConfig(StrictModel):

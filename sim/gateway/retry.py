@@ -13,7 +13,7 @@ import math
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from sim.config.common import PositiveInt, PositiveSeconds, StrictModel
 
@@ -28,6 +28,14 @@ class RetryPolicy(StrictModel):
     max_delay: PositiveSeconds = 60.0
     jitter: Literal["none", "full", "equal"] = "full"
     respect_retry_after: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> "RetryPolicy":
+        if self.max_delay < self.base:
+            raise ValueError(f"max_delay ({self.max_delay:g} s) is below base "
+                             f"({self.base:g} s): every wait would be cut to max_delay; "
+                             "raise max_delay or lower base")
+        return self
 
 
 def backoff_cap_s(policy: RetryPolicy, attempt: int) -> float:

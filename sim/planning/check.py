@@ -104,6 +104,9 @@ def read_baseline(baseline: Path) -> dict:
     except RecursionError:
         raise ScenarioError("not a baseline: nesting too deep", file=where,
                             field="--baseline") from None
+    except ValueError:              # an integer past Python's digit limit
+        raise ScenarioError("not a baseline: a number too long to read", file=where,
+                            field="--baseline") from None
     problem = _baseline_shape_error(data)
     if problem is not None:
         raise ScenarioError(f"not a `fleetsim check` baseline: {problem}", file=where,

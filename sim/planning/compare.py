@@ -27,10 +27,13 @@ def _read_summary(path: Path) -> dict:
         data = json.loads(read_bytes(path).decode("utf-8"))
     except InputFileError as exc:
         raise ScenarioError(exc.message, file=shown(path)) from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):    # not UTF-8, not JSON, a number too long
         data = None
-    pools = data.get("pools", {}) if isinstance(data, dict) else None
-    if not isinstance(pools, dict) or not all(isinstance(v, dict) for v in pools.values()):
+    pools = data.get("pools") if isinstance(data, dict) else None
+    if (not isinstance(pools, dict) or not pools
+            or not all(isinstance(v, dict) for v in pools.values())
+            or not isinstance(data.get("latency_s"), dict)
+            or not isinstance(data.get("throughput"), dict)):
         raise ScenarioError("not a summary.json that `fleetsim run` wrote", file=shown(path))
     return data
 

@@ -38,6 +38,9 @@ def parse_vary(spec: str) -> tuple[str, list[Any]]:
         raise ScenarioError(f"--vary {spec!r}: write PATH=VALUES, e.g. pools.main.replicas=2..8:2",
                             field="--vary")
     path, values = spec.split("=", 1)
+    if not path.strip():
+        raise ScenarioError(f"--vary {spec!r}: no field before '='; write PATH=VALUES, e.g. "
+                            "pools.main.replicas=2..8:2", field="--vary")
     if ".." in values:
         head, _, step = values.partition(":")
         start, _, stop = head.partition("..")
@@ -54,15 +57,23 @@ def parse_vary(spec: str) -> tuple[str, list[Any]]:
                                 f"most {MAX_GRID_POINTS:,} scenarios: widen the step",
                                 field="--vary")
         return path, list(points)
-    listed = [parse_value(v) for v in values.split(",") if v.strip() != ""]
-    if not listed:
-        raise ScenarioError(f"--vary {spec!r}: no values; write PATH=V1,V2,... or "
+    items = values.split(",")
+    if not values.strip() or any(v.strip() == "" for v in items):
+        what = "no values" if not values.strip() else "an empty value between commas"
+        raise ScenarioError(f"--vary {spec!r}: {what}; write PATH=V1,V2,... or "
                             "PATH=START..STOP[:STEP]", field="--vary")
+    listed = [parse_value(v) for v in items]
     return path, listed
 
 
 def check_grid(varies: list[tuple[str, list[Any]]]) -> None:
     """The whole grid (every combination of the --vary values) within MAX_GRID_POINTS."""
+    seen = set()
+    for path, _ in varies:
+        if path in seen:
+            raise ScenarioError(f"--vary {path}: given twice; list all its values in one "
+                                "--vary", field="--vary")
+        seen.add(path)
     size = 1
     for _, values in varies:
         size *= len(values)

@@ -7,7 +7,9 @@ processes or a Dask cluster.
 """
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
+import multiprocessing
+import os
+import signal
 from typing import Callable, Sequence
 
 from sim.config.scenario import Scenario
@@ -48,18 +50,42 @@ def run_many(scenarios: Sequence[Scenario], *, executor: str = "local", workers:
         return _run_dask(payloads, workers, scheduler, tick)
     if executor != "local":
         raise ValueError(f"unknown executor {executor!r}; choose local or dask")
-    if workers <= 1 or total <= 1:
+    workers = min(workers, total, 4 * (os.cpu_count() or 1))
+    if workers <= 1:
         out = []
         for p in payloads:
             out.append(run_payload(p))
             tick()
         return out
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    return _run_processes(payloads, workers, tick)
+
+
+def _ignore_interrupt() -> None:
+    """Workers leave Ctrl-C to the parent, which stops them all at once."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_processes(payloads, workers: int, tick) -> list[dict]:
+    pool = multiprocessing.Pool(workers, initializer=_ignore_interrupt)
+    try:
         out = []
-        for summary in pool.map(run_payload, payloads):
+        for summary in pool.imap(run_payload, payloads):
             out.append(summary)
             tick()
-        return out
+    except BaseException:           # Ctrl-C, a worker's error: stop the rest now
+        pool.terminate()
+        pool.join()
+        raise
+    pool.close()
+    pool.join()
+    return out
+
+
+DASK_CONNECT_TIMEOUT_S = 30.0
+
+
+class DaskSchedulerError(ValueError):
+    """The Dask scheduler named on the command line cannot be reached."""
 
 
 def _run_dask(payloads, workers: int, scheduler: str | None, tick) -> list[dict]:
@@ -67,7 +93,13 @@ def _run_dask(payloads, workers: int, scheduler: str | None, tick) -> list[dict]
 
     cluster = None
     if scheduler:
-        client = Client(scheduler)
+        try:
+            client = Client(scheduler, timeout=DASK_CONNECT_TIMEOUT_S)
+        except Exception as exc:    # refused, timed out, a malformed address, a non-Dask peer
+            raise DaskSchedulerError(
+                f"cannot reach the Dask scheduler {scheduler!r} within "
+                f"{DASK_CONNECT_TIMEOUT_S:g} s ({type(exc).__name__}); give its address "
+                "as tcp://host:8786") from None
     else:
         cluster = LocalCluster(n_workers=max(workers, 1), threads_per_worker=1,
                                processes=True, dashboard_address=None)

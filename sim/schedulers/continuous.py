@@ -72,6 +72,9 @@ class ContinuousConfig(StrictModel):
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be "
                              f"at least max_num_seqs ({self.max_num_seqs})")
+        if self.priority_aging is not None and self.policy != "priority":
+            raise ValueError("priority_aging ages priorities, which policy 'fcfs' ignores: "
+                             "add policy: priority or remove priority_aging")
         return self
 
 

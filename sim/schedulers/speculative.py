@@ -87,7 +87,8 @@ class SpeculativeConfig(StrictModel):
     max_num_seqs: PositiveInt = Field(256, description="Most sequences in one step")
     chunked_prefill: bool = Field(True, description="Split long prompts across steps")
     num_speculative_tokens: PositiveInt = Field(
-        4, description="Draft tokens proposed per decoding sequence per step (k)")
+        4, le=64, description="Draft tokens proposed per decoding sequence per step (k, at "
+                              "most 64)")
     proposer: Literal["draft_model", "ngram"] = Field(
         "draft_model", description="Where drafts come from: a small draft model, or n-gram "
                                    "lookup in the prompt")
