@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
 
 .PHONY: demo test bench validate validate-gpu validate-vllm vllm-recorded vllm gpu-profiles roofline-fit clean install
 
@@ -36,12 +38,17 @@ test: $(DEV_STAMP)
 bench: $(DEV_STAMP)
 	$(PY) -m pytest -m bench -q -s tests/bench
 
-# timed: the README's validation table, fleetsim against transformers serving on this CPU
-# (about 20 minutes); fails when a figure misses its target. Run it alone.
+# timed: the README's validation tables, fleetsim against real engines serving on this
+# CPU: transformers (about 20 minutes), then vLLM (validate-vllm, about 25 minutes, its
+# environment built first). Both run; fails when a figure of either misses its target.
+# Run it alone on a quiet machine.
 VALIDATION := light saturated long-prompts single
-validate: $(DEV_STAMP)
+validate: $(DEV_STAMP) $(VLLM_STAMP)
+	status=0; \
 	$(VENV)/bin/fleetsim validate $(VALIDATION:%=scenarios/validate/%.yaml) \
-		--out results/validate --force --strict
+		--out results/validate --force --strict || status=1; \
+	$(MAKE) validate-vllm || status=1; \
+	exit $$status
 
 # the README's GPU validation table: fleetsim on published results of real engines on real
 # GPUs (scenarios/validate/gpu/published.yaml), with the default cost model and with the
@@ -66,8 +73,6 @@ roofline-fit: $(DEV_STAMP)
 # the project's. torch first, from the CPU build on disk; the packages that fail to load beside
 # it (torchvision, torchaudio, torchcodec) and triton (unused on CPU) are removed; a CUDA
 # torch is refused.
-VLLM_VENV := .venv-vllm
-VLLM_STAMP := $(VLLM_VENV)/.installed
 $(VLLM_STAMP):
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0
@@ -81,7 +86,9 @@ vllm: $(VLLM_STAMP)
 
 # the README's vLLM table: each scenario of scenarios/validate/vllm served on vLLM (CPU
 # build) at its arrival times, fleetsim's scheduler replayed on its log and compared step
-# by step; about 15 minutes. Exits 1 when a workload has under 99% identical steps.
+# by step, then timed: vLLM's step terms fitted on a calibration grid it served first, and
+# fleetsim's latencies with them against vLLM's; about 25 minutes. Exits 1 when a workload
+# has under 99% identical steps or a timed figure misses its target.
 VLLM_WORKLOADS := $(sort $(wildcard scenarios/validate/vllm/*.yaml))
 validate-vllm: $(DEV_STAMP) $(VLLM_STAMP)
 	$(VENV)/bin/fleetsim validate --engine vllm $(VLLM_WORKLOADS) \

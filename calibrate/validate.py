@@ -226,12 +226,12 @@ def base_profile(w: Workload, out_dir: Path, recalibrate: bool, log) -> tuple[Pa
 
 
 def engine_profile(base: dict, fit: EngineFit, engine_name: str, engine_version: str | None,
-                   limits, path: Path) -> dict:
+                   limits, path: Path, version_key: str = "transformers_version") -> dict:
     """``base`` with the fitted ``engine`` block, written to ``path``; returns it."""
     from calibrate.profile_io import write_profile
     data = copy.deepcopy(base)
     data["engine"] = {
-        "name": engine_name, "transformers_version": engine_version,
+        "name": engine_name, version_key: engine_version,
         **fit.engine,
         "limits": None if limits is None else {
             "max_batch_tokens": limits.max_batch_tokens,

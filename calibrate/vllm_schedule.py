@@ -107,13 +107,7 @@ class ServeLog:
     meta: dict = field(default_factory=dict)
 
     def batches(self) -> list[StepBatch]:
-        out = []
-        for step in self.steps:
-            seqs = {_rid(q["id"]): (int(q["new"]), int(q["computed"])) for q in step["seqs"]}
-            waiting = {_rid(q["id"]): int(q["computed"]) for q in step["seqs"]
-                       if q["from_waiting"]}
-            out.append(StepBatch(seqs, waiting, frozenset(_rid(r) for r in step["preempted"])))
-        return out
+        return batches(self.steps)
 
     def added_before(self) -> list[list[int]]:
         """The requests handed to the engine before each step (and after the one before)."""
@@ -124,6 +118,17 @@ class ServeLog:
         if carry and out:
             out[-1] = out[-1] + carry
         return out
+
+
+def batches(steps: list[dict]) -> list[StepBatch]:
+    """vLLM's logged steps as schedules."""
+    out = []
+    for step in steps:
+        seqs = {_rid(q["id"]): (int(q["new"]), int(q["computed"])) for q in step["seqs"]}
+        waiting = {_rid(q["id"]): int(q["computed"]) for q in step["seqs"]
+                   if q["from_waiting"]}
+        out.append(StepBatch(seqs, waiting, frozenset(_rid(r) for r in step["preempted"])))
+    return out
 
 
 def _rid(text) -> int:

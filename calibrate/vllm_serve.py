@@ -14,6 +14,12 @@ process, driven at the requests' arrival times: before each engine step every re
 whose arrival time has passed is added (the engine core likewise drains its input
 queue between steps), then one step runs (schedule, forward, update).
 
+Before the workload the engine serves the plan's calibration grid (runs of synthetic
+requests, ``calibrate.engine_fit.continuous_grid``) twice: once to warm up (the first
+steps of each new batch shape run many times slower), then, every other run after an
+idle pause, with its steps logged apart: the step-time terms are fitted on them, never on the
+workload.
+
 The log (JSON) holds, per request: when it was added, its first token and finish on
 this process's clock, vLLM's own first-token latency, preemptions and prompt tokens
 served from the prefix cache; per step: its start and end, the requests added just
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 import tempfile
 import time
@@ -62,6 +69,9 @@ def make_engine(plan: dict, model_dir: Path):
         enable_prefix_caching=e["prefix_caching"], scheduling_policy=e["policy"],
         scheduler_reserve_full_isl=e["kv_admission"] == "whole_prompt",
         async_scheduling=False, enforce_eager=True, seed=plan.get("seed", 0),
+        # on CPU the share of memory vLLM checks is free at start (the cache itself is
+        # num_gpu_blocks_override): low, so another process does not stop the run
+        gpu_memory_utilization=0.3,
         disable_log_stats=True)
     return LLMEngine.from_engine_args(args)
 
@@ -100,21 +110,17 @@ class StepLog:
         return {"seqs": seqs, "preempted": preempted}
 
 
-def serve(plan: dict, log_path: Path) -> dict:
+def _drive(engine, steplog: StepLog, requests: list[dict]) -> tuple[list[dict], dict]:
+    """Serve ``requests`` (arrival_s from now) until the engine is empty: the steps it ran
+    and a record per request, times from the call."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
-    with tempfile.TemporaryDirectory(prefix="fleetsim-vllm-model-") as work:
-        build_model(plan["model"], Path(work), plan["dtype"], plan.get("seed", 0))
-        engine = make_engine(plan, Path(work))
-    core = engine.engine_core.engine_core
-    steplog = StepLog(core.scheduler)
-
-    pending = sorted(plan["requests"], key=lambda r: (r["arrival_s"], int(r["id"])))
+    pending = sorted(requests, key=lambda r: (r["arrival_s"], str(r["id"])))
     reqs = {r["id"]: {"id": r["id"], "arrival_s": None, "first_token_s": None,
                       "finish_s": None, "prompt_tokens": len(r["prompt"]),
                       "output_tokens": r["max_tokens"], "priority": r.get("priority", 0)}
             for r in pending}
-    steps = []
+    steps: list[dict] = []
     i = 0
     t0 = time.perf_counter()
     while i < len(pending) or engine.has_unfinished_requests():
@@ -151,16 +157,56 @@ def serve(plan: dict, log_path: Path) -> dict:
                 rec["cached_tokens"] = int(o.num_cached_tokens or 0)
                 m = o.metrics
                 if m is not None:
-                    rec["preemptions"] = int(getattr(m, "num_preemptions", 0) or 0)
                     ftl = getattr(m, "first_token_latency", None)
                     rec["first_token_latency_s"] = None if ftl is None else float(ftl)
+    return steps, reqs
+
+
+# before every other calibration run, in turn, the engine sits idle this long (as
+# calibrate.engine_fit's grid does on transformers: a step after an idle engine is slower)
+IDLE_PAUSES_S = (0.5, 2.0)
+
+
+def serve(plan: dict, log_path: Path) -> dict:
+    with tempfile.TemporaryDirectory(prefix="fleetsim-vllm-model-") as work:
+        build_model(plan["model"], Path(work), plan["dtype"], plan.get("seed", 0))
+        engine = make_engine(plan, Path(work))
+    core = engine.engine_core.engine_core
+    steplog = StepLog(core.scheduler)
+    # the calibration grid first (its own request ids), then the workload
+    rng = random.Random(plan.get("seed", 0))
+    vocab = plan["model"]["vocab_size"]
+    calibration = []
+    # a pass over the grid first, not logged: the engine's first steps of each new shape
+    # run many times slower (oneDNN builds its kernels on first use)
+    for g, run in enumerate(plan.get("calibration", [])):
+        _drive(engine, steplog, [
+            {"id": f"w{g}.{k}", "arrival_s": r["arrival_s"], "max_tokens": r["max_tokens"],
+             "prompt": [rng.randrange(3, vocab) for _ in range(r["prompt_tokens"])]}
+            for k, r in enumerate(run)])
+    last_end = time.perf_counter()
+    for g, run in enumerate(plan.get("calibration", [])):
+        if g % 2:
+            time.sleep(IDLE_PAUSES_S[(g // 2) % len(IDLE_PAUSES_S)])
+        reqs = [{"id": f"c{g}.{k}", "arrival_s": r["arrival_s"], "max_tokens": r["max_tokens"],
+                 "prompt": [rng.randrange(3, vocab) for _ in range(r["prompt_tokens"])]}
+                for k, r in enumerate(run)]
+        # the engine's idle time before this run's clock starts (its steps' times count
+        # from that start): the first step's idle is this plus its own start
+        idle_before_s = time.perf_counter() - last_end
+        run_steps, _ = _drive(engine, steplog, reqs)
+        last_end = time.perf_counter()
+        calibration += [{"run": g, "idle_before_s": idle_before_s, **st} for st in run_steps]
+    time.sleep(IDLE_PAUSES_S[-1])
+    steps, reqs = _drive(engine, steplog, plan["requests"])
     import torch
     import transformers
     import vllm
     return {"format": FORMAT, "version": VERSION, "requests": list(reqs.values()),
-            "steps": steps, "meta": {"vllm": vllm.__version__, "torch": torch.__version__,
-                                     "transformers": transformers.__version__,
-                                     "threads": torch.get_num_threads()}}
+            "steps": steps, "calibration": calibration,
+            "meta": {"vllm": vllm.__version__, "torch": torch.__version__,
+                     "transformers": transformers.__version__,
+                     "threads": torch.get_num_threads()}}
 
 
 def main(argv: list[str]) -> int:

@@ -48,7 +48,7 @@ def test_fleetsim_schedules_each_step_as_vllm_did(name):
 def test_the_recordings_exercise_what_they_are_named_for():
     def total(name, field):
         return sum(int(r.get(field, 0)) for r in served(name).records)
-    assert total("vllm-preemption", "preemptions") > 0
+    assert vllm_schedule.preemptions(served("vllm-preemption").batches()) > 0
     assert total("vllm-prefix-cache", "cached_tokens") > 0
     assert served("vllm-priority").settings.policy == "priority"
     assert len({r.priority for r in served("vllm-priority").requests.values()}) == 2
@@ -126,14 +126,21 @@ def _cli(*argv, env=None):
 @pytest.mark.parametrize("edit, expect", [
     ({"block_size: 32 ": "block_size: 16 "}, "block_size: vLLM's CPU attention takes block "
                                              "sizes that are multiples of 32"),
-    ({"max: 128}": "max: 5000}"}, "more than the engine's 4096"),
+    ({"prompt_tokens: {type: lognormal, mean: 128, cv: 0.5, min: 8, max: 1024}":
+      "prompt_tokens: {type: fixed, value: 4095}"}, "more than the engine's 4096"),
     ({"kv_admission: whole_prompt": "kv_admission: guaranteed_no_evict"},
      "not 'guaranteed_no_evict'"),
-    ({"weight_dtype: bf16": "weight_dtype: fp8"}, "serves fp32 or bf16"),
-], ids=["block-size-16", "too-long", "no-evict", "fp8"])
+    ({"weight_dtype: fp32": "weight_dtype: fp16", "kv_dtype: fp32": "kv_dtype: fp16",
+      "    cost_model: {type: calibrated, profile: calibrated/cpu/tiny-llama.yaml}":
+      "    cost_model: {type: roofline}"}, "serves fp32 or bf16"),
+    ({"    cost_model: {type: calibrated, profile: calibrated/cpu/tiny-llama.yaml}":
+      "    cost_model: {type: roofline}"}, "cost_model: the timing comparison fits"),
+], ids=["block-size-16", "too-long", "no-evict", "fp16", "not-calibrated"])
 def test_a_scenario_vllm_cannot_serve_is_refused_before_anything_runs(tmp_path, edit, expect):
     path = _scenario(tmp_path, **edit)
-    res = _cli("validate", "--engine", "vllm", str(path), "--out", str(tmp_path / "o"))
+    # no vLLM to fall back on: a scenario the plan let through could not start serving
+    res = _cli("validate", "--engine", "vllm", str(path), "--out", str(tmp_path / "o"),
+               env={vllm_engine.VENV_ENV: str(tmp_path / "no-vllm")})
     assert res.returncode == 2, res.stderr
     assert expect in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "o").exists()
@@ -147,14 +154,28 @@ def test_a_missing_vllm_environment_names_the_fix(tmp_path):
 
 
 def test_validate_from_recorded_vllm_runs(tmp_path):
+    """The re-analysis of the shipped runs gives the figures the served run wrote (the
+    README's tables), and --strict fails exactly when one misses its target."""
     out = tmp_path / "o"
     res = _cli("validate", "--engine", "vllm", "--from-logs", str(DATA), "--out", str(out),
                "--strict")
-    assert res.returncode == 0, res.stderr
     for name in WORKLOADS:
         assert f"| {name} |" in res.stdout
         assert (out / name / "equivalence.json").is_file()
     rows = json.loads((out / "equivalence.json").read_text(encoding="utf-8"))
     assert [r["workload"] for r in rows] == WORKLOADS
+    missed = [m for r in rows for m in vllm_engine.missed_targets(r)]
+    assert res.returncode == (1 if missed else 0), res.stderr
+    assert all(m in res.stderr for m in missed)
+    served = json.loads((DATA / "equivalence.json").read_text(encoding="utf-8"))
+    for now, then in zip(rows, served):
+        assert now["workload"] == then["workload"]
+        for key in ("steps", "identical", "mismatches", "vllm_preemptions",
+                    "fleetsim_preemptions", "vllm_cached_tokens", "fleetsim_cached_tokens"):
+            assert now[key] == then[key], (now["workload"], key)
+        if "timing" in then:
+            for part in ("measured", "predicted", "errors"):
+                assert now["timing"][part] == pytest.approx(then["timing"][part], rel=1e-6,
+                                                            nan_ok=True), part
     bad = _cli("validate", "--engine", "vllm", "--from-logs", str(tmp_path / "missing"))
     assert bad.returncode == 2 and "not a folder of recorded vLLM runs" in bad.stderr
