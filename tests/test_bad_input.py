@@ -609,6 +609,27 @@ CASES += [
     Case("usd-budget-without-prices", edit((
         "      requests_per_min: 600", "      budget: {usd: 5}")), 16,
          "gateway.teams.search.budget.usd", ["no served model has a price"]),
+    Case("max-model-len-above-the-model", append_to_pool("    max_model_len: 200000\n"), 27,
+         "pools.main.max_model_len", ["longer than llama-3.1-8b's context of 131072"]),
+    Case("draft-model-bigger-than-target", edit((
+        "      type: continuous\n      max_num_batched_tokens: 8192\n",
+        "      type: speculative\n      draft_model: llama-3.1-70b\n"
+        "      acceptance_rate: 0.5\n")), 25, "pools.main.scheduler.draft_model",
+         ["is not smaller than the model it drafts for"]),
+    Case("prefix-longer-than-the-context", after_team("prefix: {tokens: 131071}"), 9,
+         f"{STREAM}.prefix.tokens", ["leaves no room", "every request would be refused"]),
+    Case("inline-model-named-otherwise", after_duration(
+        "models:\n  mine:\n    name: other\n    num_layers: 2\n    hidden_size: 64\n"
+        "    num_heads: 4\n    num_kv_heads: 4\n    head_dim: 16\n    ffn_size: 128\n"
+        "    vocab_size: 1000"), 6, "models.mine.name", ["listed as 'mine' but named 'other'"]),
+    Case("trace-column-named-twice", trace_stream(), 1, None, ["'prompt_tokens' more than once"],
+         where="t.csv",
+         files={"t.csv": "timestamp,prompt_tokens,output_tokens,prompt_tokens\n0,10,5,20\n"}),
+    Case("trace-all-after-the-run", trace_stream(), None, None,
+         ["every request of the trace arrives at or after 20 s", "send nothing"],
+         where="t.csv", files={"t.csv": TRACE_HEADER + "100,10,5\n200,10,5\n"}),
+    Case("poisson-rate-of-1e-300", stream_field("arrival", "{type: poisson, rate: 1e-300}"),
+         7, f"{STREAM}", ["would most likely send nothing"]),
     Case("disaggregated-on-one-pool", edit((GATEWAY_MODELS[0], GATEWAY_MODELS[1] % "main")),
          19, "gateway.models.llama-3.1-8b.disaggregated.decode", ["both pool 'main'"]),
     Case("disaggregated-across-two-models", edit(
@@ -926,6 +947,8 @@ ARGV_CASES = [
     ("run-out-below-a-file", ["run", "{s}", "--out", "{s}/sub"], ["is a file, not a folder"]),
     ("run-set-unknown-field", ["run", "{s}", "--set", "pools.main.tpp=2", "--out", "{d}/o"],
      ["did you mean 'tp'"]),
+    ("size-same-slo-twice", ["size", "{s}", "--slo", "ttft_p99=2s", "--slo", "ttft_p99=1s",
+                             "--out", "{d}/o"], ["--slo ttft_p99: given twice"]),
     ("run-set-no-field", ["run", "{s}", "--set", "=5", "--out", "{d}/o"],
      ["--set '=5'", "PATH=VALUE"]),
     ("sweep-vary-empty-value", ["sweep", "{s}", "--vary", "seed=1,,2", "--out", "{d}/o"],

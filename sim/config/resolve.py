@@ -109,11 +109,25 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
                          f"valid: {', '.join(map(str, valid))}"))
         return None
     sched = pool.scheduler
-    if getattr(sched, "type", None) == "speculative" and sched.proposer == "draft_model" \
-            and profiles.find_model(sched.draft_model, scenario.models) is None:
-        problems.append((here + ("scheduler", "draft_model"),
-                         f"unknown draft model '{sched.draft_model}'; known models: "
-                         f"{_choices(set(profiles.model_names()) | set(scenario.models))}"))
+    draft = None
+    if getattr(sched, "type", None) == "speculative" and sched.proposer == "draft_model":
+        draft = profiles.find_model(sched.draft_model, scenario.models)
+        if draft is None:
+            problems.append((here + ("scheduler", "draft_model"),
+                             f"unknown draft model '{sched.draft_model}'; known models: "
+                             f"{_choices(set(profiles.model_names()) | set(scenario.models))}"))
+            return None
+        if draft.total_params >= model.total_params:
+            problems.append((here + ("scheduler", "draft_model"), f"draft model "
+                             f"'{draft.name}' ({draft.total_params / 1e9:.3g}B parameters) is "
+                             f"not smaller than the model it drafts for, '{model.name}' "
+                             f"({model.total_params / 1e9:.3g}B): drafting would cost more "
+                             "than it saves; name a smaller model"))
+            return None
+    if pool.max_model_len is not None and pool.max_model_len > model.max_model_len:
+        problems.append((here + ("max_model_len",), f"max_model_len {pool.max_model_len} is "
+                         f"longer than {model.name}'s context of {model.max_model_len} "
+                         "tokens (engines refuse it); lower it or leave it unset"))
         return None
     price = _price(pool, hw)
     if price is None:
@@ -124,7 +138,7 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
                    block_size_tokens=pool.block_size,
                    gpu_memory_utilization=pool.gpu_memory_utilization,
                    activation_reserve_bytes=pool.activation_reserve,
-                   kv_cache_bytes=pool.kv_cache_bytes)
+                   kv_cache_bytes=pool.kv_cache_bytes, draft=draft)
     if kv.num_blocks <= 0:
         field, message = _no_room(model, hw, pool)
         # located at the field at fault when the scenario sets it, else at the model
@@ -304,6 +318,14 @@ def resolve(scenario: Scenario) -> tuple[Resolved | None, list[tuple[Loc, str]]]
     _check_gateway(scenario, problems)
     routes = _route_streams(scenario, problems)
     problems.extend(sanity.check(scenario))
+    for sname, pool_name in routes.items():
+        prefix = scenario.workload.streams[sname].prefix
+        pool = pools.get(pool_name)
+        if prefix is not None and pool is not None and prefix.tokens + 2 > pool.max_model_len:
+            problems.append((("workload", "streams", sname, "prefix", "tokens"), f"a prefix "
+                             f"of {prefix.tokens} tokens leaves no room for a prompt token and "
+                             f"an output token in pool '{pool_name}' (max_model_len "
+                             f"{pool.max_model_len}): every request would be refused"))
     if problems:
         return None, problems
     return Resolved(scenario=scenario, pools=pools, stream_pool=routes), problems

@@ -71,7 +71,13 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
             problems.append((here + ("start",), f"the stream starts at {stream.start:g} s, "
                              f"after the run's arrivals end (duration {duration_s:g} s): it "
                              "would send nothing"))
-        total += expected_requests(scenario, stream)
+        expected = expected_requests(scenario, stream)
+        if not isinstance(stream.arrival, (ClosedArrivalConfig, TraceArrivalConfig)) and \
+                stream.start < duration_s and expected < 1e-3:
+            problems.append((here, f"at its highest rate the stream sends {expected:.3g} "
+                             "requests over its window: it would most likely send nothing; "
+                             "raise its rate or lengthen the run"))
+        total += expected
     for name, pool in scenario.pools.items():
         here = ("pools", name)
         tick_s = getattr(pool.autoscaler, "tick", None)
@@ -85,6 +91,12 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
                              "the replicas the provider takes: give it an autoscaler that "
                              "replaces them (type: target with min_replicas, or scheduled), "
                              "or set preemptions_per_hour: 0"))
+    for block in ("models", "hardware"):
+        for key, spec in getattr(scenario, block).items():
+            if spec.name.lower() != key.lower():
+                problems.append(((block, key, "name"), f"the profile is listed as '{key}' but "
+                                 f"named '{spec.name}': pools find it by '{key}' and reports "
+                                 f"would say '{spec.name}'; give both the same name"))
     problems.extend(_check_pool_policies(scenario))
     problems.extend(_check_teams(scenario))
     if total > scenario.max_requests:

@@ -324,8 +324,8 @@ MixtureComponentConfig.model_rebuild()
 class PrefixConfig(StrictModel):
     """A shared prompt prefix (a system prompt) that prefix caching can reuse."""
 
-    tokens: int = Field(gt=0, description="Length of the shared prefix, before the "
-                                          "sampled prompt tokens")
+    tokens: int = Field(gt=0, le=MAX_TOKENS, description="Length of the shared prefix, "
+                                                         "before the sampled prompt tokens")
     groups: int = Field(default=1, gt=0, description="Distinct prefixes; each request "
                                                      "uses one at random")
 

@@ -103,6 +103,14 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...]
         raise WorkloadDataError(path, f"missing column(s) {', '.join(map(repr, missing))}: "
                                       f"line 1 must be a header naming them; it has "
                                       f"{len(frame.columns)} column(s){hint}", line=1)
+    import csv
+    with open_regular(path) as raw, \
+            io.TextIOWrapper(raw, newline="", encoding="utf-8") as header_text:
+        header = [h.strip() for h in next(csv.reader(header_text), [])]
+    twice = sorted({h for h in header if h in columns and header.count(h) > 1})
+    if twice:       # pandas would read the first and rename the other: refuse instead
+        raise WorkloadDataError(path, f"the header names column(s) "
+                                      f"{', '.join(map(repr, twice))} more than once", line=1)
     # Header is line 1; with blank lines kept, data row i is on line i + 2.
     line_numbers = np.arange(len(frame), dtype=np.int64) + 2
     text = frame[list(columns)].apply(lambda col: col.str.strip())
@@ -202,5 +210,10 @@ def replay_trace(cfg: TraceArrivalConfig, trace: Trace, path: pathlib.Path,
     offsets_s = np.arange(copies, dtype=np.float64) * period_s
     arrival_s = start_s + (offsets_s[:, None] + ts[None, :] * factor).ravel()
     keep = arrival_s < stop_s
+    if arrival_s.size and not keep.any():
+        raise WorkloadDataError(
+            path, f"every request of the trace arrives at or after {stop_s:g} s, when the "
+                  f"stream's arrivals end (its first at {arrival_s.min():g} s): the stream "
+                  "would send nothing; lengthen the run or lower time_scale")
     return (arrival_s[keep], np.tile(trace.prompt_tokens, copies)[keep],
             np.tile(trace.output_tokens, copies)[keep])
