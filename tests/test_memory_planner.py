@@ -146,3 +146,29 @@ def test_a_reserve_that_leaves_less_than_a_block_names_activation_reserve():
     (loc, msg), = _problems(model="llama-3.1-8b", activation_reserve="56.241GiB")
     assert loc[-1] == "activation_reserve"
     assert "less than one block" in msg
+
+
+# -- a speculative decoding draft model sits beside its target --------------------------------
+def test_a_draft_model_takes_its_weights_and_its_kv_from_the_cache():
+    """Llama-3.1-8B with a Llama-3.2-1B draft (bf16, one H100): vLLM loads both models and
+    gives every KV block room for both models' keys and values of its tokens."""
+    target = model_spec("llama-3.1-8b")
+    draft = ModelSpec(name="llama-3.2-1b", num_layers=16, hidden_size=2048, num_heads=32,
+                      num_kv_heads=8, head_dim=64, ffn_size=8192, vocab_size=128256,
+                      tied_embeddings=True)
+    hw = hardware_spec("H100-SXM")
+    args = dict(tp=1, weight_dtype="bf16", kv_dtype="bf16", block_size_tokens=16,
+                gpu_memory_utilization=0.9, activation_reserve_bytes=2e9, kv_cache_bytes=None)
+    alone = kv_budget(target, hw, **args)
+    both = kv_budget(target, hw, draft=draft, **args)
+    free = hw.planning_memory * 0.9 - target.weight_bytes("bf16") - 2e9
+    # worked out: the draft's 1.24e9 parameters take 2.47 GB; its 16 layers x 8 KV heads
+    # x 64 x 2 (K, V) x 2 bytes = 32 KiB a token beside the target's 128 KiB
+    assert draft.total_params == 1_235_746_816
+    assert draft.kv_bytes_per_token("bf16") == 16 * 8 * 64 * 2 * 2
+    assert both.weight_bytes_per_gpu == pytest.approx(
+        target.weight_bytes("bf16") + draft.weight_bytes("bf16"))
+    assert both.kv_bytes_per_token == target.kv_bytes_per_token("bf16") + 32768
+    assert both.num_blocks == int((free - draft.weight_bytes("bf16")) // (16 * (131072 + 32768)))
+    assert alone.num_blocks == int(free // (16 * 131072))
+    assert both.num_blocks < 0.8 * alone.num_blocks
