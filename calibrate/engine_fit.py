@@ -283,10 +283,14 @@ def continuous_steps(engine: ContinuousEngine, limits: ContinuousLimits, quick: 
 
 
 def fit_continuous(profile: dict, limits: ContinuousLimits,
-                   steps: list[tuple[int, EngineStep]], log=print) -> EngineFit:
+                   steps: list[tuple[int, EngineStep]], log=print,
+                   packed: bool = True) -> EngineFit:
     """The engine terms fitted on calibration steps (``continuous_steps``, one pass or
-    several)."""
-    fit = fit_rows(profile, StepRows.from_steps(steps), limits.max_batch_tokens, packed=True)
+    several). ``packed``: the engine attends over the whole packed batch at once
+    (transformers' continuous batching on CPU); otherwise each sequence over its own
+    keys (vLLM's paged attention), and the profile's attention tables stay."""
+    fit = fit_rows(profile, StepRows.from_steps(steps), limits.max_batch_tokens,
+                   packed=packed)
     runs = len({g for g, _ in steps})
     log(f"engine fit: {runs} calibration runs, {len(fit.rows)} steps; the profile's terms "
         f"x{fit.engine[MODEL_SCALE]:.3g} on this machine now; held-back step error "
