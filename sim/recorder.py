@@ -8,6 +8,8 @@ used part to pandas without copying the Python way.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -38,6 +40,9 @@ class ColumnTable:
             self._cols[name] = bigger
 
     def append(self, *values) -> None:
+        self.append_row(values)
+
+    def append_row(self, values: tuple) -> None:
         rows = self._rows
         rows.append(values)
         if len(rows) >= BUFFER_ROWS:
@@ -67,15 +72,67 @@ class ColumnTable:
         return pd.DataFrame({name: col[: self._n] for name, col in self._cols.items()})
 
 
-REQUEST_COLUMNS = {
-    "request_id": "int64", "stream": "int32", "team": "int32", "model": "int32", "pool": "int32",
-    "replica": "int32", "priority": "int32", "arrival_s": "float64", "admitted_s": "float64",
-    "first_token_s": "float64", "finish_s": "float64", "prompt_tokens": "int64",
-    "cached_prompt_tokens": "int64", "output_tokens": "int64", "max_output_tokens": "int64",
-    "status": "int8", "reject_reason": "int16", "preemptions": "int32", "attempts": "int32",
-    "max_itl_s": "float64", "kv_transfer_s": "float64", "api_key": "int32",
-    "served_model": "int32",
-}
+@dataclass(frozen=True)
+class RequestField:
+    """One recorded column of the request table: its name and dtype, the request's
+    attribute it is read from, and the recorder's code table when the attribute is a
+    string interned as a small integer (decoded back to its names in the results)."""
+
+    column: str
+    dtype: str
+    attr: str
+    codes: str | None = None
+
+
+# The request row, declared once: the recorder's append, the columns' dtypes and the
+# results' decoding all follow this order (a column is added here, and in the output
+# contract's REQUEST_TABLE_COLUMNS where it belongs in requests.csv).
+REQUEST_ROW = (
+    RequestField("request_id", "int64", "request_id"),
+    RequestField("stream", "int32", "stream_index"),     # decoded by the run's stream names
+    RequestField("team", "int32", "team", "teams"),
+    RequestField("model", "int32", "model", "models"),
+    RequestField("pool", "int32", "pool", "pools"),
+    RequestField("replica", "int32", "replica"),
+    RequestField("priority", "int32", "priority"),
+    RequestField("arrival_s", "float64", "arrival_s"),
+    RequestField("admitted_s", "float64", "admitted_s"),
+    RequestField("first_token_s", "float64", "first_token_s"),
+    RequestField("finish_s", "float64", "finish_s"),
+    RequestField("prompt_tokens", "int64", "prompt_tokens"),
+    RequestField("cached_prompt_tokens", "int64", "cached_prompt_tokens"),
+    RequestField("output_tokens", "int64", "num_output_tokens"),
+    RequestField("max_output_tokens", "int64", "max_output_tokens"),
+    RequestField("status", "int8", "status", "statuses"),
+    RequestField("reject_reason", "int16", "reject_reason", "reasons"),
+    RequestField("preemptions", "int32", "preemptions"),
+    RequestField("attempts", "int32", "attempts"),
+    RequestField("max_itl_s", "float64", "max_itl_s"),
+    RequestField("kv_transfer_s", "float64", "kv_transfer_s"),
+    RequestField("api_key", "int32", "api_key", "keys"),
+    RequestField("served_model", "int32", "served_model", "served"),
+)
+REQUEST_COLUMNS = {f.column: f.dtype for f in REQUEST_ROW}
+
+
+def _row_reader(fields: tuple[RequestField, ...]):
+    """``make(*code_tables) -> read(req) -> row``: the row's tuple built in one
+    expression, as fast as writing it out by hand (the recorder runs once per request);
+    generated from the declaration, whose attribute names are identifiers of this module."""
+    coded = [f"c{i}" for i, f in enumerate(fields) if f.codes is not None]
+    items = [f"c{i}[req.{f.attr}]" if f.codes is not None else f"req.{f.attr}"
+             for i, f in enumerate(fields)]
+    assert all(f.attr.isidentifier() for f in fields)
+    src = (f"def make({', '.join(coded)}):\n"
+           f"    def read(req):\n"
+           f"        return ({', '.join(items)},)\n"
+           f"    return read\n")
+    scope: dict = {}
+    exec(compile(src, "<request row>", "exec"), scope)
+    return scope["make"]
+
+
+_make_request_reader = _row_reader(REQUEST_ROW)
 
 # One row per pool per sampling instant.
 SAMPLE_COLUMNS = {
@@ -127,13 +184,13 @@ class Recorder:
         self.reasons = Codes(("",))
         self.keys = Codes(("",))          # API key ids (never secrets)
         self.served = Codes(("",))        # model names as the client asked (alias resolved)
+        self._read_request = _make_request_reader(
+            *(getattr(self, f.codes) for f in REQUEST_ROW if f.codes is not None))
 
-    def record_request(self, req, stream_index: int) -> None:
-        self.requests.append(
-            req.request_id, stream_index, self.teams[req.team], self.models[req.model],
-            self.pools[req.pool], req.replica, req.priority, req.arrival_s, req.admitted_s,
-            req.first_token_s, req.finish_s, req.prompt_tokens, req.cached_prompt_tokens,
-            req.num_output_tokens, req.max_output_tokens, self.statuses[req.status],
-            self.reasons[req.reject_reason], req.preemptions, req.attempts,
-            req.max_itl_s, req.kv_transfer_s, self.keys[req.api_key],
-            self.served[req.served_model])
+    def record_request(self, req) -> None:
+        """One row of ``REQUEST_ROW``, read from the request as it ends."""
+        self.requests.append_row(self._read_request(req))
+
+    def code_table(self, field: RequestField) -> "Codes":
+        """The code table that interns ``field``'s strings."""
+        return getattr(self, field.codes)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from sim.config.scenario import Scenario
-from sim.recorder import REQUEST_COLUMNS
+from sim.recorder import REQUEST_COLUMNS, REQUEST_ROW
 from sim.simulation import Simulation
 from sim.summary import summarise
 from sim.timeseries import build_timeseries
@@ -48,10 +48,9 @@ def _request_table(sim: Simulation) -> pd.DataFrame:
     out: dict[str, object] = dict(raw)
     out["stream"] = pd.Categorical.from_codes(raw["stream"].astype(np.int64),
                                               categories=list(sim.arrivals.stream_names))
-    for col, codes in (("team", rec.teams), ("model", rec.models), ("pool", rec.pools),
-                       ("status", rec.statuses), ("reject_reason", rec.reasons),
-                       ("api_key", rec.keys), ("served_model", rec.served)):
-        out[col] = codes.decode(raw[col])
+    for field in REQUEST_ROW:
+        if field.codes is not None:
+            out[field.column] = rec.code_table(field).decode(raw[field.column])
     arrival, first, finish = raw["arrival_s"], raw["first_token_s"], raw["finish_s"]
     out["ttft_s"] = first - arrival
     gaps = (raw["output_tokens"] - 1).astype(np.float64)

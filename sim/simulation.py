@@ -80,7 +80,7 @@ class Simulation:
     # -- request lifecycle ----------------------------------------------------
     def _terminal(self, req: Request, status: str) -> None:
         req.status = status
-        self.recorder.record_request(req, req.stream_index)
+        self.recorder.record_request(req)
         self._open -= 1
         if req.stream_index in self._clients and not self._cut_off:
             # a closed-loop client is free: it sends its next request (after a round trip

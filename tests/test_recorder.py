@@ -39,3 +39,35 @@ def test_codes_intern_each_name_once_in_first_seen_order_and_decode_back():
     assert codes.names == ["completed", "rejected", "team-b", "team-a"]
     decoded = codes.decode(np.array([3, 0, 2], dtype=np.int32))
     assert list(decoded) == ["team-a", "completed", "team-b"]
+
+
+# -- the request row, declared once ------------------------------------------------------------
+def test_each_request_column_holds_the_attribute_it_declares():
+    """A request whose every recorded attribute has its own value: each column of the
+    recorded row reads back that attribute (interned strings decoded), so no two
+    columns can be swapped and a new field is read where it is declared."""
+    from sim.recorder import REQUEST_ROW, Recorder
+    from sim.request import Request
+    from sim.results import REQUEST_TABLE_COLUMNS
+    assert len({f.column for f in REQUEST_ROW}) == len(REQUEST_ROW)
+    assert {f.column for f in REQUEST_ROW} <= set(REQUEST_TABLE_COLUMNS)
+    req = Request(41, 3, "team-a", "model-b", "pool-c", 7, 1.25, 100, 50)
+    values = {}
+    for k, f in enumerate(REQUEST_ROW):
+        if f.codes is not None:
+            value = f"{f.attr}-value"
+        elif np.dtype(f.dtype).kind == "f":
+            value = 1000.5 + k
+        else:
+            value = 1000 + k
+        setattr(req, f.attr, value)
+        values[f.column] = value
+    rec = Recorder()
+    rec.record_request(req)
+    raw = {f.column: rec.requests.column(f.column)[0] for f in REQUEST_ROW}
+    for f in REQUEST_ROW:
+        got = raw[f.column]
+        if f.codes is not None:
+            got = rec.code_table(f).decode(np.array([got]))[0]
+        assert got == values[f.column], f.column
+        assert rec.requests.column(f.column).dtype == np.dtype(f.dtype)
