@@ -31,7 +31,7 @@ from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.engines import front_end_s, with_engine_admission
 from sim.gateway.fair_queue import FairQueue
 from sim.kv import KvCacheManager
-from sim.recorder import Recorder
+from sim.recorder import PoolSample, Recorder
 from sim.replica import Replica
 from sim.request import Request
 from sim.routers import ROUTERS
@@ -307,7 +307,7 @@ class Pool:
                 surplus -= 1
 
     # -- state for sampling ---------------------------------------------------------------
-    def snapshot(self) -> tuple[int, ...]:
+    def snapshot(self, now_s: float) -> PoolSample:
         queued, running, used, total = len(self.queue), 0, 0, 0
         starting = draining = 0
         for r in self.replicas:
@@ -321,8 +321,10 @@ class Pool:
             running += s.num_running
             used += r.kv_used_blocks()
             total += s.kv.num_blocks
-        return (len(self.replicas), len(self.ready), starting, draining, queued, running, used,
-                total)
+        return PoolSample(time_s=now_s, pool=self.code, replicas=len(self.replicas),
+                          ready=len(self.ready), starting=starting, draining=draining,
+                          queued=queued, running=running, kv_used_blocks=used,
+                          kv_total_blocks=total)
 
     def open_requests(self):
         for r in self.replicas:

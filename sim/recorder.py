@@ -9,6 +9,7 @@ used part to pandas without copying the Python way.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -134,19 +135,48 @@ def _row_reader(fields: tuple[RequestField, ...]):
 
 _make_request_reader = _row_reader(REQUEST_ROW)
 
-# One row per pool per sampling instant.
-SAMPLE_COLUMNS = {
-    "time_s": "float64", "pool": "int32", "replicas": "int32", "ready": "int32",
-    "starting": "int32", "draining": "int32", "queued": "int64",
-    "running": "int64", "kv_used_blocks": "int64", "kv_total_blocks": "int64",
-}
+class PoolSample(NamedTuple):
+    """One row per pool per sampling instant: a pool's state, built by name
+    (``Pool.snapshot``), recorded in this order."""
 
-# One row per step, only with ``record_steps: true``.
-STEP_COLUMNS = {
-    "pool": "int32", "replica": "int32", "start_s": "float64", "end_s": "float64",
-    "num_tokens": "float64", "num_seqs": "int64", "kv_used_blocks": "int64",
-    "kv_total_blocks": "int64",
-}
+    time_s: float
+    pool: int
+    replicas: int
+    ready: int
+    starting: int
+    draining: int
+    queued: int
+    running: int
+    kv_used_blocks: int
+    kv_total_blocks: int
+
+
+class StepRow(NamedTuple):
+    """One row per engine step, only with ``record_steps: true``."""
+
+    pool: int
+    replica: int
+    start_s: float
+    end_s: float
+    num_tokens: float
+    num_seqs: int
+    kv_used_blocks: int
+    kv_total_blocks: int
+
+
+_DTYPES = {"float": "float64"}   # annotations are strings here
+# int columns whose values need more than 32 bits on a large fleet
+_WIDE = {"queued", "running", "kv_used_blocks", "kv_total_blocks", "num_seqs"}
+
+
+def columns_of(row: type) -> dict[str, str]:
+    """A row type's columns and their dtypes (from its annotations)."""
+    return {name: _DTYPES.get(kind, "int64" if name in _WIDE else "int32")
+            for name, kind in row.__annotations__.items()}
+
+
+SAMPLE_COLUMNS = columns_of(PoolSample)
+STEP_COLUMNS = columns_of(StepRow)
 
 
 class Codes(dict):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import simpy
 
-from sim.recorder import Recorder
+from sim.recorder import Recorder, StepRow
 from sim.request import Request
 from sim.schedulers.base import Scheduler, Segment
 from sim.usage import PoolUsage
@@ -165,7 +165,9 @@ class Replica:
             prev = start_s
             for k in range(num_steps):
                 end = start_s + float(seg.step_end_s[k])
-                steps.append(self.pool_code, self.index, prev, end, seg.tokens_of_step(k),
-                             seg.num_seqs, sched.kv_used_blocks_during(seg, k),
-                             sched.kv.num_blocks)
+                steps.append_row(StepRow(
+                    pool=self.pool_code, replica=self.index, start_s=prev, end_s=end,
+                    num_tokens=seg.tokens_of_step(k), num_seqs=seg.num_seqs,
+                    kv_used_blocks=sched.kv_used_blocks_during(seg, k),
+                    kv_total_blocks=sched.kv.num_blocks))
                 prev = end

@@ -246,7 +246,7 @@ class Simulation:
         while True:
             yield env.timeout(interval)
             for pool in pools:
-                samples.append(env.now, pool.code, *pool.snapshot())
+                samples.append_row(pool.snapshot(env.now))
 
     def _cap(self, limit_s: float):
         yield self.env.timeout(limit_s)

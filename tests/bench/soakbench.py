@@ -51,14 +51,15 @@ def sample_memory(simulation: Simulation, every_s: float, rows: list[dict], t0: 
     while True:
         tables = table_bytes(rec.requests) + table_bytes(rec.samples)
         rss = me.memory_info().rss
-        snaps = [pool.snapshot() for pool in simulation.pools.values()]
+        snaps = [pool.snapshot(env.now) for pool in simulation.pools.values()]
         rows.append({"sim_s": env.now, "wall_s": time.perf_counter() - t0,
                      "rss_mb": rss / MB, "tables_mb": tables / MB,
                      "state_mb": (rss - tables) / MB,
                      "py_blocks": sys.getallocatedblocks(),
                      "recorded": len(rec.requests), "open": simulation._open,
-                     "replicas": sum(s[0] for s in snaps), "queued": sum(s[4] for s in snaps),
-                     "running": sum(s[5] for s in snaps)})
+                     "replicas": sum(s.replicas for s in snaps),
+                     "queued": sum(s.queued for s in snaps),
+                     "running": sum(s.running for s in snaps)})
         yield env.timeout(every_s)
 
 
