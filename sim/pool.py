@@ -274,12 +274,12 @@ class Pool:
     # -- autoscaling -----------------------------------------------------------------------
     def metrics(self) -> dict[str, float]:
         ready = max(len(self.ready), 1)
-        waiting = len(self.queue) + sum(r.scheduler.num_waiting for r in self.ready)
+        waiting = len(self.queue) + sum(r.num_waiting for r in self.ready)
         # in flight at the pool: queued, at a replica, or still in the engine's front end
         outstanding = (len(self.queue) + len(self._in_front_end)
                        + sum(r.num_outstanding for r in self.ready))
         kv = (sum(r.kv_used_blocks() for r in self.ready)
-              / max(sum(r.scheduler.kv.num_blocks for r in self.ready), 1))
+              / max(sum(r.kv_blocks_total for r in self.ready), 1))
         return {"queue_per_replica": waiting / ready, "inflight_per_replica": outstanding / ready,
                 "kv_util": kv, "ready": float(len(self.ready))}
 
@@ -316,11 +316,10 @@ class Pool:
                 continue
             if r.state == DRAINING:
                 draining += 1
-            s = r.scheduler
-            queued += s.num_waiting
-            running += s.num_running
+            queued += r.num_waiting
+            running += r.num_running
             used += r.kv_used_blocks()
-            total += s.kv.num_blocks
+            total += r.kv_blocks_total
         return PoolSample(time_s=now_s, pool=self.code, replicas=len(self.replicas),
                           ready=len(self.ready), starting=starting, draining=draining,
                           queued=queued, running=running, kv_used_blocks=used,
@@ -328,6 +327,6 @@ class Pool:
 
     def open_requests(self):
         for r in self.replicas:
-            yield from r.scheduler.open_requests()
+            yield from r.open_requests()
         yield from list(self.queue)
         yield from list(self._in_front_end.values())

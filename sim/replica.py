@@ -53,6 +53,24 @@ class Replica:
     def kv_usage(self) -> float:
         return self.scheduler.kv.usage
 
+    @property
+    def kv_blocks_total(self) -> int:
+        """The replica's KV cache, in blocks."""
+        return self.scheduler.kv.num_blocks
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests handed to the replica and not yet running."""
+        return self.scheduler.num_waiting
+
+    @property
+    def num_running(self) -> int:
+        return self.scheduler.num_running
+
+    def open_requests(self):
+        """Every request the replica holds, waiting or running."""
+        return self.scheduler.open_requests()
+
     def submit(self, req: Request) -> None:
         req.replica = self.index
         self.scheduler.add(req)
@@ -169,5 +187,5 @@ class Replica:
                     pool=self.pool_code, replica=self.index, start_s=prev, end_s=end,
                     num_tokens=seg.tokens_of_step(k), num_seqs=seg.num_seqs,
                     kv_used_blocks=sched.kv_used_blocks_during(seg, k),
-                    kv_total_blocks=sched.kv.num_blocks))
+                    kv_total_blocks=self.kv_blocks_total))
                 prev = end

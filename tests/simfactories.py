@@ -190,3 +190,25 @@ def single_service_time_s(cost, prompt_tokens: int, output_tokens: int) -> float
                                          decode_kv_tokens=prompt_tokens + j))
     prefill = cost.step_time_s(prefill_shape(prompt_tokens=prompt_tokens))
     return float(prefill) + float(np.sum(decode))
+
+
+# -- what a router sees of a replica ---------------------------------------------------------
+class FakeReplica:
+    """What a router sees of a replica: index, load and KV cache use."""
+
+    def __init__(self, index: int, outstanding: int = 0, used_blocks: int = 0,
+                 num_blocks: int = 100) -> None:
+        self.index = index
+        self.num_outstanding = outstanding
+        self.used_blocks = used_blocks
+        self.kv_blocks_total = num_blocks
+
+    def kv_used_blocks(self) -> int:
+        return self.used_blocks
+
+    @property
+    def kv_usage(self) -> float:
+        return self.used_blocks / self.kv_blocks_total
+
+    def __repr__(self) -> str:
+        return f"FakeReplica({self.index}, out={self.num_outstanding})"

@@ -5,13 +5,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simfactories import FakeReplica
 from sim.routers.least_outstanding import LeastOutstandingConfig, LeastOutstandingRouter
 from sim.routers.round_robin import RoundRobinConfig, RoundRobinRouter
-
-
-class FakeReplica:
-    def __init__(self, index: int) -> None:
-        self.index = index
 
 
 @settings(max_examples=200, deadline=None)

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
 import sim
+from simfactories import FakeReplica
 from sim.config.scenario import Scenario
 from sim.request import Request
 from sim.routers import ROUTERS, RouterConfig
@@ -24,27 +24,6 @@ from sim.routers.prefix_affinity import (PrefixAffinityConfig, PrefixAffinityRou
                                          affinity_key)
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-class FakeReplica:
-    """What a router sees of a replica: index, load and KV cache use."""
-
-    def __init__(self, index: int, outstanding: int = 0, used_blocks: int = 0,
-                 num_blocks: int = 100) -> None:
-        self.index = index
-        self.num_outstanding = outstanding
-        self.used_blocks = used_blocks
-        self.scheduler = SimpleNamespace(kv=SimpleNamespace(num_blocks=num_blocks))
-
-    def kv_used_blocks(self) -> int:
-        return self.used_blocks
-
-    @property
-    def kv_usage(self) -> float:
-        return self.used_blocks / self.scheduler.kv.num_blocks
-
-    def __repr__(self) -> str:
-        return f"FakeReplica({self.index}, out={self.num_outstanding})"
 
 
 def req(team: str = "a", model: str = "m", prefix_group: str | None = None) -> Request:

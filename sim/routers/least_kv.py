@@ -33,7 +33,7 @@ class LeastKvConfig(StrictModel):
 
 def kv_fraction(replica: Replica) -> float:
     """Share of the replica's KV blocks in use now (live, mid fast-forward too)."""
-    total = replica.scheduler.kv.num_blocks
+    total = replica.kv_blocks_total
     return replica.kv_used_blocks() / total if total else 0.0
 
 
