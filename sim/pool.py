@@ -32,7 +32,7 @@ from sim.engines import front_end_s, with_engine_admission
 from sim.gateway.fair_queue import FairQueue
 from sim.kv import KvCacheManager
 from sim.recorder import PoolSample, Recorder
-from sim.replica import Replica
+from sim.replica import DRAINING, READY, STARTING, Replica
 from sim.request import Request
 from sim.routers import ROUTERS
 from sim.routers.base import Router
@@ -49,7 +49,6 @@ SCHEDULERS: dict[type, type[Scheduler]] = {
     ContinuousConfig: ContinuousScheduler, SpeculativeConfig: SpeculativeScheduler,
 }
 
-STARTING, READY, DRAINING, RELEASED = "starting", "ready", "draining", "released"
 
 
 def build_cost_model(pool: ResolvedPool, base_dir=None) -> CostModel:
@@ -138,17 +137,14 @@ class Pool:
         replica = Replica(self.env, self.code, self._next_index, scheduler, self.recorder,
                           self.usage)
         self._next_index += 1
-        replica.state = STARTING
-        replica.requested_s = self.env.now
         self.replicas.append(replica)
         self._by_index[replica.index] = replica
         self.replicas_max = max(self.replicas_max, len(self.replicas))
         return replica
 
     def _make_ready(self, replica: Replica) -> None:
-        if replica.state != STARTING:
+        if not replica.become_ready():
             return                               # cancelled while starting
-        replica.state = READY
         self.ready.append(replica)
         self._serving_changed(+1)
         self.router.on_ready(replica)
@@ -173,8 +169,7 @@ class Pool:
     def _release(self, replica: Replica) -> None:
         if replica.state in (READY, DRAINING):
             self._serving_changed(-1)
-        replica.state = RELEASED
-        replica.released_s = self.env.now
+        replica.release()
         self.gpu_seconds_released += (self.env.now - replica.requested_s) * self.cfg.tp
         self.replicas.remove(replica)
         del self._by_index[replica.index]
@@ -184,7 +179,7 @@ class Pool:
             self._release(replica)               # never served: stop paying at once
             return
         self._leave_ready(replica)
-        replica.state = DRAINING
+        replica.start_draining()
         if replica.num_outstanding == 0:
             self._release(replica)
 

@@ -18,6 +18,10 @@ from sim.schedulers.base import Scheduler, Segment
 from sim.usage import PoolUsage
 from sim.wakeup import WakeUp, call_after
 
+# A replica's life cycle: asked for (paid from then), serving, finishing what it holds,
+# gone.
+STARTING, READY, DRAINING, RELEASED = "starting", "ready", "draining", "released"
+
 
 class Replica:
     __slots__ = ("env", "usage", "pool_code", "index", "scheduler", "recorder", "_timer",
@@ -40,9 +44,26 @@ class Replica:
         self._seg_end_s = 0.0           # when its steps that will be applied end
         self._seg_steps = 0             # steps of the running segment that will be applied
         self._kick_pending = False
-        self.state = "ready"              # set by the pool: starting/ready/draining/released
-        self.requested_s = 0.0
+        self.state = STARTING             # its life cycle: the methods below move it on
+        self.requested_s = env.now        # paid for from here
         self.released_s = float("nan")
+
+    # -- its life cycle, which the pool drives ------------------------------------------
+    def become_ready(self) -> bool:
+        """Starting -> ready (its cold start is over); False when it was cancelled."""
+        if self.state != STARTING:
+            return False
+        self.state = READY
+        return True
+
+    def start_draining(self) -> None:
+        """Ready -> draining: it takes nothing new and goes once its requests are done."""
+        self.state = DRAINING
+
+    def release(self) -> None:
+        """Gone: no longer paid for from now."""
+        self.state = RELEASED
+        self.released_s = self.env.now
 
     # -- the router's view --------------------------------------------------------
     @property
@@ -125,7 +146,7 @@ class Replica:
         self._seg = None
         now = self.env.now
         sched = self.scheduler
-        sched.last_step_end_s = now
+        sched.segment_ended(now)
         if self.recorder.steps is None:
             # _record's usual case, inline: once per segment
             tokens, flops, moved = seg.totals(steps)

@@ -129,7 +129,7 @@ class Scheduler(ABC):
         self.on_finish = on_finish
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self.last_step_end_s = -math.inf      # set by the replica as each segment ends
+        self.last_step_end_s = -math.inf      # segment_ended: when its last step ended
         self._servable: int | None = None     # the longest sequence every limit passes
 
     # -- admission -------------------------------------------------------------
@@ -204,6 +204,10 @@ class Scheduler(ABC):
         return list(self.running) + list(self.waiting)
 
     # -- the step loop ----------------------------------------------------------
+    def segment_ended(self, now_s: float) -> None:
+        """The replica's running segment has ended at ``now_s`` (its last step's end)."""
+        self.last_step_end_s = now_s
+
     def wake_s(self, now_s: float) -> float:
         """What the cost model adds to a step starting at ``now_s`` after the engine sat
         idle (no step since IDLE_AFTER_S or more; a new replica counts as idle)."""
