@@ -125,6 +125,29 @@ class LineMap:
         return len(self.lines)
 
 
+# a scenario's deepest block is a few levels (pools.<name>.scheduler.<field>, a mixture
+# of lengths); a document nested far deeper is refused before anything recurses over it
+MAX_DEPTH = 32
+
+
+def _depth(data: Any) -> int:
+    """How deeply ``data``'s mappings and lists nest (iteratively: no recursion limit)."""
+    deepest, stack = 0, [(data, 1)]
+    seen: set[int] = set()
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, (dict, list)):
+            if id(node) in seen:        # an alias shares a node: count it once
+                continue
+            seen.add(id(node))
+            deepest = max(deepest, level)
+            if level > MAX_DEPTH:
+                return level
+            stack.extend((v, level + 1) for v in (node.values() if isinstance(node, dict)
+                                                  else node))
+    return deepest
+
+
 def load_yaml(path: pathlib.Path, *, expected_keys: Iterable[str] | None = None
               ) -> tuple[Any, LineMap]:
     """Parse ``path`` safely; return ``(data, line_map)``.
@@ -166,6 +189,11 @@ def load_yaml(path: pathlib.Path, *, expected_keys: Iterable[str] | None = None
     if data is None:
         raise ScenarioError("file is empty; expected a mapping of keys to values",
                             file=file, line=1)
+    depth = _depth(data)
+    if depth > MAX_DEPTH:
+        raise ScenarioError(f"nested more than {MAX_DEPTH} levels deep; a scenario needs "
+                            "far fewer (a mixture of mixtures, flattened, is one mixture)",
+                            file=file)
     if not isinstance(data, dict):
         raise ScenarioError("the top level must be a mapping of keys to values, "
                             f"got a {type(data).__name__}",

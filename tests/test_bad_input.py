@@ -630,6 +630,41 @@ CASES += [
          where="t.csv", files={"t.csv": TRACE_HEADER + "100,10,5\n200,10,5\n"}),
     Case("poisson-rate-of-1e-300", stream_field("arrival", "{type: poisson, rate: 1e-300}"),
          7, f"{STREAM}", ["would most likely send nothing"]),
+    Case("mixture-nested-40-deep", stream_field(
+        "output_tokens", "{type: mixture, components: [" * 0 + "{type: fixed, value: 5}".join(
+            ["{type: mixture, components: [{weight: 1, dist: " * 40, "}]}" * 40])), None,
+         None, ["nested more than 32 levels deep"]),
+    Case("gamma-cv-1e-200", stream_field("arrival", "{type: gamma, rate: 2/s, cv: 1e-200}"),
+         10, f"{STREAM}.arrival.cv", ["greater than or equal to 0.001"]),
+    Case("mixture-weights-overflow-their-sum", stream_field(
+        "output_tokens", "{type: mixture, components: [{weight: 1e308, dist: 5}, "
+                         "{weight: 1e308, dist: 6}]}"), 12, f"{STREAM}.output_tokens",
+         ["add up to a finite number"]),
+    Case("trace-path-with-nul", trace_stream('"t\\0.csv"'), 10, f"{STREAM}.arrival.path",
+         ["cannot hold a NUL character"]),
+    Case("prefix-of-1e30-groups", after_team("prefix: {tokens: 10, groups: " + "1" + "0" * 30
+                                             + "}"), 9, f"{STREAM}.prefix.groups",
+         ["less than or equal to 100000000"]),
+    Case("trace-time-scale-denormal", edit((POISSON_LINES, "      arrival: {type: trace, path: "
+                                            "t.csv, loop: true, time_scale: 5e-324}\n")), 10,
+         f"{STREAM}.arrival.time_scale", ["greater than or equal to 0.000001"],
+         files={"t.csv": TRACE_HEADER + "0,10,5\n1,10,5\n"}),
+    Case("trace-timestamp-1e308", trace_stream(), 3, None, ["1e+308 s is past any run"],
+         where="t.csv", files={"t.csv": TRACE_HEADER + "0,10,5\n1e308,10,5\n"}),
+    Case("team-max-priority-1e30", edit(("      requests_per_min: 600",
+                                         "      max_priority: 1" + "0" * 30)), 16,
+         "gateway.teams.search.max_priority", ["less than or equal to 1000000"]),
+    Case("block-of-two-billion-tokens", edit(("    tp: 1\n", "    tp: 1\n    block_size: "
+                                              "2147483647\n")), 22, "pools.main.block_size",
+         ["less than or equal to 4096"]),
+    Case("affinity-ring-of-a-billion-points", edit((
+        "    router: {type: least_outstanding}", "    router: {type: prefix_affinity, "
+        "virtual_nodes: 1000000000}")), 26, "pools.main.router.virtual_nodes",
+         ["less than or equal to 4096"]),
+    Case("affinity-load-factor-1e308", edit((
+        "    router: {type: least_outstanding}", "    router: {type: prefix_affinity, "
+        "load_factor: 1e308}")), 26, "pools.main.router.load_factor",
+         ["less than or equal to 1000"]),
     Case("disaggregated-on-one-pool", edit((GATEWAY_MODELS[0], GATEWAY_MODELS[1] % "main")),
          19, "gateway.models.llama-3.1-8b.disaggregated.decode", ["both pool 'main'"]),
     Case("disaggregated-across-two-models", edit(

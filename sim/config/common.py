@@ -69,6 +69,18 @@ ReplicaFloor = Annotated[NonNegativeInt, Field(le=MAX_REPLICAS)]
 
 
 MAX_NAME_CHARS = 128
+MAX_PATH_CHARS = 4096
+
+
+def _path_text(path: str) -> str:
+    if "\x00" in path:
+        raise ValueError("a path cannot hold a NUL character")
+    return path
+
+
+# A file a scenario names (a trace, a column of lengths, a calibrated profile)
+FilePath = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS),
+                     AfterValidator(_path_text)]
 
 
 def _printable(name: str) -> str:

@@ -1,6 +1,8 @@
 """Gateway configuration: API keys, team limits, the model registry and routes."""
 from __future__ import annotations
 
+import math
+
 from pydantic import Field, model_validator
 
 from sim.config.common import Bytes, BytesPerS, Name, PositiveSeconds, Seconds, StrictModel
@@ -31,7 +33,7 @@ class TeamConfig(StrictModel):
     max_concurrency: int | None = Field(None, gt=0, description="Requests in flight at once")
     budget: BudgetConfig | None = Field(None, description="Spend limit per period")
     max_priority: int | None = Field(
-        None, description="Most urgent priority the team may use (lower is more urgent); "
+        None, ge=-1_000_000, le=1_000_000, description="Most urgent priority the team may use (lower is more urgent); "
                           "requests asking for more are lowered to it")
     weight: float = Field(1.0, gt=0, description="Fair-share weight in pool queues")
 
@@ -95,6 +97,9 @@ class ServedModelConfig(StrictModel):
                              "`by_prompt_length` and `disaggregated`")
         if any(w <= 0 for w in self.pools.values()):
             raise ValueError("pool weights must be greater than 0")
+        if not math.isfinite(sum(self.pools.values())):
+            raise ValueError("pool weights must add up to a finite number (they are "
+                             "relative: 1 and 3 split a quarter and three quarters)")
         return self
 
 

@@ -21,6 +21,10 @@ BYTES_PER_ELEMENT: dict[str, float] = {
 }
 
 
+# far above any accelerator's memory (1 PiB), so a slip of units is refused
+MAX_DEVICE_BYTES = 2.0 ** 50
+
+
 class GpuPrices(StrictModel):
     on_demand: UsdPerGpuHour = Field(description="USD per GPU-hour, on demand")
     reserved: UsdPerGpuHour | None = Field(None, description="USD per GPU-hour, reserved")
@@ -32,10 +36,10 @@ class HardwareSpec(StrictModel):
 
     name: Name = Field(description="Display name, e.g. H100-SXM")
     memory: PositiveBytes = Field(
-        description="Device memory as its maker states it, in the maker's units: HBM "
+        le=MAX_DEVICE_BYTES, description="Device memory as its maker states it, in the maker's units: HBM "
                     "capacities are binary, an '80 GB' H100 has 80GiB")
     reported_memory: PositiveBytes | None = Field(
-        None, description="Total memory the driver reports to an engine (CUDA's total, "
+        None, le=MAX_DEVICE_BYTES, description="Total memory the driver reports to an engine (CUDA's total, "
                           "e.g. 79.1GiB on an 80 GiB H100), of which the engine's memory "
                           "planner takes gpu_memory_utilization; default: memory")
     hbm_bandwidth: BytesPerS = Field(description="Memory bandwidth, e.g. 3.35TB/s")

@@ -86,7 +86,8 @@ class PoolConfig(StrictModel):
                           "profile's price")
     weight_dtype: DType = Field("bf16", description="Weight precision")
     kv_dtype: DType = Field("bf16", description="KV cache precision")
-    block_size: PositiveInt = Field(16, description="Tokens per KV block")
+    block_size: PositiveInt = Field(16, le=4096, description="Tokens per KV block (at most "
+                                                              "4,096)")
     gpu_memory_utilization: Fraction = Field(
         0.9, description="Share of GPU memory the engine may use")
     activation_reserve: Bytes = Field(

@@ -23,6 +23,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 from sim import units
 from sim.gateway.retry import RetryPolicy
 from sim.config.common import (
+    FilePath,
     Name,
     PositiveRatePerS,
     PositiveSeconds,
@@ -134,8 +135,8 @@ class GammaArrivalConfig(StrictModel):
         description="Arrival rate: a number/unit string ('5/s') or a piecewise/sinusoidal "
                     "block.")
     cv: float = Field(
-        gt=0, le=100, description="Coefficient of variation of the gaps: 1 is Poisson, >1 "
-                                  "bursty; at most 100")
+        ge=0.001, le=100, description="Coefficient of variation of the gaps: 1 is Poisson, "
+                                      ">1 bursty; from 0.001 (nearly even gaps) to 100")
 
 
 class TraceArrivalConfig(StrictModel):
@@ -147,12 +148,12 @@ class TraceArrivalConfig(StrictModel):
     """
 
     type: Literal["trace"] = Field(description="Trace replay.")
-    path: str = Field(
-        min_length=1,
+    path: FilePath = Field(
         description="CSV file; a relative path is read from the scenario file's folder.")
     time_scale: float = Field(
-        default=1.0, gt=0,
-        description="Multiplies every timestamp: 0.5 replays twice as fast.")
+        default=1.0, ge=1e-6, le=1e6,
+        description="Multiplies every timestamp: 0.5 replays twice as fast (from 1e-6 to "
+                    "1e6).")
     loop: bool = Field(
         default=False,
         description="Repeat the trace to fill the run; each copy is shifted by the last "
@@ -255,8 +256,8 @@ class EmpiricalLengthConfig(StrictModel):
         default=None,
         description="Relative weight of each value (same length as values); equal if "
                     "omitted.")
-    path: Optional[str] = Field(
-        default=None, min_length=1,
+    path: Optional[FilePath] = Field(
+        default=None,
         description="CSV file to read lengths from; relative to the scenario file's folder.")
     column: Optional[str] = Field(
         default=None, min_length=1, description="Column of the CSV file holding lengths.")
@@ -299,6 +300,13 @@ class MixtureLengthConfig(StrictModel):
     components: list[MixtureComponentConfig] = Field(
         min_length=1, description="Components with their weights.")
 
+    @model_validator(mode="after")
+    def _finite_weights(self) -> "MixtureLengthConfig":
+        if not math.isfinite(sum(c.weight for c in self.components)):
+            raise ValueError("the components' weights must add up to a finite number (they "
+                             "are relative: 1 and 3 split a quarter and three quarters)")
+        return self
+
 
 def _length_shorthand(value: Any) -> Any:
     """A bare integer means a fixed length."""
@@ -326,8 +334,8 @@ class PrefixConfig(StrictModel):
 
     tokens: int = Field(gt=0, le=MAX_TOKENS, description="Length of the shared prefix, "
                                                          "before the sampled prompt tokens")
-    groups: int = Field(default=1, gt=0, description="Distinct prefixes; each request "
-                                                     "uses one at random")
+    groups: int = Field(default=1, gt=0, le=MAX_TOKENS,
+                        description="Distinct prefixes; each request uses one at random")
 
 
 class StreamConfig(StrictModel):
@@ -383,7 +391,7 @@ class WorkloadConfig(StrictModel):
     streams: dict[Name, StreamConfig] = Field(
         description="Stream name -> stream; order fixes the stream index and seeding.")
     rate_scale: float = Field(
-        default=1.0, gt=0,
+        default=1.0, gt=0, le=1e6,
         description="Multiplies every stream's rate (traces replay faster), for load "
                     "sweeps; a closed-loop stream's load is its concurrency, not scaled.")
 

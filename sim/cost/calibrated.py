@@ -43,7 +43,7 @@ import numpy as np
 import yaml
 from pydantic import Field
 
-from sim.config.common import StrictModel
+from sim.config.common import FilePath, StrictModel
 from sim.config.profiles import HardwareSpec, ModelSpec
 from sim.cost.base import CostModel, DecodeRun
 from sim.cost.steps import StepEnds
@@ -68,7 +68,7 @@ ENGINE_MODEL_SCALE = "model_scale"
 
 class CalibratedConfig(StrictModel):
     type: Literal["calibrated"] = "calibrated"
-    profile: str = Field(
+    profile: FilePath = Field(
         description="Calibrated profile YAML: a path relative to the scenario file, or to the "
                     "shipped profiles/ folder, e.g. calibrated/cpu/tiny-llama.yaml")
 

@@ -45,9 +45,10 @@ class PrefixAffinityConfig(StrictModel):
     """Consistent hashing of each request's prefix group, with bounded loads."""
 
     type: Literal["prefix_affinity"] = "prefix_affinity"
-    virtual_nodes: int = Field(64, ge=1, description="Ring points per replica")
+    virtual_nodes: int = Field(64, ge=1, le=4096,
+                               description="Ring points per replica (at most 4,096)")
     load_factor: float = Field(
-        1.25, ge=1.0,
+        1.25, ge=1.0, le=1000.0, allow_inf_nan=False,
         description="A replica takes a request while its outstanding count is below "
                     "ceil(load_factor * (total + 1) / replicas)")
 

@@ -157,6 +157,9 @@ class Trace:
     output_tokens: np.ndarray
 
 
+MAX_TIMESTAMP_S = 10 * 365 * 86400.0     # the longest run a scenario may ask for
+
+
 def load_trace(path: pathlib.Path) -> Trace:
     """Read and check a trace CSV (columns ``timestamp``, ``prompt_tokens``,
     ``output_tokens``)."""
@@ -167,6 +170,11 @@ def load_trace(path: pathlib.Path) -> Trace:
     if (ts < 0).any():
         i = int(np.argmax(ts < 0))
         raise WorkloadDataError(path, "column 'timestamp': negative timestamp", line=int(lines[i]))
+    if (ts > MAX_TIMESTAMP_S).any():
+        i = int(np.argmax(ts > MAX_TIMESTAMP_S))
+        raise WorkloadDataError(path, f"column 'timestamp': {ts[i]:g} s is past any run (at "
+                                      f"most {MAX_TIMESTAMP_S:g} s, 10 years; timestamps are "
+                                      "seconds from the trace's start)", line=int(lines[i]))
     backwards = np.diff(ts) < 0
     if backwards.any():
         i = int(np.argmax(backwards)) + 1
@@ -201,12 +209,14 @@ def replay_trace(cfg: TraceArrivalConfig, trace: Trace, path: pathlib.Path,
         period_s = (ts[-1] + mean_gap) * factor
         if not period_s > 0:
             raise WorkloadDataError(path, "cannot loop a trace whose timestamps are all 0")
-        copies = max(1, int(np.ceil((stop_s - start_s) / period_s)))
-        if copies * len(ts) > MAX_LOOPED_REQUESTS:
+        with np.errstate(over="ignore"):
+            wanted = max(1.0, float(np.ceil((stop_s - start_s) / period_s)))
+        if not wanted * len(ts) <= MAX_LOOPED_REQUESTS:        # inf too
             raise WorkloadDataError(
                 path, f"looping this trace (period {period_s:g} s) over the run would send "
-                      f"{copies * len(ts):,} requests, more than {MAX_LOOPED_REQUESTS:,}; "
+                      f"{wanted * len(ts):,.0f} requests, more than {MAX_LOOPED_REQUESTS:,}; "
                       f"shorten the run, or set time_scale to stretch the trace")
+        copies = int(wanted)
     offsets_s = np.arange(copies, dtype=np.float64) * period_s
     arrival_s = start_s + (offsets_s[:, None] + ts[None, :] * factor).ravel()
     keep = arrival_s < stop_s
