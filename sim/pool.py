@@ -43,6 +43,7 @@ from sim.schedulers.speculative import (SpeculativeConfig, SpeculativeScheduler,
                                         build_draft_cost)
 from sim.schedulers.static import StaticConfig, StaticScheduler
 from sim.usage import PoolUsage
+from sim.wakeup import call_after
 
 SCHEDULERS: dict[type, type[Scheduler]] = {
     SingleConfig: SingleScheduler, StaticConfig: StaticScheduler,
@@ -150,13 +151,12 @@ class Pool:
         self.router.on_ready(replica)
         if self.cfg.spot is not None and self.cfg.spot.preemptions_per_hour > 0:
             delay_s = self.rng.exponential(3600.0 / self.cfg.spot.preemptions_per_hour)
-            self.env.timeout(delay_s).callbacks.append(lambda _e, r=replica: self._preempt(r))
+            call_after(self.env, delay_s, (lambda _e, r=replica: self._preempt(r),))
         self._dispatch()
 
     def _start(self) -> None:
         replica = self._new_replica()
-        self.env.timeout(self.cold_start_s).callbacks.append(
-            lambda _e, r=replica: self._make_ready(r))
+        call_after(self.env, self.cold_start_s, (lambda _e, r=replica: self._make_ready(r),))
 
     def _serving_changed(self, delta: int) -> None:
         self._serving += delta
@@ -223,8 +223,7 @@ class Pool:
             return
         if front_end and self.front_end_s > 0.0:
             self._in_front_end[id(req)] = req
-            self.env.timeout(self.front_end_s).callbacks.append(
-                lambda _e: self._through_front_end(req))
+            call_after(self.env, self.front_end_s, (lambda _e: self._through_front_end(req),))
             return
         self._enqueue(req)
 

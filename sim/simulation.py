@@ -26,7 +26,7 @@ from sim.inputs import DataFiles
 from sim.pool import Pool
 from sim.recorder import Recorder
 from sim.request import Request, Status
-from sim.wakeup import call_after
+from sim.wakeup import call_after, events_scheduled
 from sim.workload import RequestArrivals, generate_arrivals
 
 ProgressFn = Callable[[float, float], None]
@@ -107,8 +107,8 @@ class Simulation:
         req.replica = -1
         req.pool = decode_pool
         self._in_transit[id(req)] = req
-        self.env.timeout(req.kv_transfer_s).callbacks.append(
-            lambda _e: self._arrive_after_transfer(req, decode_pool))
+        call_after(self.env, req.kv_transfer_s,
+                   (lambda _e: self._arrive_after_transfer(req, decode_pool),))
 
     def _arrive_after_transfer(self, req: Request, pool: str) -> None:
         del self._in_transit[id(req)]
@@ -274,8 +274,7 @@ class Simulation:
                 # everything finished early: the fleet is still there (and billed), and
                 # the time series goes on, until the end of the arrival window
                 env.run(until=self.scenario.duration)
-        # SimPy numbers events from one counter; its next value is the count so far.
-        self.events_scheduled = next(env._eid)
+        self.events_scheduled = events_scheduled(env)
         self.end_s = max(env.now, self.scenario.duration)
         for pool in self.pools.values():
             for replica in pool.replicas:

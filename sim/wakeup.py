@@ -64,3 +64,9 @@ def call_after(env: simpy.Environment, delay_s: float, callbacks: Callbacks,
     wake.callbacks = callbacks
     heappush(env._queue, (env._now + delay_s, NORMAL, next(env._eid), wake))
     return wake
+
+
+def events_scheduled(env: simpy.Environment) -> int:
+    """How many events ``env`` has scheduled so far: SimPy numbers them from one counter,
+    whose next value is the count (reading it uses one number, after the run)."""
+    return next(env._eid)

@@ -26,6 +26,7 @@ from sim.gateway.budget import PeriodBudget
 from sim.gateway.retry import retry_delay_s
 from sim.gateway.token_bucket import TokenBucket
 from sim.request import Request
+from sim.wakeup import call_after
 
 RETRYABLE = {"rate_limited_rpm", "rate_limited_tpm", "concurrency_limit", "budget_exhausted",
              "shed_queue_full", "replica_lost"}
@@ -198,7 +199,7 @@ class Gateway:
         req.restart()
         req.attempts += 1
         self.waiting_to_retry[id(req)] = req
-        self.env.timeout(delay).callbacks.append(lambda _e: self._retry(req))
+        call_after(self.env, delay, (lambda _e: self._retry(req),))
 
     def _retry(self, req: Request) -> None:
         del self.waiting_to_retry[id(req)]
