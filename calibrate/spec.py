@@ -138,13 +138,14 @@ def load_model(name: str) -> ModelShape:
     """The shipped model profile ``name`` (case-insensitive), or a model YAML file
     given by its path; ValueError if unknown."""
     if name.endswith((".yaml", ".yml")) and Path(name).is_file():
-        with open(name, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
         try:
             from sim.config.profiles import ModelSpec
-        except ImportError:
-            return ModelShape.from_mapping(data)
-        return ModelShape.from_mapping(ModelSpec.model_validate(data).model_dump())
+            from sim.yamlio import load_model as load_validated
+        except ImportError:          # on a bare GPU machine: the file as it is
+            with open(name, encoding="utf-8") as fh:
+                return ModelShape.from_mapping(yaml.safe_load(fh))
+        # read as a scenario is: YAML 1.2, located errors (ScenarioError), no traceback
+        return ModelShape.from_mapping(load_validated(Path(name), ModelSpec).model_dump())
     try:
         from sim import profiles
     except ImportError:

@@ -392,9 +392,13 @@ def compare_recorded(folders: list[Path], out: Path) -> list[dict]:
             (out / folder.name).mkdir(parents=True, exist_ok=True)
             rows.append(_summarise(folder.name, folder, log=lambda _m: None,
                                    write=out / folder.name))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise VllmError(f"{folder}: unreadable recorded run ({type(exc).__name__})") \
-                from None
+        except (VllmError, vllm_schedule.ServeLogError):
+            raise
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError,
+                ZeroDivisionError, RuntimeError) as exc:
+            # a file that is not what fleetsim recorded: named, never quoted
+            raise VllmError(f"{folder}: not a recorded vLLM run fleetsim can read "
+                            f"({type(exc).__name__} while reading its plan and log)") from None
     return rows
 
 

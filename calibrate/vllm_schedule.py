@@ -161,13 +161,30 @@ def load(plan: dict, log: dict, where: str = "log") -> ServeLog:
                     dict(log.get("meta") or {}))
 
 
+# a recorded run is a few MB; anything past this (a gzip bomb, a wrong file) is refused
+MAX_RECORD_BYTES = 512 * 2**20
+
+
 def read_json(path: Path) -> dict:
-    """A JSON file, gzip-compressed when its name ends in .gz."""
+    """A JSON file, gzip-compressed when its name ends in .gz; at most
+    MAX_RECORD_BYTES once decompressed (a ServeLogError beyond), only a regular file."""
+    from sim.inputs import InputFileError, open_regular
     path = Path(path)
-    if path.suffix == ".gz":
-        with gzip.open(path, "rt", encoding="utf-8") as fh:
-            return json.load(fh)
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        with open_regular(path, max_bytes=MAX_RECORD_BYTES) as raw:
+            if path.suffix == ".gz":
+                with gzip.GzipFile(fileobj=raw) as fh:
+                    data = fh.read(MAX_RECORD_BYTES + 1)
+            else:
+                data = raw.read(MAX_RECORD_BYTES + 1)
+    except InputFileError as exc:
+        raise ServeLogError(f"{path}: {exc.message}") from None
+    except (OSError, EOFError) as exc:       # not gzip, truncated
+        raise ServeLogError(f"{path}: cannot read ({type(exc).__name__})") from None
+    if len(data) > MAX_RECORD_BYTES:
+        raise ServeLogError(f"{path}: more than {MAX_RECORD_BYTES // 2**20} MiB of JSON; "
+                            "not a recorded run")
+    return json.loads(data.decode("utf-8"))
 
 
 def read(plan_path: Path, log_path: Path) -> ServeLog:

@@ -636,6 +636,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     except (ValidationError, EngineLogError) as exc:
         raise ScenarioError(str(exc)) from None
     except RuntimeError as exc:              # the engine itself failed or hung
+        if args.from_logs:                   # no engine ran: the recorded run is at fault
+            raise ScenarioError(f"{exc} (in the recorded run)", field="--from-logs") from None
         print(f"error: the engine: {exc}", file=sys.stderr)
         return 1
     print(format_table(report))
@@ -741,7 +743,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="model profile name (e.g. tiny-llama) or a model YAML file")
     cal.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                      help="where to run the benchmarks (default: cpu)")
-    cal.add_argument("--tp", type=int, default=1,
+    cal.add_argument("--tp", type=_count(64), default=1,
                      help="tensor-parallel degree whose shard shapes are timed (default: 1)")
     cal.add_argument("--out", type=_path, help="output folder (default: profiles/calibrated/<device>/)")
     cal.add_argument("--quick", action="store_true",
@@ -762,8 +764,8 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--kv-dtype", choices=("bf16", "fp8"),
                      help="with --from: KV cache dtype (default: bf16)")
     cal.add_argument("--kernel-db", help=argparse.SUPPRESS)     # a copy of the database
-    cal.add_argument("--threads", type=int, help="CPU threads (default: 1)")
-    cal.add_argument("--max-tokens", type=int,
+    cal.add_argument("--threads", type=_count(MAX_WORKERS), help="CPU threads (default: 1)")
+    cal.add_argument("--max-tokens", type=_count(1_048_576),
                      help="largest step in tokens (default: 2048 on cpu, 16384 on cuda)")
     cal.add_argument("--quiet", action="store_true", help="print only the held-back errors")
     cal.set_defaults(func=_cmd_calibrate)

@@ -130,7 +130,7 @@ class LineMap:
 MAX_DEPTH = 32
 
 
-def _depth(data: Any) -> int:
+def depth_of(data: Any) -> int:
     """How deeply ``data``'s mappings and lists nest (iteratively: no recursion limit)."""
     deepest, stack = 0, [(data, 1)]
     seen: set[int] = set()
@@ -189,7 +189,7 @@ def load_yaml(path: pathlib.Path, *, expected_keys: Iterable[str] | None = None
     if data is None:
         raise ScenarioError("file is empty; expected a mapping of keys to values",
                             file=file, line=1)
-    depth = _depth(data)
+    depth = depth_of(data)
     if depth > MAX_DEPTH:
         raise ScenarioError(f"nested more than {MAX_DEPTH} levels deep; a scenario needs "
                             "far fewer (a mixture of mixtures, flattened, is one mixture)",

@@ -997,6 +997,20 @@ ARGV_CASES = [
     ("sweep-scheduler-without-dask", ["sweep", "{s}", "--vary", "seed=1,2", "--out", "{d}/o",
                                       "--scheduler", "tcp://127.0.0.1:1"],
      ["add --executor dask"]),
+    ("check-without-a-baseline", ["check", "{s}", "--baseline", "{d}/none.json", "--slo",
+                                  "ttft_p99=2s"], ["no such baseline", "--update"]),
+    ("check-baseline-of-a-huge-integer", ["check", "{s}", "--baseline", "{d}/big.json"],
+     ["not a `fleetsim check` baseline"]),
+    ("compare-summary-of-a-huge-integer", ["compare", "{d}/bigrun", "{d}/bigrun"],
+     ["not a summary.json that `fleetsim run` wrote"]),
+    ("run-set-nested-100-deep", ["run", "{s}", "--set", "pools.main.replicas=" + "[" * 100
+                                 + "]" * 100, "--out", "{d}/o"],
+     ["nested more than 32 levels deep"]),
+    ("calibrate-model-file-not-yaml-data", ["calibrate", "--model", "{d}/m.yaml", "--quick",
+                                            "--out", "{d}/o"], ["m.yaml:1", "num_layers"]),
+    ("validate-vllm-log-not-a-run", ["validate", "--engine", "vllm", "--from-logs",
+                                     "{d}/runs", "--out", "{d}/o"],
+     ["not a recorded vLLM run fleetsim can read"]),
     ("check-baseline-number-of-5000-digits", ["check", "{s}", "--baseline", "{d}/b.json"],
      ["number too long"]),
 ]
@@ -1007,6 +1021,19 @@ def test_a_bad_command_line_is_refused_before_any_work(tmp_path, capsys, argv, f
     path = tmp_path / "s.yaml"
     path.write_text(BASE, encoding="utf-8")
     (tmp_path / "b.json").write_text('{"robust": ' + "9" * 5000 + "}\n", encoding="utf-8")
+    # a baseline and a summary shaped right but holding an integer past any figure
+    (tmp_path / "big.json").write_text(json.dumps({str(path): {
+        "pools": {"main": {"required_replicas": 10 ** 400}}, "latency_s": {}}}),
+        encoding="utf-8")
+    (tmp_path / "bigrun").mkdir()
+    (tmp_path / "bigrun" / "summary.json").write_text(json.dumps({
+        "pools": {"main": {"replicas": 10 ** 400}}, "latency_s": {}, "throughput": {}}),
+        encoding="utf-8")
+    (tmp_path / "m.yaml").write_text("num_layers: [1, 2]\n", encoding="utf-8")
+    run = tmp_path / "runs" / "w"
+    run.mkdir(parents=True)
+    (run / "plan.json").write_text('{"engine": {"block_size": 0}}', encoding="utf-8")
+    (run / "vllm_log.json").write_text("[1, 2, 3]", encoding="utf-8")
     args = [a.format(s=path, d=tmp_path) for a in argv]
     code = run_main(args)
     err = capsys.readouterr().err

@@ -153,3 +153,12 @@ def test_bad_planning_arguments_exit_2(argv, fragment, capsys, monkeypatch):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and fragment in err and "Traceback" not in err
+
+
+def test_drift_from_a_zero_latency_names_the_change_without_dividing_by_it():
+    from sim.planning.check import drift
+    base = {"pools": {"p": {"required_replicas": 1}}, "latency_s": {"ttft_p99": 0.0,
+                                                                    "tpot_p99": -0.0}}
+    now = {"pools": {"p": {"required_replicas": 1, "slo_met_as_configured": True}},
+           "latency_s": {"ttft_p99": 0.25, "tpot_p99": 0.0}}
+    assert drift(base, now, 0.05) == ["ttft_p99: 0 s -> 0.25 s"]

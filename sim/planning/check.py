@@ -53,13 +53,24 @@ def drift(base: dict, now: dict, tolerance: float) -> list[str]:
             if old != new:
                 problems.append(f"{key}: {old} -> {new}")
         elif abs(new - old) > tolerance * abs(old):
-            problems.append(f"{key}: {old:.4g} s -> {new:.4g} s ({(new - old) / old:+.1%})")
+            change = f" ({(new - old) / old:+.1%})" if old else ""
+            problems.append(f"{key}: {old:.4g} s -> {new:.4g} s{change}")
     return problems
 
 
+# larger than any figure a run gives: a baseline number past it was not written by fleetsim
+MAX_FIGURE = 1e15
+
+
 def _number(value) -> bool:
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
-                             and math.isfinite(value))
+    """None, or a finite number of sensible size (a huge integer is refused before any
+    arithmetic turns it into a float)."""
+    if value is None:
+        return True
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return abs(value) <= MAX_FIGURE if isinstance(value, int) else \
+        math.isfinite(value) and abs(value) <= MAX_FIGURE
 
 
 def _baseline_shape_error(data) -> str | None:
@@ -131,6 +142,9 @@ def check(paths: list[str], baseline: Path, slos: list[Slo], tolerance: float,
     the baseline instead (the caller has checked it may be written: see
     :func:`sim.output_paths.check_file`)."""
     from sim.atomic_write import write_file
+    if not update and not baseline.exists() and not baseline.is_symlink():
+        raise ScenarioError("no such baseline; make it with --update (it records today's "
+                            "figures)", file=shown(baseline), field="--baseline")
     stored = {} if update else read_baseline(baseline)
     current = {str(p): measure_scenario(p, slos, allow_paths) for p in paths}
     if update:

@@ -21,6 +21,28 @@ def load_summary(path: str, allow_paths: Iterable[str] = ()) -> dict:
     return sim.run(sim.load_scenario(p, allow_paths=allow_paths)).summary
 
 
+MAX_FIGURE = 1e15      # past any figure a run writes
+
+
+def _sensible(data) -> bool:
+    """Every number in ``data`` finite and of sensible size (walked without recursion)."""
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, bool) or node is None or isinstance(node, str):
+            continue
+        elif isinstance(node, int) and abs(node) > MAX_FIGURE:
+            return False
+        elif isinstance(node, float) and abs(node) > MAX_FIGURE and node == node \
+                and abs(node) != float("inf"):
+            return False
+    return True
+
+
 def _read_summary(path: Path) -> dict:
     """A summary.json, as a located error that does not quote it when it is not one."""
     try:
@@ -28,6 +50,8 @@ def _read_summary(path: Path) -> dict:
     except InputFileError as exc:
         raise ScenarioError(exc.message, file=shown(path)) from None
     except (ValueError, RecursionError):    # not UTF-8, not JSON, a number too long
+        data = None
+    if isinstance(data, dict) and not _sensible(data):
         data = None
     pools = data.get("pools") if isinstance(data, dict) else None
     if (not isinstance(pools, dict) or not pools

@@ -24,12 +24,22 @@ from sim.yamlio import LineMap, SafeLineLoader
 MAX_GRID_POINTS = 10_000
 
 
-def parse_value(text: str) -> Any:
+def parse_value(text: str, flag: str = "--set") -> Any:
     """A value as a scenario file would read it (YAML 1.2 scalars: ``on`` is a string)."""
+    from sim.yamlio import MAX_DEPTH, depth_of
     try:
-        return yaml.load(text, Loader=SafeLineLoader)
+        value = yaml.load(text, Loader=SafeLineLoader)
     except yaml.YAMLError:
         return text
+    except RecursionError:
+        value = None
+        depth = MAX_DEPTH + 1
+    else:
+        depth = depth_of(value)
+    if depth > MAX_DEPTH:
+        raise ScenarioError(f"a value nested more than {MAX_DEPTH} levels deep",
+                            field=flag)
+    return value
 
 
 def parse_vary(spec: str) -> tuple[str, list[Any]]:
@@ -62,7 +72,7 @@ def parse_vary(spec: str) -> tuple[str, list[Any]]:
         what = "no values" if not values.strip() else "an empty value between commas"
         raise ScenarioError(f"--vary {spec!r}: {what}; write PATH=V1,V2,... or "
                             "PATH=START..STOP[:STEP]", field="--vary")
-    listed = [parse_value(v) for v in items]
+    listed = [parse_value(v, "--vary") for v in items]
     return path, listed
 
 
