@@ -1076,7 +1076,8 @@ def test_a_flag_out_of_range_is_a_usage_error(tmp_path, capsys, monkeypatch, arg
     code = run_main([a.format(s=path, d=tmp_path) for a in argv])
     err = capsys.readouterr().err
     assert code == 2, err
-    assert f"error: argument {flag}: " in err and fragment in err, err
+    assert err.startswith(f"error: argument {flag}: ") and fragment in err, err
+    assert err.count("\n") == 1 and "--help" in err       # one line, naming the help
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
 
 
