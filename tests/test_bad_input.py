@@ -665,6 +665,16 @@ CASES += [
         "    router: {type: least_outstanding}", "    router: {type: prefix_affinity, "
         "load_factor: 1e308}")), 26, "pools.main.router.load_factor",
          ["less than or equal to 1000"]),
+    Case("autoscaler-tick-after-the-run", append_to_pool(
+        "    autoscaler: {type: target, metric: queue_per_replica, target: 4, "
+        "max_replicas: 4, tick: 2h}\n"), 27, "pools.main.autoscaler.tick",
+         ["would never act"]),
+    Case("api-key-with-no-keys-checked", after_team("api_key: k1"), 9, f"{STREAM}.api_key",
+         ["gateway checks none"]),
+    Case("route-by-length-to-one-pool", edit((GATEWAY_MODELS[0], GATEWAY_MODELS[0] +
+        "  models:\n    llama-3.1-8b:\n      by_prompt_length: {threshold_tokens: 200, "
+        "short: main, long: main}\n")), 19, "gateway.models.llama-3.1-8b.by_prompt_length.long",
+         ["both pool 'main'"]),
     Case("disaggregated-on-one-pool", edit((GATEWAY_MODELS[0], GATEWAY_MODELS[1] % "main")),
          19, "gateway.models.llama-3.1-8b.disaggregated.decode", ["both pool 'main'"]),
     Case("disaggregated-across-two-models", edit(

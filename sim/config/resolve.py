@@ -208,7 +208,12 @@ def _check_gateway(scenario: Scenario, problems: list[tuple[Loc, str]]) -> None:
         if served.cascade is not None:
             pools = {served.cascade.first: 1.0, served.cascade.then: 1.0}
         if served.by_prompt_length is not None:
-            pools = {served.by_prompt_length.short: 1.0, served.by_prompt_length.long: 1.0}
+            split_by = served.by_prompt_length
+            pools = {split_by.short: 1.0, split_by.long: 1.0}
+            if split_by.short == split_by.long:
+                problems.append((here + ("by_prompt_length", "long"), f"short and long are "
+                                 f"both pool '{split_by.short}': the route would do nothing "
+                                 "(for one pool, route with `pools:`)"))
         if served.disaggregated is not None:
             split = served.disaggregated
             pools = {split.prefill: 1.0, split.decode: 1.0}

@@ -81,7 +81,11 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
     for name, pool in scenario.pools.items():
         here = ("pools", name)
         tick_s = getattr(pool.autoscaler, "tick", None)
-        if tick_s is not None and run_s / tick_s > MAX_TICKS:
+        if tick_s is not None and tick_s >= run_s:
+            problems.append((here + ("autoscaler", "tick"), f"the first decision would come "
+                             f"at {tick_s:g} s, after the run ({run_s:g} s with its drain): "
+                             "the autoscaler would never act; shorten tick"))
+        elif tick_s is not None and run_s / tick_s > MAX_TICKS:
             problems.append((here + ("autoscaler", "tick"), f"{run_s / tick_s:.3g} autoscaler "
                              f"decisions over duration + drain; the most is {MAX_TICKS:,}: "
                              f"raise tick to at least {run_s / MAX_TICKS:.3g} s"))
@@ -147,6 +151,12 @@ def _check_teams(scenario: Scenario) -> list[tuple[Loc, str]]:
     problems: list[tuple[Loc, str]] = []
     gw = scenario.gateway
     for name, stream in scenario.workload.streams.items():
+        here = ("workload", "streams", name)
+        if stream.api_key is not None and not gw.keys:
+            problems.append((here + ("api_key",), "the stream sends an API key but the "
+                             "gateway checks none (gateway.keys is empty): add the key there "
+                             "or remove api_key"))
+        # an unknown, revoked or missing key is modelled (401s cost no GPU time): allowed
         key = gw.keys.get(stream.api_key) if stream.api_key is not None else None
         # team "default" is what an unset team reads as: the key's team then applies
         if key is not None and stream.team not in ("default", key.team):
