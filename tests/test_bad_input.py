@@ -675,6 +675,9 @@ CASES += [
         "  models:\n    llama-3.1-8b:\n      by_prompt_length: {threshold_tokens: 200, "
         "short: main, long: main}\n")), 19, "gateway.models.llama-3.1-8b.by_prompt_length.long",
          ["both pool 'main'"]),
+    Case("every-request-longer-than-the-pool-takes", append_to_pool(
+        "    max_model_len: 120\n"), 7, STREAM, ["shortest request (150 tokens",
+                                                 "every request would be refused"]),
     Case("disaggregated-on-one-pool", edit((GATEWAY_MODELS[0], GATEWAY_MODELS[1] % "main")),
          19, "gateway.models.llama-3.1-8b.disaggregated.decode", ["both pool 'main'"]),
     Case("disaggregated-across-two-models", edit(

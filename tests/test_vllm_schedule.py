@@ -127,7 +127,7 @@ def _cli(*argv, env=None):
     ({"block_size: 32 ": "block_size: 16 "}, "block_size: vLLM's CPU attention takes block "
                                              "sizes that are multiples of 32"),
     ({"prompt_tokens: {type: lognormal, mean: 128, cv: 0.5, min: 8, max: 1024}":
-      "prompt_tokens: {type: fixed, value: 4095}"}, "more than the engine's 4096"),
+      "prompt_tokens: {type: uniform, low: 8, high: 5000}"}, "more than the engine's 4096"),
     ({"kv_admission: whole_prompt": "kv_admission: guaranteed_no_evict"},
      "not 'guaranteed_no_evict'"),
     ({"weight_dtype: fp32": "weight_dtype: fp16", "kv_dtype: fp32": "kv_dtype: fp16",

@@ -313,6 +313,47 @@ def _route_streams(scenario: Scenario, problems: list[tuple[Loc, str]]) -> dict[
     return routes
 
 
+def shortest(length) -> int | None:
+    """The fewest tokens a length distribution can draw; None when only its data file
+    knows (an empirical column read from a CSV)."""
+    kind = getattr(length, "type", None)
+    if kind == "fixed":
+        return length.value
+    if kind == "uniform":
+        return length.low
+    if kind in ("lognormal", "exponential"):
+        return length.min
+    if kind == "empirical":
+        return min(length.values) if length.values else None
+    if kind == "mixture":
+        each = [shortest(c.dist) for c in length.components]
+        return None if None in each else min(each)
+    return None
+
+
+def _shortest_request_fits(scenario: Scenario, sname: str, pool: ResolvedPool | None
+                           ) -> list[tuple[Loc, str]]:
+    """A stream sent straight to a pool whose every request would be refused as too long:
+    its shortest possible request (prompt, prefix and output) past the pool's context."""
+    stream = scenario.workload.streams[sname]
+    if pool is None or stream.prompt_tokens is None or stream.output_tokens is None or \
+            (stream.model is not None and stream.pool is None
+             and scenario.gateway.aliases.get(stream.model, stream.model)
+             in scenario.gateway.models):
+        return []
+    prompt, output = shortest(stream.prompt_tokens), shortest(stream.output_tokens)
+    if prompt is None or output is None:
+        return []
+    prefix = stream.prefix.tokens if stream.prefix is not None else 0
+    least = prefix + prompt + output
+    if least <= pool.max_model_len or prefix + 2 > pool.max_model_len:   # (the prefix's own)
+        return []
+    return [(("workload", "streams", sname), f"its shortest request ({least} tokens: "
+             f"{prefix} of prefix, {prompt} of prompt, {output} of output) is longer than "
+             f"pool '{pool.name}' takes (max_model_len {pool.max_model_len}): every request "
+             "would be refused")]
+
+
 def resolve(scenario: Scenario) -> tuple[Resolved | None, list[tuple[Loc, str]]]:
     problems: list[tuple[Loc, str]] = []
     pools = {}
@@ -324,6 +365,7 @@ def resolve(scenario: Scenario) -> tuple[Resolved | None, list[tuple[Loc, str]]]
     routes = _route_streams(scenario, problems)
     problems.extend(sanity.check(scenario))
     for sname, pool_name in routes.items():
+        problems.extend(_shortest_request_fits(scenario, sname, pools.get(pool_name)))
         prefix = scenario.workload.streams[sname].prefix
         pool = pools.get(pool_name)
         if prefix is not None and pool is not None and prefix.tokens + 2 > pool.max_model_len:
