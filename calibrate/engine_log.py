@@ -84,10 +84,15 @@ class EngineLog:
     # -- reading ---------------------------------------------------------------------------
     @staticmethod
     def read(path: str | Path) -> "EngineLog":
+        from sim.inputs import InputFileError, open_regular
         path = Path(path)
         try:
-            with gzip.open(path, "rb") as fh:
+            # a regular file only (a FIFO or a device is refused at once, never read)
+            with open_regular(path, max_bytes=MAX_BYTES) as raw, \
+                    gzip.GzipFile(fileobj=raw, mode="rb") as fh:
                 text = fh.read(MAX_BYTES + 1)
+        except InputFileError as exc:
+            raise EngineLogError(f"{path}: cannot read ({exc.message})") from None
         except (OSError, EOFError, zlib.error) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else \
                 "not a gzip-compressed engine log"

@@ -264,3 +264,13 @@ def test_cli_from_logs_errors(tmp_path, capsys, argv, match):
     assert main([*argv, "--out", str(tmp_path / "o")]) == 2
     assert match in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_an_engine_log_that_is_a_fifo_is_refused_at_once(tmp_path):
+    """A named pipe with no writer: refused without waiting on it (it would block)."""
+    import os
+    from calibrate.engine_log import EngineLog, EngineLogError
+    fifo = tmp_path / "engine_log.json.gz"
+    os.mkfifo(fifo)
+    with pytest.raises(EngineLogError, match="not a regular file"):
+        EngineLog.read(fifo)
