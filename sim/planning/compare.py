@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pandas as pd
 import sim
 from sim.errors import ScenarioError
 from sim.inputs import InputFileError, read_bytes, shown
+from sim.planning.check import MAX_FIGURE
 from sim.planning.sweep import summary_row
 
 
@@ -19,9 +21,6 @@ def load_summary(path: str, allow_paths: Iterable[str] = ()) -> dict:
     if p.is_dir():
         return _read_summary(p / "summary.json")
     return sim.run(sim.load_scenario(p, allow_paths=allow_paths)).summary
-
-
-MAX_FIGURE = 1e15      # past any figure a run writes
 
 
 def _sensible(data) -> bool:
@@ -37,8 +36,7 @@ def _sensible(data) -> bool:
             continue
         elif isinstance(node, int) and abs(node) > MAX_FIGURE:
             return False
-        elif isinstance(node, float) and abs(node) > MAX_FIGURE and node == node \
-                and abs(node) != float("inf"):
+        elif isinstance(node, float) and math.isfinite(node) and abs(node) > MAX_FIGURE:
             return False
     return True
 
