@@ -196,6 +196,15 @@ def _no_room(model, hw, pool: PoolConfig) -> tuple[str, str]:
                   f"{pool.activation_reserve / gib:.2f} GiB{hint}")
 
 
+def _one_pool_twice(loc: Loc, first: str, second: str, roles: str, why: str
+                    ) -> list[tuple[Loc, str]]:
+    """A route that names the same pool for both of its roles."""
+    if first != second:
+        return []
+    return [(loc, f"{roles} are both pool '{first}': {why} (for one pool, route with "
+                  "`pools:`)")]
+
+
 def _check_gateway(scenario: Scenario, problems: list[tuple[Loc, str]]) -> None:
     gw = scenario.gateway
     for alias, target in gw.aliases.items():
@@ -210,18 +219,17 @@ def _check_gateway(scenario: Scenario, problems: list[tuple[Loc, str]]) -> None:
         if served.by_prompt_length is not None:
             split_by = served.by_prompt_length
             pools = {split_by.short: 1.0, split_by.long: 1.0}
-            if split_by.short == split_by.long:
-                problems.append((here + ("by_prompt_length", "long"), f"short and long are "
-                                 f"both pool '{split_by.short}': the route would do nothing "
-                                 "(for one pool, route with `pools:`)"))
+            problems.extend(_one_pool_twice(here + ("by_prompt_length", "long"), split_by.short,
+                                            split_by.long, "short and long",
+                                            "the route would do nothing"))
         if served.disaggregated is not None:
             split = served.disaggregated
             pools = {split.prefill: 1.0, split.decode: 1.0}
-            if split.prefill == split.decode:
-                problems.append((here + ("disaggregated", "decode"), f"prefill and decode "
-                                 f"are both pool '{split.prefill}': disaggregation needs two "
-                                 "pools (for one pool, route with `pools:`)"))
-            elif split.prefill in scenario.pools and split.decode in scenario.pools and \
+            problems.extend(_one_pool_twice(here + ("disaggregated", "decode"), split.prefill,
+                                            split.decode, "prefill and decode",
+                                            "disaggregation needs two pools"))
+            # (one pool serves one model: only two pools can disagree)
+            if split.prefill in scenario.pools and split.decode in scenario.pools and \
                     scenario.pools[split.prefill].model != scenario.pools[split.decode].model:
                 problems.append((here + ("disaggregated", "decode"), f"pool '{split.decode}' "
                                  f"serves '{scenario.pools[split.decode].model}' but prefill "
