@@ -29,11 +29,15 @@ def _duration(text: str) -> float:
     return value
 
 
-def _positive_int(text: str) -> int:
+def _whole(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"a whole number, got {text!r}") from None
+
+
+def _positive_int(text: str) -> int:
+    value = _whole(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
     return value
@@ -53,10 +57,7 @@ MAX_WORKERS = 256
 def _count(most: int):
     """An argparse type: a whole number from 1 to ``most``."""
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"a whole number, got {text!r}") from None
+        value = _whole(text)
         if not 1 <= value <= most:
             raise argparse.ArgumentTypeError(f"must be from 1 to {most:,}, got {text!r}")
         return value
