@@ -12,7 +12,7 @@ from sim.errors import Problem, ScenarioError, dotted_path, from_validation_erro
 from sim.inputs import InputFileError, check_regular, scenario_files, shown
 from sim.paths import resolve_scenario_path
 from sim.results import Results, collect
-from sim.simulation import ProgressFn, run_resolved
+from sim.simulation import ProgressFn, RunRefused, run_resolved
 from sim.workload import WorkloadDataError
 from sim.yamlio import LineMap, load_yaml
 
@@ -132,4 +132,21 @@ def run(scenario: Scenario, *, progress: ProgressFn | None = None) -> Results:
         sim = run_resolved(resolved, scenario_files(scenario), progress)
     except WorkloadDataError as exc:
         raise ScenarioError(exc.message, file=shown(exc.path), line=exc.line) from None
+    except RunRefused as exc:
+        raise ScenarioError(exc.message, **_located(scenario, exc.loc)) from None
     return collect(sim)
+
+
+def _located(scenario: Scenario, loc: tuple) -> dict:
+    """file, line and field of ``loc`` in the scenario's own file (when it has one)."""
+    where: dict = {"field": dotted_path(loc)}
+    if scenario._source is not None:
+        source = Path(scenario._source)
+        if source.is_relative_to(Path.cwd()):
+            source = source.relative_to(Path.cwd())
+        where["file"] = shown(source)
+        try:
+            where["line"] = load_yaml(Path(scenario._source))[1].line_for(loc)
+        except ScenarioError:        # the file changed since it was read
+            pass
+    return where

@@ -211,6 +211,17 @@ class Pool:
         if self.queue:
             self._dispatch()
 
+    def servable_tokens(self) -> int:
+        """The longest prompt + output a replica of this pool can serve."""
+        servable = self._servable
+        if servable is None:
+            servable = self._servable = self._probe().servable_tokens()
+        return servable
+
+    def binding_limit(self) -> tuple[str, int]:
+        """(reason, tokens) of the limit that sets :meth:`servable_tokens`."""
+        return self._probe().binding_limit()
+
     def submit(self, req: Request, front_end: bool = True) -> None:
         """A request for this pool: turned away at once when no replica could ever serve
         it, else through the engine's front end (``front_end_s``; skipped by a request

@@ -419,11 +419,11 @@ CASES += [
     Case("gamma-rate-too-high", stream_field("arrival", "{type: gamma, rate: 5e7/s, cv: 2}"),
          5, "workload", ["requests", "max_requests"]),
     Case("sinusoidal-peak-counts", stream_field(
-        "arrival", "{type: poisson, rate: {type: sinusoidal, mean: 6e5/s, amplitude: 6e5/s, "
+        "arrival", "{type: poisson, rate: {type: sinusoidal, mean: 1.2e6/s, amplitude: 1.2e6/s, "
                    "period: 10s}}"), 5, "workload", ["2.4e+07 requests"]),
     Case("piecewise-peak-counts", stream_field(
         "arrival", "{type: poisson, rate: {type: piecewise, points: [[0, 1/s], [10, 3e6/s]]}}"),
-         5, "workload", ["6e+07 requests"]),
+         5, "workload", ["3e+07 requests"]),
     Case("closed-too-many-requests",
          stream_field("arrival", "{type: closed, concurrency: 4, requests: 100000000}"),
          10, f"{STREAM}.arrival.requests", ["less than or equal to 10000000"]),
@@ -684,6 +684,88 @@ CASES += [
         (GATEWAY_MODELS[0], GATEWAY_MODELS[1] % "second")) + SECOND_POOL % "tiny-llama", 19,
          "gateway.models.llama-3.1-8b.disaggregated.decode",
          ["cannot be decoded by another"]),
+]
+
+# Part four: settings that pass every field's own check yet leave a stream, a route or a
+# pool with nothing to do.
+SPLIT = ("  models:\n    llama-3.1-8b:\n      by_prompt_length: {threshold_tokens: %d, "
+         "short: main, long: second}\n")
+CASES += [
+    Case("piecewise-rate-zero-over-the-run", stream_field(
+        "arrival", "{type: poisson, rate: {type: piecewise, points: [[0, 0], [100, 5]]}}"),
+         7, STREAM, ["adds up to 0 requests", "send nothing"]),
+    Case("alias-shadows-a-served-model", edit((GATEWAY_MODELS[0], GATEWAY_MODELS[0] +
+        "  models:\n    llama-3.1-8b: {pools: {main: 1}}\n    fast: {pools: {main: 1}}\n"
+        "  aliases:\n    llama-3.1-8b: fast\n")), 21, "gateway.aliases.llama-3.1-8b",
+         ["both an alias (of 'fast') and a served model", "could never be called"]),
+    Case("cascade-that-never-escalates", edit((GATEWAY_MODELS[0], GATEWAY_MODELS[0] +
+        "  models:\n    llama-3.1-8b:\n      cascade: {first: main, then: second, "
+        "escalation: 0}\n")) + SECOND_POOL % "llama-3.1-8b", 19,
+         "gateway.models.llama-3.1-8b.cascade.escalation", ["greater than 0"]),
+    Case("length-split-no-prompt-reaches", edit((GATEWAY_MODELS[0], GATEWAY_MODELS[0] +
+        SPLIT % 1000)) + SECOND_POOL % "llama-3.1-8b", 19,
+         "gateway.models.llama-3.1-8b.by_prompt_length.threshold_tokens",
+         ["no prompt reaches 1,000 tokens", "longest its streams send is 400",
+          "'second' would never be used"]),
+    Case("length-split-every-prompt-passes", edit((GATEWAY_MODELS[0], GATEWAY_MODELS[0] +
+        SPLIT % 100)) + SECOND_POOL % "llama-3.1-8b", 19,
+         "gateway.models.llama-3.1-8b.by_prompt_length.threshold_tokens",
+         ["every prompt is at least 100 tokens", "'main' would never be used"]),
+    Case("requests-per-min-below-one", edit(("requests_per_min: 600", "requests_per_min: 0.5")),
+         16, "gateway.teams.search.requests_per_min", ["never lets a request through"]),
+    Case("tokens-per-min-below-one-request", edit((
+        "requests_per_min: 600", "tokens_per_min: 100")), 16,
+         "gateway.teams.search.tokens_per_min",
+         ["smallest request of stream 'chat' (150 tokens", "give at least 150"]),
+    Case("token-budget-below-one-request", edit((
+        "requests_per_min: 600", "budget: {tokens: 149, period: 1h}")), 16,
+         "gateway.teams.search.budget.tokens", ["149 tokens is less than the smallest"]),
+    Case("lognormal-prompts-all-past-the-context", stream_field(
+        "prompt_tokens", "{type: lognormal, mean: 1000000, cv: 0.1}"), 7, STREAM,
+         ["requests are longer than its pool serves", "at most 131,072 (its max_model_len)"]),
+    Case("kv-cache-of-one-block", edit(("    tp: 1\n", "    tp: 1\n    kv_cache_bytes: "
+                                        "2MiB\n")), 7, STREAM,
+         ["at most 16 (a replica's whole KV cache)"]),
+    Case("token-budget-below-every-prompt-without-chunking", edit((
+        "      max_num_batched_tokens: 8192\n", "      max_num_batched_tokens: 128\n"
+        "      max_num_seqs: 16\n      chunked_prefill: false\n")), 7, STREAM,
+         ["at most 128 (max_num_batched_tokens without chunked prefill)"]),
+]
+
+# Steps, starts and transfers that would take hours: a cost model, a link or a weight
+# load set far from any real engine (checked once the pools are built).
+CASES += [
+    Case("step-overhead-of-a-day", append_to_pool(
+        "    cost_model: {type: roofline, step_overhead: 1d}\n"), 18, "pools.main",
+         ["a prefill of 1,000 prompt tokens would take 8.64e+04 s", "real engines take "
+          "milliseconds"]),
+    Case("flops-efficiency-one-in-a-trillion", append_to_pool(
+        "    cost_model: {type: roofline, flops_efficiency: 1e-12, "
+        "quantized_flops_efficiency: 1e-12}\n"), 18, "pools.main", ["would take"]),
+    Case("hardware-of-one-flop-a-second", after_duration(
+        "hardware:\n  slow:\n    name: slow\n    memory: 80GiB\n    hbm_bandwidth: 1B/s\n"
+        "    flops: {bf16: 1}\n    interconnect_bandwidth: 1GB/s\n"
+        "    price_per_gpu_hour: {on_demand: 1}"
+        ).replace("hardware: H100-SXM", "hardware: slow"), 26, "pools.main",
+         ["would take", "check the hardware's flops and bandwidths"]),
+    Case("weights-loaded-at-one-byte-a-second", append_to_pool(
+        "    cold_start: {load_bandwidth: 1B/s}\n    autoscaler: {type: target, metric: "
+        "queue_per_replica, target: 4, max_replicas: 4}\n"), 27, "pools.main.cold_start",
+         ["s to start (provisioning + weights / load_bandwidth)", "could never add one"]),
+    Case("kv-link-of-one-byte-a-second", edit((GATEWAY_MODELS[0], GATEWAY_MODELS[0] +
+        "  models:\n    llama-3.1-8b:\n      disaggregated: {prefill: main, decode: second, "
+        "link_bandwidth: 1B/s}\n")) + SECOND_POOL % "llama-3.1-8b", 19,
+         "gateway.models.llama-3.1-8b.disaggregated.link_bandwidth",
+         ["KV cache of a 1,000-token prompt would take", "raise link_bandwidth"]),
+    Case("queue-capacity-that-never-sheds", append_to_pool("    queue: {capacity: 10}\n"), 27,
+         "pools.main.queue.capacity", ["every request goes to a replica at once"]),
+    Case("front-end-of-an-hour", append_to_pool("    front_end: 1h\n"), 27,
+         "pools.main.front_end", ["less than or equal to 60"]),
+    Case("ngram-proposer-of-a-minute", edit((
+        "      type: continuous\n      max_num_batched_tokens: 8192\n",
+        "      type: speculative\n      proposer: ngram\n      acceptance_rate: 0.5\n"
+        "      ngram_cost_s: 1min\n")), 27, "pools.main.scheduler.ngram_cost_s",
+         ["less than or equal to 10"]),
 ]
 
 assert len(CASES) >= 30

@@ -81,7 +81,7 @@ pools:
     replicas: 3
     kv_cache_bytes: 1GB
     router: {type: prefix_affinity}
-    queue: {fair: true, capacity: 200}
+    queue: {fair: true, capacity: 200, max_outstanding_per_replica: 24}
     scheduler: {type: continuous, max_num_batched_tokens: 2048, max_num_seqs: 64}
   random:
     model: llama-3.1-8b

@@ -15,14 +15,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import sim
 from sim.config.resolve import resolve
 from sim.config.scenario import Scenario
 from sim.results import collect
-from sim.simulation import run_resolved
+from sim.simulation import RunRefused, run_resolved
 
 MODEL = "llama-3.1-8b"
 SERVED = "llama-3.1-8b@1"
@@ -100,7 +100,9 @@ def pools(draw, kind: str):
         queue["capacity"] = draw(st.integers(1, 30))
     if draw(st.booleans()):
         queue["fair"] = True
-    if draw(st.booleans()):
+    # (capacity and fairness act where requests wait in the pool: with an autoscaler, or
+    # a limit on what each replica holds)
+    if draw(st.booleans()) or (queue and "autoscaler" not in pool):
         queue["max_outstanding_per_replica"] = draw(st.integers(1, 8))
     if queue:
         pool["queue"] = queue
@@ -337,8 +339,13 @@ def test_invariants_hold_for_random_small_scenarios(kind, data):
     scenario = data.draw(scenarios(kind), label="scenario")
     # Known bug (see test_requests_waiting_to_retry_at_the_cut_off_are_recorded): a
     # request waiting for a client retry when the run is cut off gets no row.
-    check_invariants(scenario,
-                     every_arrival_recorded=not retry_may_be_pending_at_cut_off(scenario))
+    try:
+        check_invariants(scenario,
+                         every_arrival_recorded=not retry_may_be_pending_at_cut_off(scenario))
+    except RunRefused as exc:
+        # a stream whose every request is too long for its pools is refused before it runs
+        assert "longer than its pool serves" in exc.message, exc.message
+        assume(False)
 
 
 def test_router_types_are_all_generated():
@@ -381,7 +388,7 @@ def _without_retries(data: dict) -> dict:
 
 FIXED = {
     "preemption-heavy": _base(),
-    "no-chunked-prefill": _base(scheduler={"type": "continuous", "max_num_batched_tokens": 256,
+    "no-chunked-prefill": _base(scheduler={"type": "continuous", "max_num_batched_tokens": 512,
                                            "max_num_seqs": 4, "chunked_prefill": False}),
     "priority-with-aging": _base(scheduler={"type": "continuous", "policy": "priority",
                                             "priority_aging": 0.5, "max_num_seqs": 4,

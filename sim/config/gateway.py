@@ -41,7 +41,8 @@ class TeamConfig(StrictModel):
 class CascadeConfig(StrictModel):
     first: Name = Field(description="Pool that tries first (the small model)")
     then: Name = Field(description="Pool that gets the escalated share (the large model)")
-    escalation: float = Field(ge=0, le=1, description="Share escalated after the first attempt")
+    escalation: float = Field(gt=0, le=1, description="Share escalated after the first "
+                              "attempt (above 0: with none, route with `pools:`)")
 
     @model_validator(mode="after")
     def _check_pools(self) -> "CascadeConfig":
@@ -87,6 +88,16 @@ class ServedModelConfig(StrictModel):
     teams: list[Name] | None = Field(None, description="Only these teams may call it")
     usd_per_million_input_tokens: float = Field(0.0, ge=0, description="Price charged to budgets")
     usd_per_million_output_tokens: float = Field(0.0, ge=0, description="Price charged to budgets")
+
+    def entry_pools(self) -> list[str]:
+        """The pools a request for this name may be sent to first."""
+        if self.cascade is not None:
+            return [self.cascade.first]
+        if self.by_prompt_length is not None:
+            return [self.by_prompt_length.short, self.by_prompt_length.long]
+        if self.disaggregated is not None:
+            return [self.disaggregated.prefill]
+        return list(self.pools)
 
     @model_validator(mode="after")
     def _one_route(self) -> "ServedModelConfig":

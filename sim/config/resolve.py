@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from sim import profiles
 from sim.config.profiles import HardwareSpec, ModelSpec
 from sim.config import sanity
+from sim.config.lengths import prompt_range, shortest
 from sim.config.scenario import PoolConfig, Scenario
 from sim.cost.memory import KvBudget, kv_budget
 
@@ -211,6 +212,10 @@ def _check_gateway(scenario: Scenario, problems: list[tuple[Loc, str]]) -> None:
         if target not in gw.models:
             problems.append((("gateway", "aliases", alias), f"alias target '{target}' is not a "
                              f"served model; served: {_choices(gw.models) or 'none'}"))
+        elif alias in gw.models:
+            problems.append((("gateway", "aliases", alias), f"'{alias}' is both an alias (of "
+                             f"'{target}') and a served model: the alias would win and the "
+                             f"served model '{alias}' could never be called; rename one"))
     for name, served in gw.models.items():
         here = ("gateway", "models", name)
         pools = dict(served.pools)
@@ -321,22 +326,30 @@ def _route_streams(scenario: Scenario, problems: list[tuple[Loc, str]]) -> dict[
     return routes
 
 
-def shortest(length) -> int | None:
-    """The fewest tokens a length distribution can draw; None when only its data file
-    knows (an empirical column read from a CSV)."""
-    kind = getattr(length, "type", None)
-    if kind == "fixed":
-        return length.value
-    if kind == "uniform":
-        return length.low
-    if kind in ("lognormal", "exponential"):
-        return length.min
-    if kind == "empirical":
-        return min(length.values) if length.values else None
-    if kind == "mixture":
-        each = [shortest(c.dist) for c in length.components]
-        return None if None in each else min(each)
-    return None
+def _length_split_used(scenario: Scenario) -> list[tuple[Loc, str]]:
+    """A by-prompt-length route whose threshold no prompt of the streams calling it can
+    reach (or every prompt reaches): one of its pools would never be used."""
+    gw, problems = scenario.gateway, []
+    for name, served in gw.models.items():
+        rule = served.by_prompt_length
+        if rule is None:
+            continue
+        ranges = [prompt_range(s) for s in scenario.workload.streams.values()
+                  if s.model is not None and s.pool is None
+                  and gw.aliases.get(s.model, s.model) == name]
+        if not ranges:
+            continue
+        here = ("gateway", "models", name, "by_prompt_length", "threshold_tokens")
+        lows, highs = [lo for lo, _ in ranges], [hi for _, hi in ranges]
+        if None not in highs and max(highs) < rule.threshold_tokens:
+            problems.append((here, f"no prompt reaches {rule.threshold_tokens:,} tokens (the "
+                             f"longest its streams send is {max(highs):,}): pool "
+                             f"'{rule.long}' would never be used; lower the threshold"))
+        elif None not in lows and min(lows) >= rule.threshold_tokens:
+            problems.append((here, f"every prompt is at least {rule.threshold_tokens:,} "
+                             f"tokens (the shortest its streams send is {min(lows):,}): pool "
+                             f"'{rule.short}' would never be used; raise the threshold"))
+    return problems
 
 
 def _shortest_request_fits(scenario: Scenario, sname: str, pool: ResolvedPool | None
@@ -372,6 +385,7 @@ def resolve(scenario: Scenario) -> tuple[Resolved | None, list[tuple[Loc, str]]]
     _check_gateway(scenario, problems)
     routes = _route_streams(scenario, problems)
     problems.extend(sanity.check(scenario))
+    problems.extend(_length_split_used(scenario))
     for sname, pool_name in routes.items():
         problems.extend(_shortest_request_fits(scenario, sname, pools.get(pool_name)))
         prefix = scenario.workload.streams[sname].prefix

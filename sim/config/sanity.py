@@ -8,8 +8,11 @@ from __future__ import annotations
 import os
 
 from sim.config.scenario import Scenario
-from sim.config.workload import (ClosedArrivalConfig, ConstantRateConfig, PiecewiseRateConfig,
-                                 SinusoidalRateConfig, StreamConfig, TraceArrivalConfig)
+import numpy as np
+
+from sim.config.lengths import least_request
+from sim.config.workload import ClosedArrivalConfig, StreamConfig, TraceArrivalConfig
+from sim.workload.rates import build_rate
 
 Loc = tuple
 MAX_SAMPLES = 2_000_000          # time-series rows: (duration + drain) / sample_interval
@@ -19,26 +22,20 @@ MAX_TICKS = 10_000_000           # autoscaler decisions: (duration + drain) / ti
 BYTES_PER_REQUEST = 2048
 
 
-def _peak_rate_per_s(rate) -> float:
-    if isinstance(rate, ConstantRateConfig):
-        return rate.value
-    if isinstance(rate, PiecewiseRateConfig):
-        return max(r for _, r in rate.points)
-    if isinstance(rate, SinusoidalRateConfig):
-        return rate.mean + rate.amplitude
-    raise TypeError(type(rate).__name__)
-
-
 def expected_requests(scenario: Scenario, stream: StreamConfig) -> float:
-    """At most how many requests ``stream`` sends (a trace: none known before reading)."""
+    """How many requests ``stream`` sends on average: its rate integrated over its window
+    (a trace: none known before reading)."""
     arrival = stream.arrival
     if isinstance(arrival, ClosedArrivalConfig):
         return float(arrival.requests)
     if isinstance(arrival, TraceArrivalConfig):
         return 0.0
     end_s = scenario.duration if stream.end is None else min(stream.end, scenario.duration)
-    window_s = max(end_s - stream.start, 0.0)
-    return _peak_rate_per_s(arrival.rate) * scenario.workload.rate_scale * window_s
+    if end_s <= stream.start:
+        return 0.0
+    rate = build_rate(arrival.rate, scenario.workload.rate_scale)
+    sent = rate.cumulative(np.array([stream.start, end_s]))
+    return float(sent[1] - sent[0])
 
 
 def _memory_bytes() -> float | None:
@@ -74,9 +71,9 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
         expected = expected_requests(scenario, stream)
         if not isinstance(stream.arrival, (ClosedArrivalConfig, TraceArrivalConfig)) and \
                 stream.start < duration_s and expected < 1e-3:
-            problems.append((here, f"at its highest rate the stream sends {expected:.3g} "
-                             "requests over its window: it would most likely send nothing; "
-                             "raise its rate or lengthen the run"))
+            problems.append((here, f"the stream's rate adds up to {expected:.3g} requests "
+                             "over its window (start to end or duration): it would most "
+                             "likely send nothing; raise its rate or lengthen the run"))
         total += expected
     for name, pool in scenario.pools.items():
         here = ("pools", name)
@@ -139,10 +136,50 @@ def _check_pool_policies(scenario: Scenario) -> list[tuple[Loc, str]]:
         if queue.weights and not queue.fair:
             problems.append((here + ("queue", "weights"), "weights share the queue between "
                              "teams only with fair: true; add it or remove the weights"))
+        fixed = getattr(scaler, "type", "fixed") == "fixed"
+        if fixed and queue.max_outstanding_per_replica is None and \
+                (queue.capacity is not None or queue.fair):
+            what = "capacity" if queue.capacity is not None else "fair"
+            problems.append((here + ("queue", what), f"queue.{what} takes effect only when "
+                             "requests wait in the pool, and in a pool of fixed size without "
+                             "max_outstanding_per_replica every request goes to a replica at "
+                             "once: set queue.max_outstanding_per_replica (or an autoscaler)"))
         for team in queue.weights:
             if team not in teams:
                 problems.append((here + ("queue", "weights", team), f"unknown team '{team}'; "
                                  f"teams: {', '.join(sorted(teams))}"))
+    return problems
+
+
+def _stream_team(scenario: Scenario, stream: StreamConfig) -> str:
+    key = scenario.gateway.keys.get(stream.api_key) if stream.api_key is not None else None
+    return key.team if key is not None else stream.team
+
+
+def _limits_pass_a_request(scenario: Scenario) -> list[tuple[Loc, str]]:
+    """A team limit smaller than one request lets none of it through: a requests-per-minute
+    bucket below one request, a tokens-per-minute bucket or a token budget below the
+    smallest request a stream of the team sends (each bucket holds one minute's worth)."""
+    problems: list[tuple[Loc, str]] = []
+    for team, limits in scenario.gateway.teams.items():
+        here = ("gateway", "teams", team)
+        if limits.requests_per_min is not None and limits.requests_per_min < 1:
+            problems.append((here + ("requests_per_min",), f"{limits.requests_per_min:g} "
+                             "requests a minute never lets a request through (the bucket "
+                             "holds a minute's worth, less than one request): give at least 1"))
+        token_limits = [(("tokens_per_min",), limits.tokens_per_min, "a minute's worth")]
+        if limits.budget is not None and limits.budget.tokens is not None:
+            token_limits.append((("budget", "tokens"), limits.budget.tokens, "a period's"))
+        for sname, stream in scenario.workload.streams.items():
+            least = least_request(stream)
+            if least is None or _stream_team(scenario, stream) != team:
+                continue
+            for field, limit, held in token_limits:
+                if limit is not None and limit < least:
+                    problems.append((here + field, f"{limit:g} tokens is less than the "
+                                     f"smallest request of stream '{sname}' ({least:,} tokens"
+                                     f", prompt + output): {held} never lets one through; "
+                                     f"give at least {least:,}"))
     return problems
 
 
@@ -163,6 +200,7 @@ def _check_teams(scenario: Scenario) -> list[tuple[Loc, str]]:
             problems.append((("workload", "streams", name, "team"), f"the stream says team "
                              f"'{stream.team}' but its API key '{stream.api_key}' belongs to "
                              f"'{key.team}': the gateway bills the key's team; give one"))
+    problems.extend(_limits_pass_a_request(scenario))
     priced = any(m.usd_per_million_input_tokens > 0 or m.usd_per_million_output_tokens > 0
                  for m in gw.models.values())
     for team, limits in gw.teams.items():

@@ -103,11 +103,11 @@ class PoolConfig(StrictModel):
                             "model reads, its per-request front-end time and the continuous "
                             "scheduler's default KV admission (see sim/engines.py)")
     front_end: Seconds | None = Field(
-        None, description="Per-request time in the engine's front end (API server, "
+        None, le=60.0, description="Per-request time in the engine's front end (API server, "
                           "tokenisation, prefill dispatch) before the request reaches the "
                           "queue, so it adds to TTFT and end-to-end latency; default: the "
                           "engine's (vllm 0.8 ms per layer, sglang and trtllm none), or none "
-                          "on a calibrated profile measured on a whole engine")
+                          "on a calibrated profile measured on a whole engine; at most 60 s")
     scheduler: SchedulerConfig = Field(default_factory=ContinuousConfig,
                                        description="Batching policy of each replica")
     router: RouterConfig = Field(default_factory=RoundRobinConfig,

@@ -148,6 +148,10 @@ class Scheduler(ABC):
             servable = self._servable = min(most for _, most in self._token_limits())
         return servable
 
+    def binding_limit(self) -> tuple[str, int]:
+        """(reason, tokens) of the tightest limit on prompt + output."""
+        return min(self._token_limits(), key=lambda limit: limit[1])
+
     def _token_limits(self) -> list[tuple[str, int]]:
         """(reason, longest sequence allowed) of each limit a request is refused for,
         in the order they are reported."""

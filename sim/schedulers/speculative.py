@@ -99,7 +99,8 @@ class SpeculativeConfig(StrictModel):
         gt=0.0, lt=1.0, description="Probability that each draft token is accepted, "
                                     "independently, until the first rejection")
     ngram_cost_s: Seconds = Field(
-        0.0002, description="CPU time of the n-gram proposer per step")
+        0.0002, le=10.0, description="CPU time of the n-gram proposer per step (at most "
+                                     "10 s)")
 
     @model_validator(mode="after")
     def _check(self) -> "SpeculativeConfig":
