@@ -1,6 +1,7 @@
 """The Python API: load a scenario, run it, get DataFrames back."""
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from sim.errors import Problem, ScenarioError, dotted_path, from_validation_erro
 from sim.inputs import InputFileError, check_regular, scenario_files, shown
 from sim.paths import resolve_scenario_path
 from sim.results import Results, collect
-from sim.simulation import ProgressFn, RunRefused, run_resolved
+from sim.simulation import ProgressFn, RunRefused, Simulation
 from sim.workload import WorkloadDataError
 from sim.yamlio import LineMap, load_yaml
 
@@ -22,7 +23,7 @@ def _resolve_or_raise(scenario: Scenario, file: str | None, line_map: LineMap | 
     if resolved is None:
         raise ScenarioError.many([
             Problem(msg, file=file, line=line_map.line_for(loc) if line_map else None,
-                    field=".".join(str(p) for p in loc))
+                    field=dotted_path(loc))
             for loc, msg in problems])
     return resolved
 
@@ -125,16 +126,25 @@ def with_overrides(scenario: Scenario, *, seed: int | None = None,
     return out
 
 
-def run(scenario: Scenario, *, progress: ProgressFn | None = None) -> Results:
-    """Simulate ``scenario`` and return its tables and summary."""
+def prepare(scenario: Scenario) -> Simulation:
+    """Everything a run does before its first event (resolve the fleet, read the data
+    files, generate the arrivals, build the pools) and its checks; raises ScenarioError
+    on any problem. ``fleetsim lint`` stops here."""
     resolved = _resolve_or_raise(scenario, scenario._source, None)
     try:
-        sim = run_resolved(resolved, scenario_files(scenario), progress)
+        return Simulation(resolved, scenario_files(scenario))
     except WorkloadDataError as exc:
         raise ScenarioError(exc.message, file=shown(exc.path), line=exc.line) from None
     except RunRefused as exc:
         raise ScenarioError(exc.message, **_located(scenario, exc.loc)) from None
-    return collect(sim)
+
+
+def run(scenario: Scenario, *, progress: ProgressFn | None = None) -> Results:
+    """Simulate ``scenario`` and return its tables and summary."""
+    t0 = time.perf_counter()
+    simulation = prepare(scenario).run(progress)
+    simulation.wall_s = time.perf_counter() - t0
+    return collect(simulation)
 
 
 def _located(scenario: Scenario, loc: tuple) -> dict:

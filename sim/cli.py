@@ -197,7 +197,9 @@ def _cmd_replications(args: argparse.Namespace, scenario) -> int:
         return [path]
 
     write_folder(write, out_dir, force=args.force, inputs=inputs, command="run --replications")
-    if not args.quiet:
+    if args.json:
+        print(json.dumps(result["figures"], indent=2))
+    elif not args.quiet:
         figs = result["figures"]
         for key in ("latency_s.ttft.p50", "latency_s.ttft.p99", "latency_s.tpot.p50",
                     "latency_s.tpot.p99", "throughput.requests_per_s",
@@ -235,6 +237,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from sim.output_paths import prepare_folder
 
+    if args.replications > 1 and args.sweep:
+        raise ScenarioError("--sweep adds a sweep's curves to one run's report; it does not "
+                            "go with --replications", field="--sweep")
+    if args.workers > 1 and args.replications == 1:
+        raise ScenarioError("--workers runs replications side by side: give --replications "
+                            "N as well", field="--workers")
     scenario = _load(args)
     if args.replications > 1:
         return _cmd_replications(args, scenario)
@@ -282,12 +290,22 @@ def _cmd_size(args: argparse.Namespace) -> int:
         if p not in scenario.pools:
             raise ScenarioError(f"--pool: unknown pool '{p}'; pools: {', '.join(scenario.pools)}",
                                 field="--pool")
-    if args.max_rate:
-        for pool in pools or list(scenario.pools):
-            print(json.dumps({"pool": pool, **max_rate(scenario, slos, pool)}))
-        return 0
     inputs = _inputs(args, scenario)
     out = prepare_folder(args.out, force=args.force, inputs=inputs) if args.out else None
+    if args.max_rate:
+        rates = [{"pool": pool, **max_rate(scenario, slos, pool)}
+                 for pool in pools or list(scenario.pools)]
+        if out is not None:
+            def write_rates(folder: Path) -> list[Path]:
+                path = folder / "max-rate.json"
+                path.write_text(json.dumps(rates, indent=2) + "\n", encoding="utf-8")
+                return [path]
+
+            write_folder(write_rates, out, force=args.force, inputs=inputs,
+                         command="size --max-rate")
+        for row in rates:
+            print(json.dumps(row))
+        return 0
     table = size(scenario, slos, pools)
     if out is not None:
         def write(folder: Path) -> list[Path]:
@@ -416,8 +434,10 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 def _cmd_lint(args: argparse.Namespace) -> int:
     import sim
+    from sim.api import prepare
     for path in args.scenarios:
-        sim.load_scenario(path, allow_paths=_allowed(args))
+        # everything up to the first simulated event: data files read, arrivals drawn
+        prepare(sim.load_scenario(path, allow_paths=_allowed(args)))
         print(f"{path}: ok")
     return 0
 
@@ -451,6 +471,7 @@ def _cmd_calibrate_from_kernels(args: argparse.Namespace) -> int:
         raise ScenarioError(f"--gpu {args.gpu}: unknown GPU; known: "
                             f"{', '.join(sorted(GPU_FOLDERS))}")
     dtype, kv_dtype = args.dtype or "bf16", args.kv_dtype or "bf16"
+    args.engine = args.engine or "vllm"
     try:
         shape = load_model(args.model)
     except ValueError as exc:
@@ -513,7 +534,8 @@ def _check_profile_files(profile: Path, *siblings: str) -> None:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     if args.source is not None:
         return _cmd_calibrate_from_kernels(args)
-    for flag, value in (("--gpu", args.gpu), ("--engine-version", args.engine_version),
+    for flag, value in (("--gpu", args.gpu), ("--engine", args.engine),
+                        ("--engine-version", args.engine_version),
                         ("--kv-dtype", args.kv_dtype), ("--kernel-db", args.kernel_db)):
         if value is not None:
             raise ScenarioError(f"{flag} is for profiles built from measured kernels "
@@ -739,7 +761,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editors)")
     schema.set_defaults(func=_cmd_schema)
 
-    check = sub.add_parser("lint", help="validate scenario files without running them")
+    check = sub.add_parser("lint", help="validate scenario files and the data they read, without running them")
     check.add_argument("scenarios", nargs="+")
     _add_allow_path(check)
     check.set_defaults(func=_cmd_lint)
@@ -767,7 +789,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "'fleetsim[kernels]') instead of timing this machine")
     cal.add_argument("--gpu", help="with --from: the GPU (H100-SXM, H200, B200, A100-80GB, "
                                    "L40S)")
-    cal.add_argument("--engine", choices=("vllm", "sglang", "trtllm"), default="vllm",
+    cal.add_argument("--engine", choices=("vllm", "sglang", "trtllm"), default=None,
                      help="with --from: the engine whose kernels were timed (default: vllm)")
     cal.add_argument("--engine-version", help="with --from: that engine's version in the "
                                               "database (default: its newest)")

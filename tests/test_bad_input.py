@@ -602,6 +602,13 @@ CASES += [
     Case("scheduled-autoscaler-all-zero", append_to_pool(
         "    autoscaler: {type: scheduled, table: [[0, 0], [3600, 0]]}\n"), 27,
          "pools.main.autoscaler.table", ["never serve a request"]),
+    Case("scheduled-autoscaler-zero-while-the-run-lasts", append_to_pool(
+        "    autoscaler: {type: scheduled, table: [[0, 0], [7200, 2]]}\n"), 27,
+         "pools.main.autoscaler.table", ["rows in force during the run (3620 s with its "
+                                         "drain) all ask for 0 replicas"]),
+    Case("scheduled-row-shorter-than-a-decision", append_to_pool(
+        "    autoscaler: {type: scheduled, table: [[0, 1], [1, 3], [100, 1]]}\n"), 27,
+         "pools.main.autoscaler.table[0]", ["row 0 holds for 1 s, less than the 2 s"]),
     Case("api-key-of-another-team", edit(
         ("      team: search\n", "      team: search\n      api_key: k\n"),
         ("gateway:\n", "gateway:\n  keys:\n    k: {team: ads}\n")), 8,
@@ -759,6 +766,10 @@ CASES += [
          ["KV cache of a 1,000-token prompt would take", "raise link_bandwidth"]),
     Case("queue-capacity-that-never-sheds", append_to_pool("    queue: {capacity: 10}\n"), 27,
          "pools.main.queue.capacity", ["every request goes to a replica at once"]),
+    Case("sizing-an-unknown-gpu", append_to_pool("    sizing: {hardware: [H999, H200]}\n"),
+         27, "pools.main.sizing.hardware[0]", ["unknown hardware 'H999'", "H100-SXM"]),
+    Case("sizing-a-tp-that-splits-no-heads", append_to_pool("    sizing: {tp: [1, 3]}\n"),
+         27, "pools.main.sizing.tp[1]", ["tp=3 does not divide", "valid: 1, 2, 4, 8"]),
     Case("front-end-of-an-hour", append_to_pool("    front_end: 1h\n"), 27,
          "pools.main.front_end", ["less than or equal to 60"]),
     Case("ngram-proposer-of-a-minute", edit((
@@ -1017,6 +1028,17 @@ def test_lint_reports_every_bad_file_and_exits_2(tmp_path, capsys):
     assert captured.err.startswith(f"error: {bad_path}:22: pools.main.replicsa: unknown key")
 
 
+@pytest.mark.parametrize("case", [c for c in CASES if c.xfail is None], ids=lambda c: c.id)
+def test_lint_refuses_what_run_refuses(tmp_path, capsys, case):
+    """`lint` goes as far as a run does before its first event (data files read,
+    arrivals drawn, pools built): every case of the catalogue fails there alike."""
+    path = write_case(tmp_path, case)
+    assert run_main(["lint", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert location(tmp_path / case.where, case.line).search(err), err
+    assert all(fragment in err for fragment in case.fragments), err
+
+
 def test_lint_checks_that_a_trace_file_exists(tmp_path, capsys):
     path = tmp_path / "s.yaml"
     path.write_text(trace_stream("no-such-trace.csv"))
@@ -1108,6 +1130,15 @@ ARGV_CASES = [
      ["not a recorded vLLM run fleetsim can read"]),
     ("check-baseline-number-of-5000-digits", ["check", "{s}", "--baseline", "{d}/b.json"],
      ["number too long"]),
+    ("run-replications-with-a-sweep-table", ["run", "{s}", "--replications", "2", "--sweep",
+                                             "{d}/b.json", "--out", "{d}/o"],
+     ["--sweep", "does not go with --replications"]),
+    ("run-workers-without-replications", ["run", "{s}", "--workers", "2", "--out", "{d}/o"],
+     ["--workers", "give --replications N"]),
+    ("calibrate-engine-without-kernels", ["calibrate", "--model", "tiny-llama", "--engine",
+                                          "sglang", "--quick",
+                                          "--out", "{d}/o"],
+     ["--engine is for profiles built from measured kernels"]),
 ]
 
 

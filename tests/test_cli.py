@@ -155,3 +155,38 @@ def test_import_sim_does_not_import_torch():
                           cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
+
+
+MAX_RATE_SCENARIO = """\
+name: max-rate
+seed: 3
+duration: 30s
+workload:
+  streams:
+    chat:
+      model: llama-3.1-8b
+      arrival: {type: poisson, rate: 4/s}
+      prompt_tokens: 500
+      output_tokens: 100
+pools:
+  main:
+    model: llama-3.1-8b
+    hardware: H100-SXM
+    replicas: 1
+"""
+
+
+def test_size_max_rate_writes_its_answer_to_out(tmp_path, capsys):
+    """`size --max-rate --out DIR` writes the rates it prints (it used to write nothing)."""
+    path = tmp_path / "s.yaml"
+    path.write_text(MAX_RATE_SCENARIO, encoding="utf-8")
+    out = tmp_path / "o"
+    assert main(["size", str(path), "--max-rate", "--slo", "ttft_p99=500ms",
+                 "--out", str(out)]) == 0
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    written = json.loads((out / "max-rate.json").read_text(encoding="utf-8"))
+    assert written == printed
+    assert written[0]["pool"] == "main" and written[0]["rate_scale"] > 1.0
+    # the base load is about 4 requests a second: the rate found scales it
+    assert written[0]["requests_per_s"] == pytest.approx(4 * written[0]["rate_scale"],
+                                                         rel=0.2)

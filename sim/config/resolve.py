@@ -96,6 +96,8 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
     if hw is None:
         problems.append((here + ("hardware",), f"unknown hardware '{pool.hardware}'; known: "
                          f"{_choices(set(profiles.hardware_names()) | set(scenario.hardware))}"))
+    if model is not None:
+        problems.extend(_check_sizing(here, pool, model, scenario))
     if model is None or hw is None:
         return None
     tp = pool.tp
@@ -103,7 +105,7 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
         problems.append((here + ("tp",), f"tp={tp} exceeds the {hw.max_gpus_per_node} GPUs "
                          f"of one {hw.name} node"))
         return None
-    if model.num_heads % tp or model.num_kv_heads % tp and tp % model.num_kv_heads:
+    if not _splits_heads(model, tp):
         valid = _valid_tps(model, hw)
         problems.append((here + ("tp",), f"tp={tp} does not divide {model.name}'s "
                          f"{model.num_heads} attention heads / {model.num_kv_heads} KV heads; "
@@ -154,10 +156,45 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
                         max_model_len=max_len, price_per_gpu_hour=price)
 
 
+def _check_sizing(here: Loc, pool: PoolConfig, model, scenario: Scenario
+                  ) -> list[tuple[Loc, str]]:
+    """The GPU kinds and TP degrees `fleetsim size` is asked to try exist for the model (an
+    option that exists but does not fit is a finding of the search, not an error)."""
+    opts, problems = pool.sizing, []
+    if opts is None:
+        return problems
+    known = set(profiles.hardware_names()) | set(scenario.hardware)
+    kinds = [profiles.find_hardware(h, scenario.hardware) for h in opts.hardware or ()]
+    for i, (name, hw) in enumerate(zip(opts.hardware or (), kinds)):
+        if hw is None:
+            problems.append((here + ("sizing", "hardware", i), f"unknown hardware '{name}'; "
+                             f"known: {_choices(known)}"))
+    if not opts.tp:
+        return problems
+    kinds = [hw for hw in kinds if hw is not None] or \
+        [h for h in [profiles.find_hardware(pool.hardware, scenario.hardware)] if h is not None]
+    largest = max((hw.max_gpus_per_node for hw in kinds), default=None)
+    for i, tp in enumerate(opts.tp):
+        if not _splits_heads(model, tp):
+            valid = [t for t in range(1, (largest or 8) + 1) if _splits_heads(model, t)]
+            problems.append((here + ("sizing", "tp", i), f"tp={tp} does not divide "
+                             f"{model.name}'s {model.num_heads} attention heads / "
+                             f"{model.num_kv_heads} KV heads; valid: "
+                             f"{', '.join(map(str, valid))}"))
+        elif largest is not None and tp > largest:
+            problems.append((here + ("sizing", "tp", i), f"tp={tp} exceeds the {largest} "
+                             "GPUs of one node of every GPU kind tried"))
+    return problems
+
+
+def _splits_heads(model, tp: int) -> bool:
+    """``tp`` GPUs share the attention heads evenly (KV heads split or replicated)."""
+    return model.num_heads % tp == 0 and (model.num_kv_heads % tp == 0
+                                          or tp % model.num_kv_heads == 0)
+
+
 def _valid_tps(model, hw) -> list[int]:
-    return [t for t in range(1, hw.max_gpus_per_node + 1)
-            if model.num_heads % t == 0 and (model.num_kv_heads % t == 0
-                                             or t % model.num_kv_heads == 0)]
+    return [t for t in range(1, hw.max_gpus_per_node + 1) if _splits_heads(model, t)]
 
 
 def _no_room(model, hw, pool: PoolConfig) -> tuple[str, str]:

@@ -5,11 +5,13 @@ samples, autoscaler ticks), each naming its bound and how to move it.
 """
 from __future__ import annotations
 
+import bisect
 import os
 
 from sim.config.scenario import Scenario
 import numpy as np
 
+from sim.autoscalers.base import DEFAULT_TICK_S
 from sim.config.lengths import least_request
 from sim.config.workload import ClosedArrivalConfig, StreamConfig, TraceArrivalConfig
 from sim.workload.rates import build_rate
@@ -115,6 +117,30 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
     return problems
 
 
+def _check_schedule(here: Loc, scaler, run_s: float) -> list[tuple[Loc, str]]:
+    """A schedule that asks for no replica while the run lasts, or has a row that holds
+    for less than the time between two decisions (it might never take effect)."""
+    times_s, counts = [row.at for row in scaler.table], [row.replicas for row in scaler.table]
+    if all(n == 0 for n in counts):
+        return [(here + ("table",), "every row asks for 0 replicas: the pool would never "
+                 "serve a request")]
+    # the rows in force during [0, run_s): the one at time 0 (the last row before the
+    # first time), and every row whose time comes before the run ends
+    live = {counts[bisect.bisect_right(times_s, 0.0) - 1]}
+    live |= {n for t, n in zip(times_s, counts) if run_s >= scaler.period or t < run_s}
+    if live == {0}:
+        return [(here + ("table",), f"the rows in force during the run ({run_s:g} s with "
+                 "its drain) all ask for 0 replicas: the pool would never serve a request")]
+    problems = []
+    ends_s = times_s[1:] + [scaler.period + times_s[0]]
+    for i, (start_s, end_s) in enumerate(zip(times_s, ends_s)):
+        if len(times_s) > 1 and end_s - start_s < DEFAULT_TICK_S:
+            problems.append((here + ("table", i), f"row {i} holds for {end_s - start_s:g} s, "
+                             f"less than the {DEFAULT_TICK_S:g} s between two autoscaler "
+                             "decisions: it might never take effect"))
+    return problems
+
+
 def _known_teams(scenario: Scenario) -> set[str]:
     gw = scenario.gateway
     return ({s.team for s in scenario.workload.streams.values()} | set(gw.teams)
@@ -129,9 +155,9 @@ def _check_pool_policies(scenario: Scenario) -> list[tuple[Loc, str]]:
         here = ("pools", name)
         scaler = pool.autoscaler
         table = getattr(scaler, "table", None)
-        if table is not None and all(row.replicas == 0 for row in table):
-            problems.append((here + ("autoscaler", "table"), "every row asks for 0 replicas: "
-                             "the pool would never serve a request"))
+        if table is not None:
+            problems.extend(_check_schedule(here + ("autoscaler",), scaler,
+                                            scenario.duration + scenario.drain))
         queue = pool.queue
         if queue.weights and not queue.fair:
             problems.append((here + ("queue", "weights"), "weights share the queue between "
