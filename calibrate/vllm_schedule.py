@@ -136,6 +136,27 @@ def _rid(text) -> int:
     return int(str(text).split("-", 1)[0])
 
 
+def _check_ranges(settings: EngineSettings, requests: dict, where: str) -> None:
+    """Settings and requests a served run can have: counts of at least one, known
+    policies; anything else is not a run vLLM served."""
+    for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks",
+                 "max_model_len"):
+        if getattr(settings, name) < 1:
+            raise ServeLogError(f"{where}: engine.{name} is {getattr(settings, name)}; a "
+                                "served run has at least 1")
+    for name, known in (("policy", ("fcfs", "priority")),
+                        ("kv_admission", ("on_demand", "whole_prompt", "guaranteed_no_evict"))):
+        if getattr(settings, name) not in known:
+            raise ServeLogError(f"{where}: engine.{name} is {getattr(settings, name)[:40]!r}; "
+                                f"known: {', '.join(known)}")
+    for req in requests.values():
+        if req.prompt_tokens < 1 or req.output_tokens < 1 or req.prefix_tokens < 0:
+            raise ServeLogError(f"{where}: request {req.id} has {req.prompt_tokens} prompt "
+                                f"tokens, max_tokens {req.output_tokens} and "
+                                f"{req.prefix_tokens} prefix tokens; a served request has at "
+                                "least 1 of each (prefix at least 0)")
+
+
 def load(plan: dict, log: dict, where: str = "log") -> ServeLog:
     if log.get("format") != SERVE_FORMAT:
         raise ServeLogError(f"{where}: not a vLLM serve log (format {log.get('format')!r})")
@@ -157,6 +178,7 @@ def load(plan: dict, log: dict, where: str = "log") -> ServeLog:
             s["start_s"], s["end_s"] = float(s["start_s"]), float(s["end_s"])
     except (KeyError, TypeError, ValueError) as exc:
         raise ServeLogError(f"{where}: missing or malformed field {exc}") from None
+    _check_ranges(settings, requests, where)
     return ServeLog(settings, requests, arrival, steps, list(log["requests"]),
                     dict(log.get("meta") or {}))
 

@@ -1,8 +1,8 @@
 """Writers that make an output appear complete or not at all.
 
-* :func:`write_file` writes a file under a fresh hidden name in the same
-  folder (``tempfile.mkstemp``: created exclusively, never through a link)
-  and renames it into place.
+* :func:`write_file` writes a file in a fresh hidden folder beside it
+  (``tempfile.mkdtemp``: created exclusively, never through a link; it holds
+  the marker) and renames it into place.
 * :func:`write_folder` builds a folder as a hidden sibling ``.NAME.tmp-PID``
   and renames it into place; an earlier folder it replaces is moved aside to
   ``.NAME.old-PID`` and removed only once it is known to be the very folder
@@ -46,11 +46,11 @@ def remove(path: Path) -> None:
 def remove_stale(parent: Path, name: str) -> list[Path]:
     """Remove the temporary siblings that killed runs left in ``parent``.
 
-    A folder ``.X.tmp-PID`` or ``.X.old-PID`` goes when it holds the marker and
-    process PID is gone (or is this process and X is ``name``: an earlier,
-    interrupted write of the same output); a file ``.name.tmp-PID-RANDOM`` (a
-    single output file being written, named by :func:`write_file`) under the
-    same conditions. Links and anything else are left alone.
+    A folder ``.X.tmp-PID``, ``.X.old-PID`` or ``.X.tmp-PID-RANDOM`` (where
+    :func:`write_file` stages one file) goes when it holds the marker and process
+    PID is gone (or is this process and X is ``name``: an earlier, interrupted
+    write of the same output). Files, links and folders without the marker are
+    left alone, whatever their names: only what fleetsim wrote is removed.
     """
     removed = []
     try:
@@ -60,17 +60,14 @@ def remove_stale(parent: Path, name: str) -> list[Path]:
         return removed
     for entry in entries:
         match = _TEMP_NAME.match(entry.name)
-        if match is None or entry.is_symlink():
+        if match is None or entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
             continue
         pid = int(match["pid"])
         own = pid == os.getpid()
         if (own and match["name"] != name) or (not own and _alive(pid)):
             continue
         path = Path(entry.path)
-        if entry.is_dir(follow_symlinks=False):
-            if match["rand"] is not None or not has_marker(path):
-                continue
-        elif match["name"] != name or match["kind"] != "tmp" or match["rand"] is None:
+        if not has_marker(path):
             continue
         try:
             remove(path)
@@ -81,27 +78,27 @@ def remove_stale(parent: Path, name: str) -> list[Path]:
 
 
 def write_file(path: Path, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` through a fresh hidden sibling renamed into place."""
+    """Write ``data`` to ``path`` through a fresh hidden sibling folder (holding the
+    marker, so that a killed run's leftover is known as fleetsim's), renamed into place."""
     path = Path(path)
-    tmp = None
+    stage = None
     try:
         remove_stale(path.parent, path.name)
         if isinstance(data, str):
             data = data.encode("utf-8")
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-{os.getpid()}-")
-        tmp = Path(name)
-        with os.fdopen(fd, "wb") as fh:
+        stage = Path(tempfile.mkdtemp(dir=path.parent,
+                                      prefix=f".{path.name}.tmp-{os.getpid()}-"))
+        write_marker(stage, "write " + path.name)
+        tmp = stage / "data"
+        with open(tmp, "xb") as fh:
             fh.write(data)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except OSError as exc:
         raise os_error(exc, path, started=True) from None
     finally:
-        if tmp is not None and os.path.lexists(tmp):
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
+        if stage is not None:
+            _discard(stage)
 
 
 def _umask() -> int:

@@ -104,11 +104,25 @@ def sweep_varied(table) -> list[str]:
 
 
 def check_sweep_table(table, where: str) -> None:
+    import numpy as np
+    import pandas as pd
+
+    from sim.errors import ScenarioError
     missing = [c for c in (SWEEP_X, *SWEEP_Y) if c not in table.columns]
     if missing or not sweep_varied(table):
-        from sim.errors import ScenarioError
         raise ScenarioError(f"{where} is not a `fleetsim sweep` table (missing "
                             f"{', '.join(missing) or 'the varied columns'})", file=where)
+    for column in (SWEEP_X, *SWEEP_Y):
+        given = table[column]
+        values = pd.to_numeric(given, errors="coerce").to_numpy(dtype=np.float64)
+        # empty is allowed (a point where no request finished); anything else is a
+        # finite number of at least 0
+        bad = (given.notna().to_numpy() & ~(np.isfinite(values) & (values >= 0)))
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise ScenarioError(f"{str(given.iloc[row])[:40]!r} is not a figure "
+                                "a sweep writes (a finite number, at least 0, or empty)",
+                                file=where, line=row + 2, field=column)
 
 
 def sweep_figure(table, x: str = SWEEP_X, ys: tuple[str, ...] = SWEEP_Y) -> Figure:

@@ -1133,6 +1133,8 @@ ARGV_CASES = [
     ("run-replications-with-a-sweep-table", ["run", "{s}", "--replications", "2", "--sweep",
                                              "{d}/b.json", "--out", "{d}/o"],
      ["--sweep", "does not go with --replications"]),
+    ("run-sweep-table-of-words", ["run", "{s}", "--sweep", "{d}/sw.csv", "--out", "{d}/o"],
+     ["sw.csv:3: ttft_p99_s: 'soon' is not a figure a sweep writes"]),
     ("run-workers-without-replications", ["run", "{s}", "--workers", "2", "--out", "{d}/o"],
      ["--workers", "give --replications N"]),
     ("calibrate-engine-without-kernels", ["calibrate", "--model", "tiny-llama", "--engine",
@@ -1156,6 +1158,9 @@ def test_a_bad_command_line_is_refused_before_any_work(tmp_path, capsys, argv, f
         "pools": {"main": {"replicas": 10 ** 400}}, "latency_s": {}, "throughput": {}}),
         encoding="utf-8")
     (tmp_path / "m.yaml").write_text("num_layers: [1, 2]\n", encoding="utf-8")
+    (tmp_path / "sw.csv").write_text(
+        "pools.main.replicas,arrived,output_tokens_per_s,ttft_p99_s,tpot_p99_s\n"
+        "1,40,100.5,,\n2,40,210,soon,0.02\n", encoding="utf-8")
     run = tmp_path / "runs" / "w"
     run.mkdir(parents=True)
     (run / "plan.json").write_text('{"engine": {"block_size": 0}}', encoding="utf-8")

@@ -487,6 +487,27 @@ def test_a_link_planted_at_the_temporary_name_is_not_written_through(tmp_path):
     assert not out.is_symlink() and out.read_text() == "a,b\n1,2\n"
 
 
+def test_a_users_file_named_like_a_stale_temporary_survives(tmp_path):
+    """Only a marked staging folder of a dead process is removed: never a user's file or
+    unmarked folder that happens to carry the name."""
+    from sim.atomic_write import write_file
+    from sim.output_names import write_marker
+    pid = dead_pid()
+    mine = tmp_path / f".t.csv.tmp-{pid}-abcdefgh"
+    mine.write_text("precious")
+    unmarked = tmp_path / f".t.csv.tmp-{pid}-ijklmnop"
+    unmarked.mkdir()
+    ours = tmp_path / f".t.csv.tmp-{pid}-qrstuvwx"
+    ours.mkdir()
+    write_marker(ours, "write t.csv")
+    (ours / "data").write_text("half written")
+    write_file(tmp_path / "t.csv", "a\n1\n")
+    assert mine.read_text() == "precious" and unmarked.is_dir()
+    assert not ours.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [mine.name, unmarked.name, "t.csv"])
+
+
 def test_calibrate_replaces_only_its_own_profiles(tmp_path, capsys):
     from sim.cli import _check_profile_files, is_profile
     from sim.errors import ScenarioError

@@ -91,6 +91,23 @@ def test_a_log_of_another_format_is_refused(tmp_path):
                                             "requests": [], "steps": []}, "x.json")
 
 
+@pytest.mark.parametrize("edit, expect", [
+    (lambda plan: plan["engine"].update(num_blocks=-5), "engine.num_blocks is -5"),
+    (lambda plan: plan["engine"].update(max_num_batched_tokens=0),
+     "engine.max_num_batched_tokens is 0"),
+    (lambda plan: plan["engine"].update(policy="lifo"), "engine.policy is 'lifo'"),
+    (lambda plan: plan["requests"][0].update(max_tokens=-1), "max_tokens -1"),
+])
+def test_a_plan_no_served_run_could_have_is_refused(edit, expect):
+    folder = DATA / "vllm-light"
+    plan = vllm_schedule.read_json(folder / vllm_engine.PLAN_NAME)
+    log = vllm_schedule.read_json(vllm_engine.log_file(folder))
+    vllm_schedule.load(plan, log, "x.json")
+    edit(plan)
+    with pytest.raises(vllm_schedule.ServeLogError, match=expect):
+        vllm_schedule.load(plan, log, "x.json")
+
+
 # -- planning a scenario for vLLM -----------------------------------------------------------
 def test_a_plan_keeps_the_pools_limits_and_shares_prefix_token_ids():
     p = vllm_engine.plan(SCENARIOS / "prefix-cache.yaml").data

@@ -86,8 +86,10 @@ class ServedModelConfig(StrictModel):
     min_tp: int | None = Field(None, gt=0, description="Fewest GPUs per replica it needs")
     min_gpu_memory: Bytes | None = Field(None, description="Least memory per GPU it needs")
     teams: list[Name] | None = Field(None, description="Only these teams may call it")
-    usd_per_million_input_tokens: float = Field(0.0, ge=0, description="Price charged to budgets")
-    usd_per_million_output_tokens: float = Field(0.0, ge=0, description="Price charged to budgets")
+    usd_per_million_input_tokens: float = Field(
+        0.0, ge=0, le=1_000_000, description="Price charged to budgets (at most $1,000,000)")
+    usd_per_million_output_tokens: float = Field(
+        0.0, ge=0, le=1_000_000, description="Price charged to budgets (at most $1,000,000)")
 
     def entry_pools(self) -> list[str]:
         """The pools a request for this name may be sent to first."""
