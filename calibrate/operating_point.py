@@ -34,7 +34,7 @@ def operating_point(row) -> dict | None:
     Server run with a published throughput and TPOT p50."""
     from sim.api import load_scenario
     from sim.config.resolve import resolve
-    from sim.pool import build_cost_model
+    from sim.cost import build_cost_model
     pub = row.published
     if row.kind != "server" or "output_tokens_per_s" not in pub or "tpot_p50_ms" not in pub:
         return None

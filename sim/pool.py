@@ -21,64 +21,23 @@ from typing import Callable
 import numpy as np
 import simpy
 
-from sim.autoscalers import build_autoscaler
 from sim.config.resolve import ResolvedPool
-from sim.cost.base import CostModel
-from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
-from sim.cost import measured
-from sim.cost.measured import AutoConfig
-from sim.cost.roofline import RooflineConfig, RooflineCostModel
-from sim.engines import front_end_s, with_engine_admission
-from sim.gateway.fair_queue import FairQueue
+from sim.fleet import PoolParts
 from sim.kv import KvCacheManager
 from sim.recorder import PoolSample, Recorder
 from sim.replica import DRAINING, READY, STARTING, Replica
 from sim.request import Request
-from sim.routers import ROUTERS
-from sim.routers.base import Router
-from sim.schedulers.base import ReplicaLimits, Scheduler
-from sim.schedulers.continuous import ContinuousConfig, ContinuousScheduler
-from sim.schedulers.single import SingleConfig, SingleScheduler
-from sim.schedulers.speculative import (SpeculativeConfig, SpeculativeScheduler,
-                                        build_draft_cost)
-from sim.schedulers.static import StaticConfig, StaticScheduler
+from sim.schedulers.base import Scheduler
 from sim.usage import PoolUsage
 from sim.wakeup import call_after
 
-SCHEDULERS: dict[type, type[Scheduler]] = {
-    SingleConfig: SingleScheduler, StaticConfig: StaticScheduler,
-    ContinuousConfig: ContinuousScheduler, SpeculativeConfig: SpeculativeScheduler,
-}
-
-
-
-def build_cost_model(pool: ResolvedPool, base_dir=None) -> CostModel:
-    """The pool's step-time model. ``base_dir``: the scenario's folder, against which a
-    calibrated profile's relative path is tried first (then the working directory,
-    then the shipped profiles/); a :class:`~sim.inputs.DataFiles` also bounds where the
-    profile may lie. Raises ValueError for a missing or mismatched profile."""
-    cfg = pool.cfg.cost_model
-    if isinstance(cfg, AutoConfig):
-        return measured.build(pool.model, pool.hardware, pool.cfg.tp, pool.cfg.weight_dtype,
-                              pool.cfg.kv_dtype, cfg, pool.cfg.engine)
-    if isinstance(cfg, RooflineConfig):
-        return RooflineCostModel(pool.model, pool.hardware, pool.cfg.tp,
-                                 pool.cfg.weight_dtype, pool.cfg.kv_dtype, cfg)
-    if isinstance(cfg, CalibratedConfig):
-        return CalibratedCostModel(pool.model, pool.hardware, pool.cfg.tp,
-                                   pool.cfg.weight_dtype, pool.cfg.kv_dtype, cfg,
-                                   base_dir=base_dir)
-    raise TypeError(f"no cost model for {type(cfg).__name__}")
-
 
 class Pool:
-    def __init__(self, env: simpy.Environment, spec: ResolvedPool, recorder: Recorder,
-                 on_finish: Callable[[Request], None],
+    def __init__(self, env: simpy.Environment, spec: ResolvedPool, parts: PoolParts,
+                 recorder: Recorder, on_finish: Callable[[Request], None],
                  on_reject: Callable[[Request, str], None],
                  on_lost: Callable[[Request], None],
-                 interval_s: float, rng: np.random.Generator,
-                 team_weights: dict[str, float] | None = None,
-                 models: dict | None = None, base_dir=None) -> None:
+                 interval_s: float, rng: np.random.Generator) -> None:
         self.env = env
         self.spec = spec
         self.cfg = spec.cfg
@@ -86,31 +45,20 @@ class Pool:
         self.model_name = spec.model.name
         self.code = recorder.pools.code(spec.name)
         self.recorder = recorder
-        self.cost_model = build_cost_model(spec, base_dir)
+        self.cost_model = parts.cost_model
         self.usage = PoolUsage(interval_s)
         self._serving = 0                        # ready + draining replicas
-        self.rng = rng
+        self.rng = rng                           # (spot preemptions)
         self._on_finish = on_finish
         self._on_reject = on_reject
         self._on_lost = on_lost
-        self.router: Router = ROUTERS[type(self.cfg.router)](self.cfg.router, rng)
-        qcfg = self.cfg.queue
-        self.queue = FairQueue(capacity=qcfg.capacity,
-                               weights={**(team_weights or {}), **qcfg.weights}, fair=qcfg.fair)
-        self.max_outstanding = qcfg.max_outstanding_per_replica
-        # seconds a request spends in the engine's front end before it reaches the queue:
-        # the pool's, else the engine's, unless the step times were measured on the engine
-        self.front_end_s = front_end_s(self.cfg.engine, spec.model.num_layers,
-                                       self.cfg.front_end, self.cost_model.measures_engine)
+        self.router = parts.router
+        self.queue = parts.queue
+        self.max_outstanding = self.cfg.queue.max_outstanding_per_replica
+        # seconds a request spends in the engine's front end before it reaches the queue
+        self.front_end_s = parts.front_end_s
         self._in_front_end: dict[int, Request] = {}
-        self._limits = ReplicaLimits(max_model_len=spec.max_model_len)
-        # the scheduler's settings, with what they leave to the engine filled in
-        self.scheduler_cfg = with_engine_admission(self.cfg.engine, self.cfg.scheduler)
-        self._sched_cls = SCHEDULERS[type(self.cfg.scheduler)]
-        self._sched_kwargs = {}
-        if isinstance(self.cfg.scheduler, SpeculativeConfig):
-            self._sched_kwargs = {"rng": rng,
-                                  "draft_cost": build_draft_cost(spec, self.cfg.scheduler, models)}
+        self._new_scheduler = parts.new_scheduler
         self.replicas: list[Replica] = []        # every replica not yet released
         self.ready: list[Replica] = []           # the router's choices, by index
         self._by_index: dict[int, Replica] = {}
@@ -121,8 +69,7 @@ class Pool:
         self._next_index = 0
         self._queue_seq = 0
         self._servable: int | None = None        # longest prompt + output a replica serves
-        self.autoscaler = (build_autoscaler(self.cfg.autoscaler)
-                           if self.cfg.autoscaler is not None else None)
+        self.autoscaler = parts.autoscaler
         for _ in range(self.cfg.replicas):
             self._make_ready(self._new_replica())
         if self.autoscaler is not None:
@@ -132,9 +79,7 @@ class Pool:
     def _new_replica(self) -> Replica:
         kv = KvCacheManager(self.spec.kv.num_blocks, self.spec.kv.block_size_tokens,
                             prefix_caching=self.cfg.prefix_caching)
-        scheduler = self._sched_cls(self.scheduler_cfg, kv=kv, cost=self.cost_model,
-                                    limits=self._limits, on_finish=self._finished,
-                                    **self._sched_kwargs)
+        scheduler = self._new_scheduler(kv, self._finished)
         replica = Replica(self.env, self.code, self._next_index, scheduler, self.recorder,
                           self.usage)
         self._next_index += 1
@@ -262,9 +207,7 @@ class Pool:
 
     def _new_probe(self) -> Scheduler:
         kv = KvCacheManager(self.spec.kv.num_blocks, self.spec.kv.block_size_tokens)
-        return self._sched_cls(self.scheduler_cfg, kv=kv, cost=self.cost_model,
-                               limits=self._limits, on_finish=self._finished,
-                               **self._sched_kwargs)
+        return self._new_scheduler(kv, self._finished)
 
     def _has_room(self, replica: Replica) -> bool:
         return self.max_outstanding is None or replica.num_outstanding < self.max_outstanding

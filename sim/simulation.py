@@ -23,6 +23,7 @@ import simpy
 from sim.config.resolve import Resolved
 from sim.gateway.service import Gateway
 from sim.inputs import DataFiles
+from sim.fleet import pool_parts
 from sim.pool import Pool
 from sim.recorder import Recorder
 from sim.request import Request, Status
@@ -64,11 +65,12 @@ class Simulation:
         self.arrivals: RequestArrivals = generate_arrivals(
             scenario.workload, scenario.duration, workload_seq, base_dir)
         pool_rngs = [np.random.default_rng(s) for s in pools_seq.spawn(len(resolved.pools))]
+        team_weights = {t: cfg.weight for t, cfg in scenario.gateway.teams.items()}
         self.pools: dict[str, Pool] = {
-            name: Pool(self.env, spec, self.recorder, self._on_finish, self._on_reject,
-                       self._on_lost, scenario.sample_interval, rng,
-                       {t: cfg.weight for t, cfg in scenario.gateway.teams.items()},
-                       scenario.models, base_dir)
+            name: Pool(self.env, spec, pool_parts(spec, rng, team_weights, scenario.models,
+                                                  base_dir),
+                       self.recorder, self._on_finish, self._on_reject, self._on_lost,
+                       scenario.sample_interval, rng)
             for (name, spec), rng in zip(resolved.pools.items(), pool_rngs)}
         streams = scenario.workload.streams
         stream_cfgs = [streams[s] for s in self.arrivals.stream_names]

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import sim
-from sim import pool as pool_module
+from sim.schedulers import SCHEDULERS
 from sim.config.scenario import Scenario
 from sim.schedulers.continuous import ContinuousConfig
 from reference_continuous import ReferenceContinuousScheduler
@@ -43,7 +43,7 @@ def scenario(**sched) -> Scenario:
 
 def run_reference(scn: Scenario, monkeypatch) -> pd.DataFrame:
     with monkeypatch.context() as m:
-        m.setitem(pool_module.SCHEDULERS, ContinuousConfig, ReferenceContinuousScheduler)
+        m.setitem(SCHEDULERS, ContinuousConfig, ReferenceContinuousScheduler)
         return sim.run(scn).requests
 
 

@@ -134,6 +134,7 @@ def test_a_profile_measured_on_a_whole_engine_already_holds_its_front_end(tmp_pa
 def test_requests_in_the_front_end_count_as_in_flight_for_the_autoscaler():
     import simpy
     from sim.config.resolve import resolve
+    from sim.fleet import pool_parts
     from sim.pool import Pool
     from sim.recorder import Recorder
     from tests.simfactories import make_request
@@ -141,8 +142,10 @@ def test_requests_in_the_front_end_count_as_in_flight_for_the_autoscaler():
     resolved, problems = resolve(scn)
     assert not problems
     env = simpy.Environment()
-    pool = Pool(env, resolved.pools["p"], Recorder(), lambda r: None, lambda r, why: None,
-                lambda r: None, 1.0, np.random.default_rng(0))
+    rng = np.random.default_rng(0)
+    spec = resolved.pools["p"]
+    pool = Pool(env, spec, pool_parts(spec, rng), Recorder(), lambda r: None,
+                lambda r, why: None, lambda r: None, 1.0, rng)
     for i in range(3):
         pool.submit(make_request(request_id=i, pool="p"))
     assert pool.metrics()["inflight_per_replica"] == 3.0

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import sim
 from sim.config.scenario import Scenario
 from sim.kv import KvCacheManager
-from sim.pool import build_cost_model
+from sim.cost import build_cost_model
 from sim.request import Request
 
 ROOT = Path(__file__).resolve().parent.parent

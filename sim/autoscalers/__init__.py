@@ -13,34 +13,25 @@ ready)`` every ``tick_s`` seconds; see :mod:`sim.autoscalers.base`.
 """
 from __future__ import annotations
 
-from typing import Annotated, Union
-
-from pydantic import Field
-
 from sim.autoscalers.base import Autoscaler
 from sim.autoscalers.fixed import FixedAutoscaler, FixedConfig
 from sim.autoscalers.scheduled import ScheduledAutoscaler, ScheduledConfig
 from sim.autoscalers.target import TargetAutoscaler, TargetConfig
+from sim.policies import Family
 
-AutoscalerConfig = Annotated[Union[FixedConfig, TargetConfig, ScheduledConfig],
-                             Field(discriminator="type")]
-
-_POLICIES: dict[type, type[Autoscaler]] = {
+AUTOSCALERS = Family("autoscaler", {
     FixedConfig: FixedAutoscaler,
     TargetConfig: TargetAutoscaler,
     ScheduledConfig: ScheduledAutoscaler,
-}
+})
+AutoscalerConfig = AUTOSCALERS.union()
 
 
-def build_autoscaler(cfg: FixedConfig | TargetConfig | ScheduledConfig) -> Autoscaler:
+def build_autoscaler(cfg) -> Autoscaler:
     """The policy object for a validated config block."""
-    try:
-        policy = _POLICIES[type(cfg)]
-    except KeyError:
-        raise TypeError(f"not an autoscaler config: {type(cfg).__name__}") from None
-    return policy(cfg)
+    return AUTOSCALERS.built_by(cfg)(cfg)
 
 
-__all__ = ["Autoscaler", "AutoscalerConfig", "FixedAutoscaler", "FixedConfig",
+__all__ = ["AUTOSCALERS", "Autoscaler", "AutoscalerConfig", "FixedAutoscaler", "FixedConfig",
            "ScheduledAutoscaler", "ScheduledConfig", "TargetAutoscaler", "TargetConfig",
            "build_autoscaler"]

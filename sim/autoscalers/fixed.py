@@ -1,7 +1,7 @@
 """Fixed: keep whatever replica count the pool has; never scale."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from sim.autoscalers.base import Autoscaler
 from sim.config.common import StrictModel
@@ -9,6 +9,8 @@ from sim.config.common import StrictModel
 
 class FixedConfig(StrictModel):
     type: Literal["fixed"] = "fixed"
+    # whether the policy may start replicas (to replace lost ones, or to grow)
+    starts_replicas: ClassVar[bool] = False
 
 
 class FixedAutoscaler(Autoscaler):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from typing import Annotated, Any, Literal
+from typing import ClassVar, Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
@@ -64,6 +64,8 @@ class ScheduleEntry(StrictModel):
 
 class ScheduledConfig(StrictModel):
     type: Literal["scheduled"] = "scheduled"
+    # whether the policy may start replicas (to replace lost ones, or to grow)
+    starts_replicas: ClassVar[bool] = True
     table: tuple[ScheduleEntry, ...] = Field(
         min_length=1,
         description="[[time, replicas], ...] or [{at: time, replicas: N}, ...]; times "

@@ -73,7 +73,7 @@ replicas are running, so a small target keeps a short queue.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Mapping
+from typing import ClassVar, Any, Literal, Mapping
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -93,6 +93,8 @@ TTFT_QUANTILE = 0.95
 
 class TargetConfig(StrictModel):
     type: Literal["target"] = "target"
+    # whether the policy may start replicas (to replace lost ones, or to grow)
+    starts_replicas: ClassVar[bool] = True
     metric: Metric = Field(description="What to track, per replica")
     target: float = Field(
         gt=0, allow_inf_nan=False,

@@ -50,39 +50,15 @@ def _price(pool: PoolConfig, hw: HardwareSpec) -> float | None:
     return getattr(hw.price_per_gpu_hour, pool.pricing)
 
 
-def _check_calibrated(here: Loc, pool: PoolConfig, model, scenario: Scenario,
-                      problems: list[tuple[Loc, str]]) -> bool:
-    """The calibrated profile exists, reads, and was made for this model, tp and dtype."""
-    from sim.cost.calibrated import check_profile, load_profile, resolve_profile_path
+def _cost_model_problems(pool: PoolConfig, model, scenario: Scenario) -> list:
+    """What the pool's cost model finds wrong with the pool (a profile that does not
+    read or was made for another shape): (field under the pool, message)."""
+    check = getattr(pool.cost_model, "problems", None)
+    if check is None:
+        return []
     from sim.inputs import scenario_files
     files = scenario_files(scenario) if getattr(scenario, "_source", None) else None
-    loc = here + ("cost_model", "profile")
-    try:
-        path = resolve_profile_path(pool.cost_model.profile, files)
-        data = load_profile(path)
-        check_profile(data, model, pool.tp, f"calibrated profile {path}")
-    except (OSError, ValueError) as exc:
-        problems.append((loc, str(exc)))
-        return False
-    engine = data.get("engine") or {}
-    if engine and getattr(pool.scheduler, "type", None) in ("speculative", "static"):
-        problems.append((loc, f"calibrated profile {path} carries the terms of the engine "
-                         f"'{engine.get('name', '?')}', measured for the continuous and single "
-                         f"schedulers; a {pool.scheduler.type} pool needs a profile without "
-                         f"them"))
-        return False
-    for key, field, wanted, remedy in (
-            ("dtype", "weight_dtype", pool.weight_dtype,
-             f"calibrate with --dtype {pool.weight_dtype}"),
-            ("kv_dtype", "kv_dtype", pool.kv_dtype,
-             f"use the profile built for {pool.kv_dtype}")):
-        made = data.get(key)
-        if made is not None and made != wanted:
-            problems.append((loc, f"calibrated profile {path} was built for {field} {made}, "
-                             f"but the pool's {field} is {wanted}; set {field}: {made} or "
-                             f"{remedy}"))
-            return False
-    return True
+    return check(pool, model, files)
 
 
 def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
@@ -111,14 +87,19 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
                          f"{model.num_heads} attention heads / {model.num_kv_heads} KV heads; "
                          f"valid: {', '.join(map(str, valid))}"))
         return None
-    sched = pool.scheduler
+    draft_name = getattr(pool.scheduler, "draft_model_name", None)
     draft = None
-    if getattr(sched, "type", None) == "speculative" and sched.proposer == "draft_model":
-        draft = profiles.find_model(sched.draft_model, scenario.models)
+    if draft_name is not None:
+        draft = profiles.find_model(draft_name, scenario.models)
         if draft is None:
             problems.append((here + ("scheduler", "draft_model"),
-                             f"unknown draft model '{sched.draft_model}'; known models: "
+                             f"unknown draft model '{draft_name}'; known models: "
                              f"{_choices(set(profiles.model_names()) | set(scenario.models))}"))
+            return None
+        if getattr(pool.cost_model, "one_model", False):
+            problems.append((here + ("cost_model",), f"a {pool.cost_model.type} cost model "
+                             f"is measured on one model, and the draft model '{draft.name}' "
+                             "needs its own step times: use cost_model auto or roofline"))
             return None
         if draft.total_params >= model.total_params:
             problems.append((here + ("scheduler", "draft_model"), f"draft model "
@@ -148,8 +129,9 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
         problems.append((here + (field if field in pool.model_fields_set else "model",),
                          message))
         return None
-    if getattr(pool.cost_model, "type", None) == "calibrated" and not _check_calibrated(
-            here, pool, model, scenario, problems):
+    cost_problems = _cost_model_problems(pool, model, scenario)
+    problems.extend((here + loc, message) for loc, message in cost_problems)
+    if cost_problems:
         return None
     max_len = min(pool.max_model_len or model.max_model_len, model.max_model_len)
     return ResolvedPool(name=name, cfg=pool, model=model, hardware=hw, kv=kv,

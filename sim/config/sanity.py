@@ -89,7 +89,7 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
                              f"decisions over duration + drain; the most is {MAX_TICKS:,}: "
                              f"raise tick to at least {run_s / MAX_TICKS:.3g} s"))
         if pool.spot is not None and pool.spot.preemptions_per_hour > 0 and \
-                getattr(pool.autoscaler, "type", "fixed") == "fixed":
+                not getattr(pool.autoscaler, "starts_replicas", False):
             problems.append((here + ("spot",), "a spot pool of fixed size never gets back "
                              "the replicas the provider takes: give it an autoscaler that "
                              "replaces them (type: target with min_replicas, or scheduled), "
@@ -162,7 +162,7 @@ def _check_pool_policies(scenario: Scenario) -> list[tuple[Loc, str]]:
         if queue.weights and not queue.fair:
             problems.append((here + ("queue", "weights"), "weights share the queue between "
                              "teams only with fair: true; add it or remove the weights"))
-        fixed = getattr(scaler, "type", "fixed") == "fixed"
+        fixed = not getattr(scaler, "starts_replicas", False)
         if fixed and queue.max_outstanding_per_replica is None and \
                 (queue.capacity is not None or queue.fair):
             what = "capacity" if queue.capacity is not None else "fair"

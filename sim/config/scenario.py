@@ -6,7 +6,7 @@ Pydantic checks each block on its own (types, units, ranges, unknown keys,
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import Field, PrivateAttr
 
@@ -16,22 +16,14 @@ from sim.config.common import (Bytes, BytesPerS, Fraction, Name, PositiveBytes, 
 from sim.config.gateway import GatewayConfig
 from sim.config.profiles import DType, HardwareSpec, ModelSpec
 from sim.config.workload import WorkloadConfig
-from sim.cost.calibrated import CalibratedConfig
+from sim.cost import COST_MODELS, CostModelConfig
 from sim.cost.measured import AutoConfig
-from sim.cost.roofline import RooflineConfig
 from sim.engines import EngineName
-from sim.autoscalers import AutoscalerConfig
-from sim.routers import RouterConfig
+from sim.autoscalers import AUTOSCALERS, AutoscalerConfig
+from sim.routers import ROUTERS, RouterConfig
 from sim.routers.round_robin import RoundRobinConfig
+from sim.schedulers import SCHEDULERS, SchedulerConfig
 from sim.schedulers.continuous import ContinuousConfig
-from sim.schedulers.single import SingleConfig
-from sim.schedulers.speculative import SpeculativeConfig
-from sim.schedulers.static import StaticConfig
-
-SchedulerConfig = Annotated[Union[SingleConfig, StaticConfig, ContinuousConfig,
-                                  SpeculativeConfig], Field(discriminator="type")]
-CostModelConfig = Annotated[Union[AutoConfig, RooflineConfig, CalibratedConfig],
-                            Field(discriminator="type")]
 
 
 class ColdStartConfig(StrictModel):
@@ -162,3 +154,11 @@ class Scenario(StrictModel):
     _source: str | None = PrivateAttr(default=None)
     # Folders outside the scenario's own and the shipped data its files may be read from.
     _allow_paths: tuple[str, ...] = PrivateAttr(default=())
+
+
+# the fields each policy family fills: a policy registered later is accepted there too
+SCHEDULERS.accepted_by(PoolConfig, "scheduler", dependents=(Scenario,))
+ROUTERS.accepted_by(PoolConfig, "router", dependents=(Scenario,))
+COST_MODELS.accepted_by(PoolConfig, "cost_model", dependents=(Scenario,))
+AUTOSCALERS.accepted_by(PoolConfig, "autoscaler", lambda union: union | None,
+                        dependents=(Scenario,))

@@ -37,7 +37,7 @@ import math
 from bisect import bisect_right
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import yaml
@@ -71,6 +71,36 @@ class CalibratedConfig(StrictModel):
     profile: FilePath = Field(
         description="Calibrated profile YAML: a path relative to the scenario file, or to the "
                     "shipped profiles/ folder, e.g. calibrated/cpu/tiny-llama.yaml")
+    # a profile is measured on one model: a second model (a draft) cannot use it
+    one_model: ClassVar[bool] = True
+
+    def problems(self, pool, model, files) -> list[tuple[tuple, str]]:
+        """The profile exists, reads, and was made for the pool's model, tp, dtypes and
+        scheduler: (field under the pool, message) of each problem."""
+        loc = ("cost_model", "profile")
+        try:
+            path = resolve_profile_path(self.profile, files)
+            data = load_profile(path)
+            check_profile(data, model, pool.tp, f"calibrated profile {path}")
+        except (OSError, ValueError) as exc:
+            return [(loc, str(exc))]
+        engine = data.get("engine") or {}
+        if engine and not pool.scheduler.engine_terms_apply:
+            return [(loc, f"calibrated profile {path} carries the terms of the engine "
+                          f"'{engine.get('name', '?')}', measured for the continuous and "
+                          f"single schedulers; a {pool.scheduler.type} pool needs a profile "
+                          "without them")]
+        for key, field, wanted, remedy in (
+                ("dtype", "weight_dtype", pool.weight_dtype,
+                 f"calibrate with --dtype {pool.weight_dtype}"),
+                ("kv_dtype", "kv_dtype", pool.kv_dtype,
+                 f"use the profile built for {pool.kv_dtype}")):
+            made = data.get(key)
+            if made is not None and made != wanted:
+                return [(loc, f"calibrated profile {path} was built for {field} {made}, but "
+                              f"the pool's {field} is {wanted}; set {field}: {made} or "
+                              f"{remedy}")]
+        return []
 
 
 class Table:

@@ -121,6 +121,12 @@ class Scheduler(ABC):
     __slots__ = ("kv", "cost", "limits", "on_finish", "waiting", "running", "last_step_end_s",
                  "_servable")
 
+    @classmethod
+    def pool_parts(cls, pool, cfg, rng, models=None, base_dir=None) -> dict:
+        """Constructor arguments this policy needs from its pool beyond the common ones
+        (a random stream, a draft model's cost model); none unless a policy says so."""
+        return {}
+
     def __init__(self, kv: KvCacheManager, cost: CostModel, limits: ReplicaLimits,
                  on_finish: Callable[[Request], None]) -> None:
         self.kv = kv

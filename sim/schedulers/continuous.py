@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -38,6 +38,9 @@ from sim.schedulers.waiting import PriorityQueue
 
 class ContinuousConfig(StrictModel):
     type: Literal["continuous"] = "continuous"
+    # whether the step terms a profile measured on a whole engine describe this policy's
+    # steps (the engine's own continuous or single-sequence scheduling)
+    engine_terms_apply: ClassVar[bool] = True
     max_num_batched_tokens: PositiveInt = Field(
         8192, description="Token budget of one step (prefill chunks + decode tokens)")
     max_num_seqs: PositiveInt = Field(256, description="Most sequences in one step")

@@ -5,7 +5,7 @@ batch to fill: a prefill step, then one decode step per output token.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from sim.config.common import StrictModel
 from sim.schedulers.static import StaticConfig, StaticScheduler
@@ -13,6 +13,9 @@ from sim.schedulers.static import StaticConfig, StaticScheduler
 
 class SingleConfig(StrictModel):
     type: Literal["single"] = "single"
+    # whether the step terms a profile measured on a whole engine describe this policy's
+    # steps (the engine's own continuous or single-sequence scheduling)
+    engine_terms_apply: ClassVar[bool] = True
 
 
 class SingleScheduler(StaticScheduler):

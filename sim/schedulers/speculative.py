@@ -58,7 +58,8 @@ measured mean tokens per decode step per sequence.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+import dataclasses
+from typing import ClassVar, TYPE_CHECKING, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -66,10 +67,7 @@ from pydantic import Field, model_validator
 from sim import profiles
 from sim.config.common import Name, PositiveInt, Seconds, StrictModel
 from sim.config.profiles import ModelSpec
-from sim.cost import measured
 from sim.cost.base import CostModel
-from sim.cost.measured import AutoConfig
-from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.cost.shape import BatchShape
 from sim.kv import blocks_for
 from sim.request import Request
@@ -81,6 +79,9 @@ if TYPE_CHECKING:
 
 class SpeculativeConfig(StrictModel):
     type: Literal["speculative"] = "speculative"
+    # whether the step terms a profile measured on a whole engine describe this policy's
+    # steps (the engine's own continuous or single-sequence scheduling)
+    engine_terms_apply: ClassVar[bool] = False
     max_num_batched_tokens: PositiveInt = Field(
         8192, description="Token budget of one step (prefill chunks + verify tokens, drafts "
                           "included)")
@@ -102,6 +103,11 @@ class SpeculativeConfig(StrictModel):
         0.0002, le=10.0, description="CPU time of the n-gram proposer per step (at most "
                                      "10 s)")
 
+    @property
+    def draft_model_name(self) -> str | None:
+        """The model whose weights and KV the pool's GPUs hold beside the target's."""
+        return self.draft_model if self.proposer == "draft_model" else None
+
     @model_validator(mode="after")
     def _check(self) -> "SpeculativeConfig":
         if self.max_num_batched_tokens < self.max_num_seqs:
@@ -122,30 +128,24 @@ def expected_tokens_per_step(acceptance_rate: float, num_speculative_tokens: int
 
 
 def build_draft_cost(spec: "ResolvedPool", cfg: SpeculativeConfig,
-                     models: dict[str, ModelSpec] | None = None) -> CostModel | None:
+                     models: dict[str, ModelSpec] | None = None, base_dir=None
+                     ) -> CostModel | None:
     """The draft model's cost model for a pool, or None for the n-gram proposer.
 
     The draft model runs on the pool's GPUs with the pool's tp, weight and KV
-    dtypes and roofline settings. ``models`` are the scenario's inline model
+    dtypes and cost model settings. ``models`` are the scenario's inline model
     profiles (``scenario.models``), searched before the shipped ones. Raises
     ValueError naming the known models if the draft model is unknown.
     """
     if cfg.proposer != "draft_model":
         return None
+    from sim.cost import build_cost_model
     name = cfg.draft_model
     model = profiles.find_model(name, models)
     if model is None:
         known = sorted(set(profiles.model_names()) | set(models or {}), key=str.lower)
         raise ValueError(f"unknown draft model '{name}'; known models: {', '.join(known)}")
-    pool = spec.cfg
-    cost_cfg = pool.cost_model
-    if isinstance(cost_cfg, AutoConfig):          # the draft's own measured profile, if any
-        return measured.build(model, spec.hardware, pool.tp, pool.weight_dtype,
-                              pool.kv_dtype, cost_cfg, pool.engine)
-    if not isinstance(cost_cfg, RooflineConfig):
-        raise TypeError(f"no draft cost model for {type(cost_cfg).__name__}")
-    return RooflineCostModel(model, spec.hardware, pool.tp, pool.weight_dtype, pool.kv_dtype,
-                             cost_cfg)
+    return build_cost_model(dataclasses.replace(spec, model=model), base_dir)
 
 
 class _Item:
@@ -165,6 +165,10 @@ class _Item:
 
 
 class SpeculativeScheduler(Scheduler):
+    @classmethod
+    def pool_parts(cls, pool, cfg, rng, models=None, base_dir=None) -> dict:
+        return {"rng": rng, "draft_cost": build_draft_cost(pool, cfg, models, base_dir)}
+
     def __init__(self, cfg: SpeculativeConfig, *, rng: np.random.Generator | None = None,
                  draft_cost: CostModel | None = None, **kwargs) -> None:
         super().__init__(**kwargs)

@@ -10,7 +10,7 @@ only freed with the batch.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
@@ -24,6 +24,9 @@ from sim.schedulers.base import Scheduler, Segment, StepEnds
 
 class StaticConfig(StrictModel):
     type: Literal["static"] = "static"
+    # whether the step terms a profile measured on a whole engine describe this policy's
+    # steps (the engine's own continuous or single-sequence scheduling)
+    engine_terms_apply: ClassVar[bool] = False
     batch_size: PositiveInt = Field(8, description="Largest batch")
     batch_timeout: Seconds = Field(
         0.05, description="Longest time the oldest waiting request waits for the batch to fill")

@@ -1,0 +1,66 @@
+"""The composition root: a resolved pool turned into the parts it runs with.
+
+Every policy family builds its own members (:mod:`sim.schedulers`, :mod:`sim.cost`,
+:mod:`sim.routers`, :mod:`sim.autoscalers`); this module asks each for the pool's, fills
+in what the serving engine leaves to them (:mod:`sim.engines`) and hands the parts to
+:class:`~sim.pool.Pool`, which runs them and knows none of their kinds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from sim.autoscalers import Autoscaler, build_autoscaler
+from sim.config.resolve import ResolvedPool
+from sim.cost import CostModel, build_cost_model
+from sim.engines import front_end_s, with_engine_admission
+from sim.gateway.fair_queue import FairQueue
+from sim.kv import KvCacheManager
+from sim.request import Request
+from sim.routers import ROUTERS
+from sim.routers.base import Router
+from sim.schedulers import SCHEDULERS, ReplicaLimits, Scheduler
+
+SchedulerFactory = Callable[[KvCacheManager, Callable[[Request], None]], Scheduler]
+
+
+@dataclass
+class PoolParts:
+    cost_model: CostModel
+    router: Router
+    queue: FairQueue
+    autoscaler: Autoscaler | None
+    front_end_s: float           # a request's time in the engine's front end
+    new_scheduler: SchedulerFactory   # (the replica's KV manager, its finish callback)
+
+
+def pool_parts(spec: ResolvedPool, rng: np.random.Generator,
+               team_weights: dict[str, float] | None = None, models: dict | None = None,
+               base_dir=None) -> PoolParts:
+    """The parts of pool ``spec``. ``rng`` is the pool's own random stream (its router
+    and any policy that draws share it); ``team_weights`` the gateway's fair-share
+    weights, under the pool's own; ``models`` the scenario's inline model profiles;
+    ``base_dir`` where relative profile paths are tried first."""
+    cfg = spec.cfg
+    cost = build_cost_model(spec, base_dir)
+    router = ROUTERS.built_by(cfg.router)(cfg.router, rng)
+    queue = FairQueue(capacity=cfg.queue.capacity,
+                      weights={**(team_weights or {}), **cfg.queue.weights},
+                      fair=cfg.queue.fair)
+    autoscaler = build_autoscaler(cfg.autoscaler) if cfg.autoscaler is not None else None
+    # the pool's front-end time, else the engine's, unless the steps were measured on it
+    front_s = front_end_s(cfg.engine, spec.model.num_layers, cfg.front_end,
+                          cost.measures_engine)
+    # the scheduler's settings, with what they leave to the engine filled in
+    sched_cfg = with_engine_admission(cfg.engine, cfg.scheduler)
+    sched_cls = SCHEDULERS.built_by(cfg.scheduler)
+    extra = sched_cls.pool_parts(spec, sched_cfg, rng, models, base_dir)
+    limits = ReplicaLimits(max_model_len=spec.max_model_len)
+
+    def new_scheduler(kv: KvCacheManager, on_finish: Callable[[Request], None]) -> Scheduler:
+        return sched_cls(sched_cfg, kv=kv, cost=cost, limits=limits, on_finish=on_finish,
+                         **extra)
+
+    return PoolParts(cost, router, queue, autoscaler, front_s, new_scheduler)

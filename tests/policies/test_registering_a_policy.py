@@ -1,0 +1,96 @@
+"""A new policy is added by registering it with its family, from outside the package:
+the scenario accepts its ``type:`` at once, the fleet builds it, and taking it out again
+restores the scenario as it was."""
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import pydantic
+import pytest
+
+import sim
+from sim.config.common import StrictModel
+from sim.config.scenario import Scenario
+from sim.routers import ROUTERS
+from sim.routers.base import Router
+from sim.schedulers import SCHEDULERS
+from sim.schedulers.static import StaticConfig, StaticScheduler
+
+SCENARIO = {
+    "name": "toy", "seed": 4, "duration": 20,
+    "workload": {"streams": {"chat": {
+        "model": "llama-3.1-8b", "arrival": {"type": "poisson", "rate": 3},
+        "prompt_tokens": 200, "output_tokens": 20}}},
+    "pools": {"main": {"model": "llama-3.1-8b", "hardware": "H100-SXM", "replicas": 3,
+                       "router": {"type": "first_ready"},
+                       "scheduler": {"type": "pairs"}}},
+}
+
+
+class FirstReadyConfig(StrictModel):
+    type: Literal["first_ready"] = "first_ready"
+
+
+class FirstReadyRouter(Router):
+    """Every request to the first ready replica (with room)."""
+
+    def __init__(self, cfg: FirstReadyConfig, rng=None) -> None:
+        pass
+
+    def pick(self, req, ready, has_room):
+        if has_room is None:
+            return ready[0]
+        return self.first_with_room(iter(ready), has_room)
+
+
+class PairsConfig(StrictModel):
+    type: Literal["pairs"] = "pairs"
+    engine_terms_apply: ClassVar[bool] = False
+
+
+class PairsScheduler(StaticScheduler):
+    """Static batches of two, sent as soon as there is one."""
+
+    def __init__(self, cfg: PairsConfig, **kwargs) -> None:
+        super().__init__(StaticConfig(batch_size=2, batch_timeout=0.0), **kwargs)
+
+
+@pytest.fixture
+def toys():
+    ROUTERS.register(FirstReadyConfig, FirstReadyRouter)
+    SCHEDULERS.register(PairsConfig, PairsScheduler)
+    try:
+        yield
+    finally:
+        SCHEDULERS.unregister(PairsConfig)
+        ROUTERS.unregister(FirstReadyConfig)
+
+
+def test_a_registered_router_and_scheduler_run_in_a_scenario(toys):
+    scenario = Scenario.model_validate(SCENARIO)
+    results = sim.run(scenario)
+    req = results.requests
+    done = req[req["status"].astype(str) == "completed"]
+    assert len(done) == len(req) > 40
+    assert set(done["replica"]) == {int(req["replica"].min())}   # the first replica only
+    pool = results.summary["pools"]["main"]
+    assert pool["replicas_max"] == 3 and pool["max_running_seqs"] == 2   # batches of two
+
+
+def test_taking_a_policy_out_restores_the_scenario(toys):
+    Scenario.model_validate(SCENARIO)
+    SCHEDULERS.unregister(PairsConfig)
+    try:
+        with pytest.raises(pydantic.ValidationError, match="pairs"):
+            Scenario.model_validate(SCENARIO)
+    finally:
+        SCHEDULERS.register(PairsConfig, PairsScheduler)
+
+
+def test_a_type_already_taken_is_refused():
+    class Clash(StrictModel):
+        type: Literal["round_robin"] = "round_robin"
+
+    with pytest.raises(ValueError, match="router type 'round_robin' is taken"):
+        ROUTERS.register(Clash, FirstReadyRouter)
+    assert Clash not in ROUTERS
