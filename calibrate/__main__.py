@@ -5,18 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from calibrate.arguments import add_torch_arguments
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m calibrate",
                                      description="Write a calibrated step-time profile.")
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--tp", type=int, default=1)
-    parser.add_argument("--out")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"))
-    parser.add_argument("--threads", type=int)
-    parser.add_argument("--max-tokens", type=int)
+    add_torch_arguments(parser)
     args = parser.parse_args(argv)
     from calibrate.run import calibrate
     try:

@@ -509,7 +509,7 @@ def test_a_users_file_named_like_a_stale_temporary_survives(tmp_path):
 
 
 def test_calibrate_replaces_only_its_own_profiles(tmp_path, capsys):
-    from sim.cli import _check_profile_files, is_profile
+    from sim.cli.calibrate import check_profile_files, is_profile
     from sim.errors import ScenarioError
     ours = tmp_path / "ours.yaml"
     ours.write_text("# header\nkind: fleetsim-calibrated-step-time\nversion: 1\n")
@@ -518,13 +518,13 @@ def test_calibrate_replaces_only_its_own_profiles(tmp_path, capsys):
     link = tmp_path / "link.yaml"
     link.symlink_to(ours)
     assert is_profile(ours) and not is_profile(mine)
-    _check_profile_files(ours, ".png", ".log")
+    check_profile_files(ours, ".png", ".log")
     (tmp_path / "mine.log").write_text("mine")
     for path, siblings in ((mine, ()), (link, ()), (tmp_path / "mine.yaml", (".log",))):
         with pytest.raises(ScenarioError):
-            _check_profile_files(path, *siblings)
+            check_profile_files(path, *siblings)
     ours.with_suffix(".log").write_text("x")
-    _check_profile_files(ours, ".log")
+    check_profile_files(ours, ".log")
 
 
 def test_calibrate_from_kernels_refuses_a_users_file_before_the_work(tmp_path, capsys,

@@ -1,0 +1,137 @@
+"""The ``fleetsim`` command line.
+
+Exit codes: 0 success, 2 bad input (scenario, flags, output folder), 1 an
+internal error or a write that failed after the work ran. Bad input is
+reported as ``error: file:line: field: message`` without a traceback; an
+output that cannot be written is found before the work starts. What may be
+written where is :mod:`sim.output_paths`'s.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from sim.cli.calibrate import add_calibrate
+from sim.cli.inspect import add_inspect
+from sim.cli.planning import add_planning
+from sim.cli.run import add_run
+from sim.cli.validate import add_validate
+from sim.errors import ScenarioError, format_cli_error
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad command line reported as every other error is: one line
+    starting with ``error:``, the help to read named, exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="fleetsim", description="Discrete-event capacity planner for LLM serving fleets.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=_Parser)
+    add_run(sub)
+    add_planning(sub)
+    add_inspect(sub)
+    add_calibrate(sub)
+    add_validate(sub)
+    return parser
+
+
+# Commands whose only product is what they print: a reader that goes away early
+# (`fleetsim schema | head`) is not a failure for them (exit 0). For the others a
+# closed or full standard output is an error naming <stdout> with exit 1: the work
+# ran (and its files, if any, were saved), but what it printed was lost.
+_PRINT_ONLY = ("schema", "profiles", "lint", "compare")
+
+
+class _StdoutError(Exception):
+    """An OSError met writing to standard output (not to an output file)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Stdout:
+    """``sys.stdout`` whose write errors are told apart from any other OSError."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise _StdoutError(exc) from None
+
+    def flush(self):
+        try:
+            return self._stream.flush()
+        except OSError as exc:
+            raise _StdoutError(exc) from None
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _reason(exc: OSError) -> str:
+    if isinstance(exc, BrokenPipeError):
+        return "reader went away"
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+def _stdout_failed(args: argparse.Namespace, reason: str) -> int:
+    _silence_stdout()
+    if args.command in _PRINT_ONLY and reason == "reader went away":
+        return 0
+    print(f"error: <stdout>: cannot print the output: {reason} (the work ran; any files "
+          f"were written)", file=sys.stderr)
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    real_stdout = sys.stdout
+    if real_stdout is not None:
+        sys.stdout = _Stdout(real_stdout)
+    try:
+        return _main(args)
+    finally:
+        sys.stdout = real_stdout
+
+
+def _main(args: argparse.Namespace) -> int:
+    try:
+        code = args.func(args)
+        if sys.stdout is None:
+            quiet = getattr(args, "quiet", False) and args.command != "check"
+            return code if quiet else _stdout_failed(args, "standard output is closed")
+        sys.stdout.flush()          # a closed pipe or a full disk shows here, not at exit
+        return code
+    except _StdoutError as exc:
+        return _stdout_failed(args, _reason(exc.error))
+    except ScenarioError as exc:
+        print(format_cli_error(exc), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError as exc:  # not stdout's: a worker's or an engine's pipe
+        print(format_cli_error(exc), file=sys.stderr)
+        return 1
+    except (OSError, UnicodeError) as exc:
+        print(format_cli_error(exc), file=sys.stderr)
+        return 2
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the exit's flush does not fail again."""
+    import os
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass

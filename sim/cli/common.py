@@ -1,0 +1,189 @@
+"""What the commands share: argument types with their bounds, loading a scenario with
+its overrides, the files a command reads, progress bars."""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from sim import units
+from sim.errors import ScenarioError
+
+
+def duration_arg(text: str) -> float:
+    try:
+        value = units.seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text!r}")
+    return value
+
+
+def whole_arg(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number, got {text!r}") from None
+
+
+def positive_int_arg(text: str) -> int:
+    value = whole_arg(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return value
+
+
+def path_arg(text: str) -> str:
+    """An argparse type: a path that names something (an empty one would mean here)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; name a folder or file")
+    return text
+
+
+MAX_REPLICATIONS = 10_000
+
+
+MAX_WORKERS = 256
+
+
+def count_arg(most: int):
+    """An argparse type: a whole number from 1 to ``most``."""
+    def parse(text: str) -> int:
+        value = whole_arg(text)
+        if not 1 <= value <= most:
+            raise argparse.ArgumentTypeError(f"must be from 1 to {most:,}, got {text!r}")
+        return value
+    return parse
+
+
+def tolerance_arg(text: str) -> float:
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"cannot read {text!r} as a tolerance (5% or 0.05)") from None
+    if not 0 <= value <= 10:    # NaN fails too: a gate that can never fail is no gate
+        raise argparse.ArgumentTypeError(
+            f"a tolerance from 0 to 1000% (5% or 0.05), got {text!r}")
+    return value
+
+
+class Progress:
+    """A progress bar on stderr, shown only once a run has taken a few seconds."""
+
+    def __init__(self, after_s: float = 2.0) -> None:
+        self._t0 = time.perf_counter()
+        self._after_s = after_s
+        self._bar = None
+        self._task = None
+
+    def __call__(self, now_s: float, limit_s: float) -> None:
+        if self._bar is None:
+            if time.perf_counter() - self._t0 < self._after_s:
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            self._bar = Progress(TextColumn("simulating"), BarColumn(),
+                                 TextColumn("{task.completed:,.0f} / {task.total:,.0f} s"),
+                                 TimeElapsedColumn(), console=Console(stderr=True),
+                                 transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("run", total=limit_s)
+        self._bar.update(self._task, completed=min(now_s, limit_s))
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+class CountBar:
+    """A progress bar of points done on stderr, started at the first update
+    (so that an input error is printed alone)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.bar = None
+        self.task = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+            self.bar = Progress(TextColumn(self.label), BarColumn(), MofNCompleteColumn(),
+                                console=Console(stderr=True), transient=True)
+            self.task = self.bar.add_task(self.label, total=total)
+            self.bar.start()
+        self.bar.update(self.task, completed=done, total=total)
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def count_bar(label: str):
+    bar = CountBar(label)
+    return bar, bar
+
+
+def load_from_args(args: argparse.Namespace):
+    import sim
+    from sim.planning.overrides import parse_value, with_values
+
+    scenario = sim.load_scenario(args.scenario, allow_paths=allowed_paths(args))
+    scenario = sim.with_overrides(scenario, seed=getattr(args, "seed", None),
+                                  duration_s=getattr(args, "duration", None))
+    sets = {}
+    for item in getattr(args, "set", None) or []:
+        path, eq, value = item.partition("=")
+        if not eq or not path.strip():
+            raise ScenarioError(f"--set {item!r}: write PATH=VALUE, e.g. "
+                                "pools.main.replicas=4", field="--set")
+        sets[path] = parse_value(value)
+    if getattr(args, "warmup", None) is not None:
+        sets["warmup"] = args.warmup
+    return with_values(scenario, sets) if sets else scenario
+
+
+def allowed_paths(args: argparse.Namespace) -> list[str]:
+    """Folders given with --allow-path, each an existing folder."""
+    found = list(getattr(args, "allow_path", None) or [])
+    for folder in found:
+        if not Path(folder).expanduser().is_dir():
+            raise ScenarioError(f"{folder!r} is not a folder", field="--allow-path")
+    return found
+
+
+def add_allow_path(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allow-path", action="append", metavar="DIR",
+                        help="also read the data files a scenario names (traces, lengths, "
+                             "calibrated profiles) from this folder; by default only the "
+                             "scenario's folder and fleetsim's shipped data (repeatable)")
+
+
+def inputs_of(args: argparse.Namespace, scenario=None) -> list[str]:
+    """The files a command reads (and those ``scenario`` names: traces, lengths,
+    calibrated profiles), which its output must never replace."""
+    found = [getattr(args, "scenario", None), getattr(args, "sweep", None)]
+    found += list(getattr(args, "scenarios", None) or [])
+    found += list(getattr(args, "from_logs", None) or [])
+    if scenario is not None:
+        from sim.api import data_files
+        found += [str(p) for p in data_files(scenario)]
+    return [f for f in found if f]
+
+
+def slos_from_args(args: argparse.Namespace) -> list:
+    from sim.planning.slo import parse_slo
+    slos = [parse_slo(text) for text in args.slo or []]
+    metrics = [s.metric for s in slos]
+    for metric in dict.fromkeys(m for m in metrics if metrics.count(m) > 1):
+        raise ScenarioError(f"--slo {metric}: given twice; give each metric one target",
+                            field="--slo")
+    return slos
+
+
+def with_pd_options(fn) -> None:
+    import pandas as pd
+    with pd.option_context("display.width", 200, "display.max_columns", 50):
+        fn()

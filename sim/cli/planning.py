@@ -1,0 +1,193 @@
+"""``fleetsim size``, ``sweep``, ``compare`` and ``check``: the planning commands."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from sim.errors import ScenarioError
+from sim.output_paths import slug
+from sim.cli.common import (path_arg, count_arg, tolerance_arg, MAX_WORKERS, count_bar,
+                            load_from_args, allowed_paths, add_allow_path, inputs_of,
+                            slos_from_args, with_pd_options)
+
+
+def _cmd_size(args: argparse.Namespace) -> int:
+    from sim.output_paths import prepare_folder
+    from sim.outputs import csv_safe, write_folder
+    from sim.planning.size import max_rate, size
+
+    scenario = load_from_args(args)
+    slos = slos_from_args(args)
+    if not slos:
+        raise ScenarioError("give at least one --slo, e.g. --slo ttft_p99=2s", field="--slo")
+    pools = args.pool or None
+    for p in pools or []:
+        if p not in scenario.pools:
+            raise ScenarioError(f"--pool: unknown pool '{p}'; pools: {', '.join(scenario.pools)}",
+                                field="--pool")
+    inputs = inputs_of(args, scenario)
+    out = prepare_folder(args.out, force=args.force, inputs=inputs) if args.out else None
+    if args.max_rate:
+        rates = [{"pool": pool, **max_rate(scenario, slos, pool)}
+                 for pool in pools or list(scenario.pools)]
+        if out is not None:
+            def write_rates(folder: Path) -> list[Path]:
+                path = folder / "max-rate.json"
+                path.write_text(json.dumps(rates, indent=2) + "\n", encoding="utf-8")
+                return [path]
+
+            write_folder(write_rates, out, force=args.force, inputs=inputs,
+                         command="size --max-rate")
+        for row in rates:
+            print(json.dumps(row))
+        return 0
+    table = size(scenario, slos, pools)
+    if out is not None:
+        def write(folder: Path) -> list[Path]:
+            csv_safe(table).to_csv(folder / "size.csv", index=False)
+            table.to_json(folder / "size.json", orient="records", indent=2)
+            return [folder / "size.csv", folder / "size.json"]
+
+        write_folder(write, out, force=args.force, inputs=inputs, command="size")
+    with_pd_options(lambda: print(table.to_string(index=False)))
+    return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from sim.atomic_write import write_file
+    from sim.output_paths import check_file
+    from sim.planning.overrides import check_grid, parse_vary
+    from sim.outputs import csv_safe
+    from sim.planning.runner import DaskSchedulerError
+    from sim.planning.sweep import sweep
+
+    if args.scheduler is not None and args.executor != "dask":
+        raise ScenarioError("--scheduler names a Dask scheduler: add --executor dask",
+                            field="--scheduler")
+    scenario = load_from_args(args)
+    varies = [parse_vary(v) for v in args.vary]
+    check_grid(varies)
+    out = Path(args.out) if args.out else Path("results") / f"{slug(scenario.name)}-sweep.csv"
+    inputs = inputs_of(args, scenario)
+    out = check_file(out, kind="a `fleetsim sweep` table", is_kind=_is_sweep_table,
+                     inputs=inputs)
+    if args.report:
+        check_file(Path(args.report), kind="a `fleetsim sweep` page", is_kind=_is_sweep_page,
+                   inputs=inputs)
+        if Path(args.report).resolve() == out.resolve():
+            raise ScenarioError("the page would replace the table; name another file",
+                                field="--report")
+    bar, update = count_bar("sweep") if not args.quiet else (None, None)
+    try:
+        table = sweep(scenario, varies, executor=args.executor, workers=args.workers,
+                      scheduler=args.scheduler, progress=update)
+    except DaskSchedulerError as exc:
+        raise ScenarioError(str(exc), field="--scheduler") from None
+    finally:
+        if bar is not None:
+            bar.stop()
+    write_file(out, csv_safe(table).to_csv(index=False))
+    if args.report:
+        from sim.report import build_sweep_report
+        write_file(Path(args.report), build_sweep_report(table, scenario.name))
+    if not args.quiet:
+        with_pd_options(lambda: print(table.to_string(index=False)))
+        print(f"{len(table)} points -> {out}" + (f", {args.report}" if args.report else ""))
+    return 0
+
+
+def _is_sweep_table(path: Path) -> bool:
+    """True if ``path`` starts with the header of a `fleetsim sweep` table."""
+    import csv
+
+    from sim.report import SWEEP_X, SWEEP_Y
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            header = next(csv.reader([fh.readline(65536)]), [])
+    except (OSError, UnicodeDecodeError):
+        return False
+    return all(c in header for c in (SWEEP_X, *SWEEP_Y))
+
+
+def _is_sweep_page(path: Path) -> bool:
+    """True if ``path`` starts as the page `fleetsim sweep --report` writes."""
+    head = "<!doctype html><html><head><meta charset='utf-8'><title>fleetsim sweep: "
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(head)) == head.encode()
+    except OSError:
+        return False
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from sim.planning.compare import compare, load_summary
+
+    allowed = allowed_paths(args)
+    table = compare(load_summary(args.a, allowed), load_summary(args.b, allowed))
+    with_pd_options(lambda: print(table.to_string(index=False)))
+    return 0
+
+
+def _cmd_drift_check(args: argparse.Namespace) -> int:
+    from sim.output_paths import check_file
+    from sim.planning.check import check, is_baseline
+
+    baseline = Path(args.baseline)
+    if args.update:     # before any work: never an input, never a file check did not write
+        check_file(baseline, kind="a `fleetsim check` baseline", is_kind=is_baseline,
+                   inputs=inputs_of(args))
+    code, lines = check(args.scenarios, baseline, slos_from_args(args), args.tolerance,
+                        args.update, allow_paths=allowed_paths(args))
+    for line in lines:
+        print(line)
+    return code
+
+
+def add_planning(sub) -> None:
+    size_p = sub.add_parser("size", help="cheapest fleet meeting SLOs, per pool")
+    size_p.add_argument("scenario")
+    size_p.add_argument("--slo", action="append", metavar="METRIC=VALUE",
+                        help="e.g. ttft_p99=2s, tpot_p99=50ms, attainment=0.99")
+    size_p.add_argument("--pool", action="append", help="only these pools")
+    size_p.add_argument("--max-rate", action="store_true",
+                        help="instead: the highest load the fleet as configured sustains")
+    size_p.add_argument("--set", action="append", metavar="PATH=VALUE")
+    size_p.add_argument("--out", type=path_arg, help="folder for size.csv and size.json")
+    size_p.add_argument("--force", action="store_true",
+                        help="replace an output folder an earlier fleetsim run wrote")
+    add_allow_path(size_p)
+    size_p.set_defaults(func=_cmd_size)
+
+    sweep_p = sub.add_parser("sweep", help="run a grid over scenario fields")
+    sweep_p.add_argument("scenario")
+    sweep_p.add_argument("--vary", action="append", required=True, metavar="PATH=VALUES",
+                         help="e.g. pools.main.replicas=2..8:2 or workload.rate_scale=1,2,4")
+    sweep_p.add_argument("--set", action="append", metavar="PATH=VALUE")
+    sweep_p.add_argument("--executor", choices=["local", "dask"], default="local")
+    sweep_p.add_argument("--workers", type=count_arg(MAX_WORKERS), default=1,
+                         help="processes (or Dask workers) for the grid's points")
+    sweep_p.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786")
+    sweep_p.add_argument("--out", type=path_arg, help="CSV file for the table (default: results/<scenario "
+                                       "name>-sweep.csv); replaces only an earlier sweep table")
+    sweep_p.add_argument("--report", type=path_arg, metavar="HTML",
+                         help="also write a self-contained page with the throughput-against-"
+                              "latency curves")
+    sweep_p.add_argument("--quiet", action="store_true")
+    add_allow_path(sweep_p)
+    sweep_p.set_defaults(func=_cmd_sweep)
+
+    cmp_p = sub.add_parser("compare", help="two scenarios or result folders side by side")
+    cmp_p.add_argument("a")
+    cmp_p.add_argument("b")
+    add_allow_path(cmp_p)
+    cmp_p.set_defaults(func=_cmd_compare)
+
+    check_p = sub.add_parser("check", help="fail when sizing or latency drift from a baseline")
+    check_p.add_argument("scenarios", nargs="+")
+    check_p.add_argument("--baseline", type=path_arg, required=True)
+    check_p.add_argument("--slo", action="append", metavar="METRIC=VALUE")
+    check_p.add_argument("--tolerance", type=tolerance_arg, default=0.05)
+    check_p.add_argument("--update", action="store_true", help="rewrite the baseline")
+    add_allow_path(check_p)
+    check_p.set_defaults(func=_cmd_drift_check)

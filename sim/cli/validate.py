@@ -1,0 +1,139 @@
+"""``fleetsim validate``: serve validation scenarios on a real engine (transformers or
+vLLM) and compare fleetsim's predictions with the measurements."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sim.errors import ScenarioError
+from sim.cli.common import positive_int_arg, path_arg, allowed_paths, inputs_of
+
+
+def _cmd_validate_vllm(args: argparse.Namespace) -> int:
+    """``validate --engine vllm``: serve on vLLM (or read recorded runs) and compare each
+    step's schedule with fleetsim's."""
+    if args.recalibrate or args.quick or args.replays is not None:
+        raise ScenarioError("validate --engine vllm: --recalibrate, --quick and --replays "
+                            "belong to the transformers engine")
+    from calibrate import vllm_engine
+    from calibrate.vllm_schedule import ServeLogError
+    from sim.output_paths import prepare_folder
+    log = (lambda _m: None) if args.quiet else print
+    try:
+        if args.from_logs:
+            folders = vllm_engine.recorded(args.from_logs)
+        else:
+            plans = [vllm_engine.plan(p, tuple(allowed_paths(args))) for p in args.scenarios]
+            python = vllm_engine.vllm_python()
+    except (vllm_engine.VllmError, ServeLogError) as exc:
+        raise ScenarioError(str(exc)) from None
+    from sim.atomic_write import write_folder
+    out = Path(args.out) if args.out else Path("results") / "validate-vllm"
+    out = prepare_folder(out, force=args.force, inputs=inputs_of(args))
+    done: list = []
+
+    def write(tmp: Path) -> list[Path]:     # the folder appears whole, or not at all
+        if args.from_logs:
+            rows = vllm_engine.compare_recorded(folders, tmp)
+        else:
+            rows = vllm_engine.serve_all(plans, tmp, python, log=log)
+        done.append((rows, vllm_engine.write_report(rows, tmp)))
+        return [p for p in tmp.rglob("*") if p.is_file()]
+
+    try:
+        write_folder(write, out, force=args.force, inputs=inputs_of(args),
+                     command="validate --engine vllm")
+    except (vllm_engine.VllmError, ServeLogError) as exc:
+        raise ScenarioError(str(exc)) from None
+    except RuntimeError as exc:              # vLLM itself failed or hung
+        print(f"error: the engine: {exc}", file=sys.stderr)
+        return 1
+    rows, report = done[0]
+    print(report)
+    missed = [f"{r['workload']}: {m}" for r in rows for m in vllm_engine.missed_targets(r)]
+    if args.strict and missed:
+        print(f"{len(missed)} figure(s) outside their target:\n  " + "\n  ".join(missed),
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    if args.engine == "vllm":
+        if bool(args.scenarios) == bool(args.from_logs):
+            raise ScenarioError("validate --engine vllm: give validation scenarios (to serve "
+                                "them on vLLM) or --from-logs PATH (recorded runs), not both "
+                                "or neither")
+        return _cmd_validate_vllm(args)
+    if bool(args.scenarios) == bool(args.from_logs):
+        raise ScenarioError("validate: give validation scenarios (to serve them on the "
+                            "engine) or --from-logs PATH (to analyse a recorded run), not "
+                            "both or neither")
+    if args.from_logs and (args.recalibrate or args.quick or args.replays is not None):
+        raise ScenarioError("validate --from-logs: --recalibrate, --quick and --replays "
+                            "shape the engine's run, which a recorded run has done already")
+    try:
+        if not args.from_logs:
+            import transformers  # noqa: F401  (the engine; checked before anything is timed)
+        from calibrate.engine_log import EngineLogError
+        from calibrate.validate import ValidationError, format_table, validate, validate_logs
+    except ImportError as exc:
+        raise ScenarioError(f"validation needs torch and transformers ({exc}); install them "
+                            f"with pip install 'fleetsim[validate]'") from None
+    from sim.output_paths import prepare_folder
+    out = Path(args.out) if args.out else Path("results") / (
+        "validate-from-logs" if args.from_logs else "validate")
+    out = prepare_folder(out, force=args.force, inputs=inputs_of(args))
+    log = (lambda _m: None) if args.quiet else print
+    try:
+        if args.from_logs:
+            report = validate_logs(args.from_logs, out, force=args.force, log=log)
+        else:
+            report = validate(args.scenarios, out, force=args.force,
+                              recalibrate=args.recalibrate, quick_fit=args.quick,
+                              replays=3 if args.replays is None else args.replays, log=log)
+    except (ValidationError, EngineLogError) as exc:
+        raise ScenarioError(str(exc)) from None
+    except RuntimeError as exc:              # the engine itself failed or hung
+        if args.from_logs:                   # no engine ran: the recorded run is at fault
+            raise ScenarioError(f"{exc} (in the recorded run)", field="--from-logs") from None
+        print(f"error: the engine: {exc}", file=sys.stderr)
+        return 1
+    print(format_table(report))
+    print(f"wrote {out}/validation.{{txt,csv,json}}, {out}/ttft_cdf.png and each workload's "
+          f"engine and simulated requests")
+    missed = [row for row in report.rows() if row["within_target"] is False]
+    if args.strict and missed:
+        print(f"{len(missed)} figure(s) outside their target", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_validate(sub) -> None:
+    val = sub.add_parser("validate", help="serve validation scenarios on a real engine "
+                                          "(transformers, this CPU) and compare fleetsim's "
+                                          "predictions with the measurements")
+    val.add_argument("scenarios", nargs="*", help="validation scenarios (scenarios/validate/)")
+    val.add_argument("--from-logs", nargs="+", metavar="PATH",
+                     help="redo the fit and the comparison on recorded engine logs (a folder "
+                          "fleetsim validate wrote, or its engine_log.json.gz files) with "
+                          "the simulator as it is now; nothing is served or timed")
+    val.add_argument("--engine", choices=("transformers", "vllm"), default="transformers",
+                     help="the real engine: transformers' continuous batching (default), or "
+                          "vLLM's CPU build (make vllm), compared step by step")
+    val.add_argument("--out", type=path_arg, help="output folder (default: results/validate, or "
+                                   "results/validate-vllm)")
+    val.add_argument("--force", action="store_true",
+                     help="replace an output folder an earlier fleetsim run wrote")
+    val.add_argument("--recalibrate", action="store_true",
+                     help="calibrate this machine even if a profile made on it exists")
+    val.add_argument("--quick", action="store_true",
+                     help="a smaller grid for the engine's step-time fit")
+    val.add_argument("--replays", type=positive_int_arg, default=None,
+                     help="times the engine serves each workload, each just after a pass "
+                          "over the calibration grid (default 3)")
+    val.add_argument("--strict", action="store_true",
+                     help="exit 1 when a figure misses its target error")
+    val.add_argument("--quiet", action="store_true", help="print only the table")
+    val.set_defaults(func=_cmd_validate)
