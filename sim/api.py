@@ -9,7 +9,8 @@ import pydantic
 
 from sim.config.resolve import Resolved, resolve
 from sim.config.scenario import Scenario
-from sim.errors import Problem, ScenarioError, dotted_path, from_validation_error
+from sim.errors import Problem, ScenarioError, dotted_path
+from sim.validation_errors import from_validation_error
 from sim.inputs import InputFileError, check_regular, scenario_files, shown
 from sim.paths import resolve_scenario_path
 from sim.results import Results, collect

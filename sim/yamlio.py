@@ -30,8 +30,8 @@ import pydantic
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from sim.errors import (Problem, ScenarioError, dotted_path, from_validation_error,
-                        short_repr)
+from sim.errors import Problem, ScenarioError, dotted_path, short_repr
+from sim.validation_errors import from_validation_error
 from sim.inputs import MAX_DOC_BYTES, InputFileError, read_bytes, shown
 
 Loc = tuple[Any, ...]

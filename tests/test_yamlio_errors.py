@@ -16,8 +16,8 @@ from sim.errors import (
     ScenarioError,
     dotted_path,
     format_cli_error,
-    from_validation_error,
 )
+from sim.validation_errors import from_validation_error
 from sim.yamlio import LineMap, load_model, load_yaml
 
 

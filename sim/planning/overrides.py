@@ -16,7 +16,8 @@ import pydantic
 import yaml
 
 from sim.config.scenario import Scenario
-from sim.errors import ScenarioError, from_validation_error
+from sim.errors import ScenarioError
+from sim.validation_errors import from_validation_error
 from sim.yamlio import LineMap, SafeLineLoader
 
 
