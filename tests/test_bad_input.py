@@ -770,6 +770,14 @@ CASES += [
          27, "pools.main.sizing.hardware[0]", ["unknown hardware 'H999'", "H100-SXM"]),
     Case("sizing-a-tp-that-splits-no-heads", append_to_pool("    sizing: {tp: [1, 3]}\n"),
          27, "pools.main.sizing.tp[1]", ["tp=3 does not divide", "valid: 1, 2, 4, 8"]),
+    Case("chunk-cap-without-chunking", edit((
+        "      max_num_batched_tokens: 8192\n", "      max_num_batched_tokens: 8192\n"
+        "      chunked_prefill: false\n      long_prefill_token_threshold: 512\n")), 23,
+         "pools.main.scheduler", ["chunked_prefill: false takes none"]),
+    Case("chunk-cap-above-the-budget", edit((
+        "      max_num_batched_tokens: 8192\n", "      max_num_batched_tokens: 8192\n"
+        "      long_prefill_token_threshold: 100000\n")), 23, "pools.main.scheduler",
+         ["would never cap a chunk"]),
     Case("front-end-of-an-hour", append_to_pool("    front_end: 1h\n"), 27,
          "pools.main.front_end", ["less than or equal to 60"]),
     Case("ngram-proposer-of-a-minute", edit((
@@ -1135,6 +1143,15 @@ ARGV_CASES = [
      ["--sweep", "does not go with --replications"]),
     ("run-sweep-table-of-words", ["run", "{s}", "--sweep", "{d}/sw.csv", "--out", "{d}/o"],
      ["sw.csv:3: ttft_p99_s: 'soon' is not a figure a sweep writes"]),
+    ("run-set-a-field-twice", ["run", "{s}", "--set", "pools.main.replicas=1", "--set",
+                               "pools.main.replicas=3", "--out", "{d}/o"],
+     ["--set pools.main.replicas: given twice"]),
+    ("run-set-the-seed-and-seed-flag", ["run", "{s}", "--set", "seed=5", "--seed", "7",
+                                        "--out", "{d}/o"], ["--set seed and --seed both"]),
+    ("run-quiet-and-json", ["run", "{s}", "--quiet", "--json", "--out", "{d}/o"],
+     ["--quiet prints nothing and --json"]),
+    ("size-force-without-out", ["size", "{s}", "--slo", "ttft_p99=2s", "--force"],
+     ["--force replaces an output folder"]),
     ("run-workers-without-replications", ["run", "{s}", "--workers", "2", "--out", "{d}/o"],
      ["--workers", "give --replications N"]),
     ("calibrate-engine-without-kernels", ["calibrate", "--model", "tiny-llama", "--engine",

@@ -134,11 +134,18 @@ def load_from_args(args: argparse.Namespace):
     scenario = sim.with_overrides(scenario, seed=getattr(args, "seed", None),
                                   duration_s=getattr(args, "duration", None))
     sets = {}
+    flags = {"seed": "--seed", "duration": "--duration", "warmup": "--warmup"}
     for item in getattr(args, "set", None) or []:
         path, eq, value = item.partition("=")
         if not eq or not path.strip():
             raise ScenarioError(f"--set {item!r}: write PATH=VALUE, e.g. "
                                 "pools.main.replicas=4", field="--set")
+        if path in sets:
+            raise ScenarioError(f"--set {path}: given twice; give each field one value",
+                                field="--set")
+        if path in flags and getattr(args, path, None) is not None:
+            raise ScenarioError(f"--set {path} and {flags[path]} both set it; give one",
+                                field="--set")
         sets[path] = parse_value(value)
     if getattr(args, "warmup", None) is not None:
         sets["warmup"] = args.warmup

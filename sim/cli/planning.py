@@ -17,6 +17,9 @@ def _cmd_size(args: argparse.Namespace) -> int:
     from sim.outputs import csv_safe, write_folder
     from sim.planning.size import max_rate, size
 
+    if args.force and not args.out:
+        raise ScenarioError("--force replaces an output folder, and size writes none "
+                            "without --out", field="--force")
     scenario = load_from_args(args)
     slos = slos_from_args(args)
     if not slos:

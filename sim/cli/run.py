@@ -81,6 +81,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from sim.output_paths import prepare_folder
 
+    if args.quiet and args.json:
+        raise ScenarioError("--quiet prints nothing and --json prints the summary: give one",
+                            field="--json")
     if args.replications > 1 and args.sweep:
         raise ScenarioError("--sweep adds a sweep's curves to one run's report; it does not "
                             "go with --replications", field="--sweep")

@@ -75,6 +75,14 @@ class ContinuousConfig(StrictModel):
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be "
                              f"at least max_num_seqs ({self.max_num_seqs})")
+        if self.long_prefill_token_threshold is not None and not self.chunked_prefill:
+            raise ValueError("long_prefill_token_threshold caps prefill chunks, and "
+                             "chunked_prefill: false takes none: remove one of them")
+        if self.long_prefill_token_threshold is not None and \
+                self.long_prefill_token_threshold >= self.max_num_batched_tokens:
+            raise ValueError(f"long_prefill_token_threshold ({self.long_prefill_token_threshold})"
+                             f" is not below max_num_batched_tokens "
+                             f"({self.max_num_batched_tokens}): it would never cap a chunk")
         if self.priority_aging is not None and self.policy != "priority":
             raise ValueError("priority_aging ages priorities, which policy 'fcfs' ignores: "
                              "add policy: priority or remove priority_aging")
