@@ -63,8 +63,9 @@ def schedulers(draw, kind: str):
            "chunked_prefill": draw(st.booleans()),
            "policy": draw(st.sampled_from(["fcfs", "priority"])),
            "exact_steps": draw(st.booleans())}
-    if draw(st.booleans()):
-        cfg["long_prefill_token_threshold"] = draw(st.sampled_from([16, 128, 512]))
+    caps = [c for c in (16, 128, 512) if c < cfg["max_num_batched_tokens"]]
+    if cfg["chunked_prefill"] and draw(st.booleans()):
+        cfg["long_prefill_token_threshold"] = draw(st.sampled_from(caps))
     if cfg["policy"] == "priority" and draw(st.booleans()):
         cfg["priority_aging"] = draw(st.sampled_from([0.5, 5.0]))
     return cfg
