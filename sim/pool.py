@@ -171,10 +171,7 @@ class Pool:
         """A request for this pool: turned away at once when no replica could ever serve
         it, else through the engine's front end (``front_end_s``; skipped by a request
         whose prefill ran elsewhere) to a replica or the queue."""
-        servable = self._servable
-        if servable is None:
-            servable = self._servable = self._probe().servable_tokens()
-        if req.prompt_tokens + req.max_output_tokens > servable:
+        if req.prompt_tokens + req.max_output_tokens > self.servable_tokens():
             self._on_reject(req, self.reject_reason(req))
             return
         if front_end and self.front_end_s > 0.0:

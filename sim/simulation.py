@@ -154,10 +154,10 @@ class Simulation:
             shortest = int(mine.min())
             if any(shortest <= self.pools[p].servable_tokens() for p in entry):
                 continue
-            limits = ", ".join(
-                f"pool '{p}' at most {self.pools[p].binding_limit()[1]:,} "
-                f"({LIMIT_NAMES.get(self.pools[p].binding_limit()[0], 'its limits')})"
-                for p in entry)
+            binding = {p: self.pools[p].binding_limit() for p in entry}
+            limits = ", ".join(f"pool '{p}' at most {tokens:,} "
+                               f"({LIMIT_NAMES.get(reason, 'its limits')})"
+                               for p, (reason, tokens) in binding.items())
             raise RunRefused(
                 ("workload", "streams", name),
                 f"all {len(mine):,} of its requests are longer than its pool serves: the "

@@ -3,40 +3,32 @@ configuration alone (None where only a data file knows, or a distribution is unb
 from __future__ import annotations
 
 
-def shortest(length) -> int | None:
-    """The fewest tokens a length distribution can draw; None when only its data file
-    knows (an empirical column read from a CSV)."""
+def bounds(length) -> tuple[int | None, int | None]:
+    """The fewest and most tokens a length distribution can draw; None where only its
+    data file knows (an empirical column read from a CSV) or, for the most, where the
+    distribution is unbounded."""
     kind = getattr(length, "type", None)
     if kind == "fixed":
-        return length.value
+        return length.value, length.value
     if kind == "uniform":
-        return length.low
+        return length.low, length.high
     if kind in ("lognormal", "exponential"):
-        return length.min
+        return length.min, length.max
     if kind == "empirical":
-        return min(length.values) if length.values else None
+        return (min(length.values), max(length.values)) if length.values else (None, None)
     if kind == "mixture":
-        each = [shortest(c.dist) for c in length.components]
-        return None if None in each else min(each)
-    return None
+        each = [bounds(c.dist) for c in length.components]
+        lows, highs = [lo for lo, _ in each], [hi for _, hi in each]
+        return (None if None in lows else min(lows), None if None in highs else max(highs))
+    return None, None
+
+
+def shortest(length) -> int | None:
+    return bounds(length)[0]
 
 
 def longest(length) -> int | None:
-    """The most tokens a length distribution can draw; None when unbounded or only its
-    data file knows."""
-    kind = getattr(length, "type", None)
-    if kind == "fixed":
-        return length.value
-    if kind == "uniform":
-        return length.high
-    if kind in ("lognormal", "exponential"):
-        return length.max
-    if kind == "empirical":
-        return max(length.values) if length.values else None
-    if kind == "mixture":
-        each = [longest(c.dist) for c in length.components]
-        return None if None in each else max(each)
-    return None
+    return bounds(length)[1]
 
 
 def prompt_range(stream) -> tuple[int | None, int | None]:
@@ -45,7 +37,7 @@ def prompt_range(stream) -> tuple[int | None, int | None]:
     if stream.prompt_tokens is None:
         return None, None
     prefix = stream.prefix.tokens if stream.prefix is not None else 0
-    least, most = shortest(stream.prompt_tokens), longest(stream.prompt_tokens)
+    least, most = bounds(stream.prompt_tokens)
     return (None if least is None else least + prefix, None if most is None else most + prefix)
 
 
