@@ -145,7 +145,8 @@ def load_model(name: str) -> ModelShape:
             with open(name, encoding="utf-8") as fh:
                 return ModelShape.from_mapping(yaml.safe_load(fh))
         # read as a scenario is: YAML 1.2, located errors (ScenarioError), no traceback
-        return ModelShape.from_mapping(load_validated(Path(name), ModelSpec).model_dump())
+        spec = load_validated(Path(name), ModelSpec, kind="model profile")
+        return ModelShape.from_mapping(spec.model_dump())
     try:
         from sim import profiles
     except ImportError:

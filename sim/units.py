@@ -11,7 +11,9 @@ import math
 import re
 
 _NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
-_PATTERN = re.compile(rf"^\s*{_NUMBER}\s*([A-Za-z/%]*)\s*$")
+# ASCII digits and spaces only: Python's \d and float() also take full-width and other
+# scripts' digits ("２s"), which no scenario author means to type
+_PATTERN = re.compile(rf"^[ \t]*{_NUMBER}[ \t]*([A-Za-zµ/%]*)[ \t]*$", re.ASCII)
 
 TIME_UNITS_S = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6,
                 "ns": 1e-9, "min": 60.0, "m": 60.0, "h": 3600.0, "hr": 3600.0, "d": 86400.0}

@@ -153,6 +153,8 @@ def _message(err: dict[str, Any], path: tuple[Any, ...], data: Any,
     for prefix in ("Value error, ", "Assertion failed, "):
         if msg.startswith(prefix):
             msg = msg[len(prefix):]
+    if kind == "bool_type":     # strict: YAML 1.2 reads yes/no/on/off/1 as text or numbers
+        return f"expected true or false (got {short_repr(value)})", path
     if kind in ("literal_error", "enum"):
         return msg + f" (got {short_repr(value)})" + \
             _did_you_mean(value, _quoted(str(ctx.get("expected", "")))), path

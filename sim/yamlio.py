@@ -3,11 +3,11 @@
 ``load_yaml`` parses a scenario file with a subclass of ``yaml.SafeLoader``
 (no tags that build Python objects, nothing evaluated as code) and returns
 plain data plus a :class:`LineMap`, so validation errors can name the line
-of the offending key. It is stricter than plain PyYAML in two ways:
+of the offending key. It is stricter than plain PyYAML in three ways:
 
 * a key repeated in one mapping is an error (PyYAML keeps the last one);
 * the top level must be a mapping, and an empty file is an error;
-* the file must be a regular file of at most 64 MiB (see :mod:`sim.inputs`).
+* the file must be a regular file of at most 8 MiB holding at most 100,000 values.
 
 Its errors never quote the file: they give a line, a column and, for a file
 that is not the kind expected (``expected_keys``), no key of it at all.
@@ -32,16 +32,34 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from sim.errors import Problem, ScenarioError, dotted_path, short_repr
 from sim.validation_errors import from_validation_error
-from sim.inputs import MAX_DOC_BYTES, InputFileError, read_bytes, shown
+from sim.inputs import InputFileError, read_bytes, shown
 
 Loc = tuple[Any, ...]
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _MAX_NODES = 1_000_000  # guards the line walk against alias bombs
+# Values written in the file (mappings, lists and scalars alike). The largest shipped
+# scenario holds a few hundred; a long series (a rate per minute for a month) belongs in
+# a trace or a CSV the scenario names. Counted while parsing, so a huge list is refused
+# in about a second rather than after a minute of parsing.
+MAX_WRITTEN_VALUES = 100_000
+# A YAML document's size: parsing is pure Python (about 1 s per 4 MiB of text).
+MAX_YAML_BYTES = 8 * 2**20
 
 
 class SafeLineLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` with YAML 1.2's plain scalars instead of YAML 1.1's."""
+
+    _composed = 0
+
+    def compose_node(self, parent, index):  # noqa: D102 (PyYAML's hook)
+        self._composed += 1
+        if self._composed > MAX_WRITTEN_VALUES:
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(
+                None, None, f"the document holds more than {MAX_WRITTEN_VALUES:,} values; "
+                "a scenario needs far fewer (put a long series in a trace file)", mark)
+        return super().compose_node(parent, index)
 
 
 _BOOL, _INT, _FLOAT = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int",
@@ -148,8 +166,8 @@ def depth_of(data: Any) -> int:
     return deepest
 
 
-def load_yaml(path: pathlib.Path, *, expected_keys: Iterable[str] | None = None
-              ) -> tuple[Any, LineMap]:
+def load_yaml(path: pathlib.Path, *, expected_keys: Iterable[str] | None = None,
+              kind: str = "scenario") -> tuple[Any, LineMap]:
     """Parse ``path`` safely; return ``(data, line_map)``.
 
     ``data`` is a dict of plain Python values. Raises ScenarioError for an
@@ -168,7 +186,7 @@ def load_yaml(path: pathlib.Path, *, expected_keys: Iterable[str] | None = None
             raise ScenarioError("file is empty; expected a mapping of keys to values",
                                 file=file, line=1)
         if expected_keys is not None:
-            _check_kind(loader, node, list(expected_keys), file)
+            _check_kind(loader, node, list(expected_keys), file, kind)
         _check_duplicate_keys(loader, node, file)
         data = loader.construct_document(node)  # also flattens merge keys in the node graph
         lines: dict[Loc, int] = {(): node.start_mark.line + 1}
@@ -201,9 +219,13 @@ def load_yaml(path: pathlib.Path, *, expected_keys: Iterable[str] | None = None
     return data, LineMap(lines)
 
 
-def load_model(path: pathlib.Path, model: type[pydantic.BaseModel]) -> Any:
-    """Load ``path`` and validate it as pydantic ``model``; errors are ScenarioError."""
-    data, line_map = load_yaml(path)
+def load_model(path: pathlib.Path, model: type[pydantic.BaseModel], *,
+               kind: str = "profile") -> Any:
+    """Load ``path`` and validate it as pydantic ``model``; errors are ScenarioError.
+
+    A file none of whose top-level keys is a field of ``model`` is some other file: it
+    is refused without naming any of its keys."""
+    data, line_map = load_yaml(path, expected_keys=model.model_fields, kind=kind)
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:
@@ -211,20 +233,21 @@ def load_model(path: pathlib.Path, model: type[pydantic.BaseModel]) -> Any:
                                     root_model=model) from None
 
 
-def _check_kind(loader: yaml.SafeLoader, node: Node, expected: list[str], file: str) -> None:
+def _check_kind(loader: yaml.SafeLoader, node: Node, expected: list[str], file: str,
+                kind: str) -> None:
     """Refuse a top-level mapping none of whose keys is expected, naming none of them."""
     if not isinstance(node, MappingNode):
         return
     keys = {_key_of(loader, k) for k, _ in node.value if isinstance(k, ScalarNode)
             and k.tag != _MERGE_TAG}
     if not any(isinstance(k, str) and k in expected for k in keys):
-        raise ScenarioError("not a scenario: none of the top-level keys is one of "
+        raise ScenarioError(f"not a {kind}: none of the top-level keys is one of "
                             + ", ".join(expected), file=file, line=node.start_mark.line + 1)
 
 
 def _read_text(path: pathlib.Path, file: str) -> str:
     try:
-        raw = read_bytes(path, max_bytes=MAX_DOC_BYTES)
+        raw = read_bytes(path, max_bytes=MAX_YAML_BYTES)
     except InputFileError as exc:
         raise ScenarioError(f"cannot read file: {exc.message}", file=file) from None
     try:
@@ -309,8 +332,8 @@ def _record_lines(loader: yaml.SafeLoader, node: Node, loc: Loc, lines: dict[Loc
     """Walk the (merge-flattened) node graph, recording the line of each location."""
     budget[0] += 1
     if budget[0] > _MAX_NODES:
-        raise ScenarioError(f"document expands to more than {_MAX_NODES} values "
-                            "(too many alias references?)", file=file,
+        raise ScenarioError(f"aliases expand the document to more than {_MAX_NODES:,} "
+                            "values", file=file,
                             line=node.start_mark.line + 1)
     if id(node) in on_path:  # recursive alias: stop
         return

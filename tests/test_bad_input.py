@@ -787,6 +787,47 @@ CASES += [
          ["less than or equal to 10"]),
 ]
 
+# What a fresh attacker found after the catalogue above: settings that would be ignored or
+# lie, and documents or values too large to read in bounded time.
+STATIC = ("      type: continuous\n      max_num_batched_tokens: 8192\n",
+          "      type: static\n      batch_timeout: %s\n")
+CASES += [
+    Case("yes-as-a-boolean", BASE + "record_steps: yes\n", 27, "record_steps",
+         ["expected true or false (got 'yes')"]),
+    Case("one-as-a-boolean", edit(("      max_num_batched_tokens: 8192\n",
+                                   "      max_num_batched_tokens: 8192\n      chunked_prefill: 1\n")),
+         26, "pools.main.scheduler.chunked_prefill", ["expected true or false"]),
+    Case("full-width-digits-in-a-duration", edit(("duration: 20s", "duration: \uff12\uff10s")), 3,
+         "duration", ["cannot read", "as a duration"]),
+    Case("a-description-of-a-megabyte", edit(("name: robust\n", "name: robust\ndescription: "
+                                              + "x" * 1_000_000 + "\n")), 2, "description",
+         ["at most 10000 characters"], absent=["x" * 100]),
+    Case("a-list-of-two-hundred-thousand-values", BASE + "extra: [" + "1," * 200_000 + "1]\n",
+         27, None, ["more than 100,000 values", "trace file"]),
+    Case("a-scenario-of-nine-mebibytes", BASE + "#" + "x" * (9 * 2**20) + "\n", None, None,
+         ["at most 8.0 MiB"]),
+    Case("lognormal-clipped-by-a-tiny-max", stream_field(
+        "prompt_tokens", "{type: lognormal, mean: 1000, cv: 0.5, max: 10}"), 11,
+         f"{STREAM}.prompt_tokens", ["max (10) is below the median", "more than half"]),
+    Case("exponential-clipped-by-a-large-min", stream_field(
+        "output_tokens", "{type: exponential, mean: 10, min: 100}"), 12,
+         f"{STREAM}.output_tokens", ["min (100) is above the median", "more than half"]),
+    Case("cold-start-on-a-fixed-pool", append_to_pool("    cold_start: {provisioning: 30s}\n"),
+         27, "pools.main.cold_start", ["every replica of a pool of fixed size is up"]),
+    Case("spot-replicas-billed-on-demand", append_to_pool(
+        "    spot: {preemptions_per_hour: 1}\n    autoscaler: {type: target, metric: "
+        "queue_per_replica, target: 4, min_replicas: 1, max_replicas: 4}\n"), 18,
+         "pools.main.pricing", ["billed at the on_demand price", "pricing: spot"]),
+    Case("pricing-beside-a-price-that-overrides-it", append_to_pool(
+        "    pricing: spot\n    price_per_gpu_hour: 2\n"), 27, "pools.main.pricing",
+         ["overrides the hardware's prices", "give one of them"]),
+    Case("static-batch-timeout-past-the-run", edit((STATIC[0], STATIC[1] % "1min")), 25,
+         "pools.main.scheduler.batch_timeout", ["past the last arrival"]),
+    Case("closed-loop-pause-as-long-as-the-run", stream_field(
+        "arrival", "{type: closed, concurrency: 2, requests: 10, think_time: 30s}"), 10,
+         f"{STREAM}.arrival.think_time", ["each of the 2 clients would send one request"]),
+]
+
 assert len(CASES) >= 30
 assert len({c.id for c in CASES}) == len(CASES)
 
@@ -885,8 +926,9 @@ ACCEPTED_UNITS = [
     (("    tp: 1\n", "    tp: 1\n    kv_cache_bytes: 8GiB\n"), "pools.main.kv_cache_bytes",
      8 * 2**30),
     (("    tp: 1\n", "    tp: 1\n    kv_cache_bytes: 2.5e9\n"), "pools.main.kv_cache_bytes", 2.5e9),
-    (("    tp: 1\n", "    tp: 1\n    cold_start: {provisioning: 2s, load_bandwidth: 3.35TB/s}\n"),
-     "pools.main.cold_start.load_bandwidth", 3.35e12),
+    (("    tp: 1\n", "    tp: 1\n    cold_start: {provisioning: 2s, load_bandwidth: 3.35TB/s}\n"
+                   "    autoscaler: {type: target, metric: queue_per_replica, target: 4, "
+                   "max_replicas: 2}\n"), "pools.main.cold_start.load_bandwidth", 3.35e12),
 ]
 
 
@@ -1154,6 +1196,12 @@ ARGV_CASES = [
      ["--force replaces an output folder"]),
     ("run-workers-without-replications", ["run", "{s}", "--workers", "2", "--out", "{d}/o"],
      ["--workers", "give --replications N"]),
+    ("calibrate-model-file-of-other-keys", ["calibrate", "--model", "{d}/k.yaml", "--quick",
+                                            "--out", "{d}/o"], ["not a model profile"]),
+    ("run-negative-warmup-without-equals", ["run", "{s}", "--warmup", "-1s", "--out", "{d}/o"],
+     ["--warmup=VALUE"]),
+    ("run-negative-warmup", ["run", "{s}", "--warmup=-1s", "--out", "{d}/o"],
+     ["must be at least 0"]),
     ("calibrate-engine-without-kernels", ["calibrate", "--model", "tiny-llama", "--engine",
                                           "sglang", "--quick",
                                           "--out", "{d}/o"],
@@ -1175,6 +1223,7 @@ def test_a_bad_command_line_is_refused_before_any_work(tmp_path, capsys, argv, f
         "pools": {"main": {"replicas": 10 ** 400}}, "latency_s": {}, "throughput": {}}),
         encoding="utf-8")
     (tmp_path / "m.yaml").write_text("num_layers: [1, 2]\n", encoding="utf-8")
+    (tmp_path / "k.yaml").write_text("aws_secret_key: 1\n", encoding="utf-8")
     (tmp_path / "sw.csv").write_text(
         "pools.main.replicas,arrived,output_tokens_per_s,ttft_p99_s,tpot_p99_s\n"
         "1,40,100.5,,\n2,40,210,soon,0.02\n", encoding="utf-8")
@@ -1189,6 +1238,7 @@ def test_a_bad_command_line_is_refused_before_any_work(tmp_path, capsys, argv, f
     assert err.startswith("error: ") and "Traceback" not in err, err
     for fragment in fragments:
         assert fragment in err, (fragment, err)
+    assert "aws_secret_key" not in err
     assert not (tmp_path / "o").exists()
 
 

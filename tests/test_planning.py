@@ -52,13 +52,17 @@ def test_size_finds_the_true_minimum():
     assert table.iloc[0].cost_usd_per_h <= table.iloc[-1].cost_usd_per_h
 
 
-def test_sweep_is_identical_on_one_process_two_processes_and_dask():
-    """The same grid gives the same table whatever runs it."""
+def test_sweep_is_identical_on_one_process_two_processes_and_dask(tmp_path, monkeypatch):
+    """The same grid gives the same table whatever runs it; the local Dask cluster leaves
+    no scratch folder behind in the temporary folder."""
     scenario = chat(duration=20)
     varies = [parse_vary("pools.p.replicas=1..2:1"), parse_vary("workload.rate_scale=0.5,1")]
     one = sweep(scenario, varies)
     two = sweep(scenario, varies, workers=2)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)       # read TMPDIR again
     dask = sweep(scenario, varies, executor="dask", workers=2)
+    assert list(tmp_path.iterdir()) == []
     assert len(one) == 4
     pd.testing.assert_frame_equal(one, two)
     pd.testing.assert_frame_equal(one, dask)
@@ -115,6 +119,21 @@ def test_check_passes_unchanged_and_fails_when_load_rises(tmp_path, capsys):
     assert main(args) == 1
     out = capsys.readouterr().out
     assert "required replicas" in out
+
+
+@pytest.mark.parametrize("extra", [[], ["--max-rate"]])
+def test_size_exits_1_when_no_option_meets_the_slos(tmp_path, capsys, extra):
+    """A TTFT of 1 ns: no replica count (and no fraction of the load) meets it; the table
+    still prints, the verdict goes to stderr, the exit code says no. A reachable SLO: 0."""
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(chat(duration=20, rate=4).model_dump(mode="json")))
+    assert main(["size", str(path), "--slo", "ttft_p99=1ns", *extra]) == 1
+    out, err = capsys.readouterr()
+    assert "SLOs not met" in out
+    assert err.startswith("fleetsim size: ") and "meets the SLOs for pool(s) p" in err
+    assert main(["size", str(path), "--slo", "ttft_p99=10s", *extra]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_replications_cli_writes_intervals(tmp_path, capsys):

@@ -9,6 +9,7 @@ written where is :mod:`sim.output_paths`'s.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from sim.cli.calibrate import add_calibrate
@@ -24,6 +25,9 @@ class _Parser(argparse.ArgumentParser):
     starting with ``error:``, the help to read named, exit code 2."""
 
     def error(self, message: str):
+        flag = re.fullmatch(r"argument (--[\w-]+)(?:/-\w)?: expected one argument", message)
+        if flag:    # argparse reads a value such as -1s as a flag of its own
+            message += f" (a value that starts with '-' is written {flag.group(1)}=VALUE)"
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 

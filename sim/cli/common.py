@@ -20,6 +20,17 @@ def duration_arg(text: str) -> float:
     return value
 
 
+def warmup_arg(text: str) -> float:
+    """A duration that may be 0 (``--warmup 0`` keeps every request in the figures)."""
+    try:
+        value = units.seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {text!r}")
+    return value
+
+
 def whole_arg(text: str) -> int:
     try:
         return int(text)

@@ -44,7 +44,7 @@ def _cmd_size(args: argparse.Namespace) -> int:
                          command="size --max-rate")
         for row in rates:
             print(json.dumps(row))
-        return 0
+        return _verdict([r["pool"] for r in rates if not r["feasible"]], "no load")
     table = size(scenario, slos, pools)
     if out is not None:
         def write(folder: Path) -> list[Path]:
@@ -54,7 +54,19 @@ def _cmd_size(args: argparse.Namespace) -> int:
 
         write_folder(write, out, force=args.force, inputs=inputs, command="size")
     with_pd_options(lambda: print(table.to_string(index=False)))
-    return 0
+    feasible = set(table.loc[table["feasible"], "pool"]) if len(table) else set()
+    return _verdict([p for p in dict.fromkeys(table["pool"]) if p not in feasible]
+                    if len(table) else [], "no option")
+
+
+def _verdict(failed: list[str], what: str) -> int:
+    """Exit 1, with a line on stderr, when some pool has no answer within the SLOs."""
+    if not failed:
+        return 0
+    import sys
+    print(f"fleetsim size: {what} meets the SLOs for pool(s) {', '.join(failed)}",
+          file=sys.stderr)
+    return 1
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ from sim.errors import ScenarioError
 from sim.output_paths import slug
 from sim.cli.common import (duration_arg, path_arg, count_arg, MAX_REPLICATIONS,
                             MAX_WORKERS, Progress, count_bar, load_from_args,
-                            add_allow_path, inputs_of)
+                            add_allow_path, inputs_of, warmup_arg)
 
 
 def _cmd_replications(args: argparse.Namespace, scenario) -> int:
@@ -127,7 +127,7 @@ def add_run(sub) -> None:
     run.add_argument("--json", action="store_true", help="print summary.json instead of tables")
     run.add_argument("--set", action="append", metavar="PATH=VALUE",
                      help="override a scenario field, e.g. pools.main.replicas=4")
-    run.add_argument("--warmup", type=duration_arg, help="leave out requests arriving before this")
+    run.add_argument("--warmup", type=warmup_arg, help="leave out requests arriving before this")
     run.add_argument("--replications", type=count_arg(MAX_REPLICATIONS), default=1,
                      help="run N seeds and report means with 95%% confidence intervals")
     run.add_argument("--workers", type=count_arg(MAX_WORKERS), default=1,

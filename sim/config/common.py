@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict,
                       StringConstraints)
 
 from sim import units
@@ -49,6 +49,11 @@ PositiveFraction = Annotated[float, Field(gt=0.0, le=1.0)]
 # or a 1e300 is refused rather than printed as a cost
 MAX_USD_PER_GPU_HOUR = 10_000.0
 UsdPerGpuHour = Annotated[float, Field(ge=0, le=MAX_USD_PER_GPU_HOUR)]
+
+
+# A yes/no setting: only true or false. Pydantic alone would also take the strings
+# "yes", "on", "1" (and the numbers 0 and 1), which YAML 1.2 reads as text.
+Flag = Annotated[bool, Strict()]
 
 
 def _not_bool(value):

@@ -8,11 +8,11 @@ from __future__ import annotations
 import bisect
 import os
 
-from sim.config.scenario import Scenario
 import numpy as np
 
 from sim.autoscalers.base import DEFAULT_TICK_S
 from sim.config.lengths import least_request
+from sim.config.scenario import Scenario
 from sim.config.workload import ClosedArrivalConfig, StreamConfig, TraceArrivalConfig
 from sim.workload.rates import build_rate
 
@@ -38,6 +38,22 @@ def expected_requests(scenario: Scenario, stream: StreamConfig) -> float:
     rate = build_rate(arrival.rate, scenario.workload.rate_scale)
     sent = rate.cumulative(np.array([stream.start, end_s]))
     return float(sent[1] - sent[0])
+
+
+def _check_closed_loop(here: Loc, scenario: Scenario, stream: StreamConfig
+                       ) -> list[tuple[Loc, str]]:
+    """A client's pause longer than the stream's window: each client would send one request
+    (more than one client per request: the pause never matters)."""
+    arrival = stream.arrival
+    if not isinstance(arrival, ClosedArrivalConfig) or arrival.requests <= arrival.concurrency:
+        return []
+    end_s = scenario.duration if stream.end is None else min(stream.end, scenario.duration)
+    if arrival.think_time < end_s - stream.start:
+        return []
+    return [(here + ("arrival", "think_time"), f"a client pauses {arrival.think_time:g} s "
+             f"between requests, as long as the stream's window ({end_s - stream.start:g} s):"
+             f" each of the {arrival.concurrency:,} clients would send one request of the "
+             f"{arrival.requests:,} asked for; shorten think_time")]
 
 
 def _memory_bytes() -> float | None:
@@ -70,6 +86,7 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
             problems.append((here + ("start",), f"the stream starts at {stream.start:g} s, "
                              f"after the run's arrivals end (duration {duration_s:g} s): it "
                              "would send nothing"))
+        problems.extend(_check_closed_loop(here, scenario, stream))
         expected = expected_requests(scenario, stream)
         if not isinstance(stream.arrival, (ClosedArrivalConfig, TraceArrivalConfig)) and \
                 stream.start < duration_s and expected < 1e-3:
@@ -163,6 +180,16 @@ def _check_pool_policies(scenario: Scenario) -> list[tuple[Loc, str]]:
             problems.append((here + ("queue", "weights"), "weights share the queue between "
                              "teams only with fair: true; add it or remove the weights"))
         fixed = not getattr(scaler, "starts_replicas", False)
+        if fixed and pool.cold_start != type(pool.cold_start)():
+            problems.append((here + ("cold_start",), "cold_start times replicas an autoscaler "
+                             "adds; every replica of a pool of fixed size is up at time 0: "
+                             "add an autoscaler or remove cold_start"))
+        problems.extend(_check_pricing(here, pool))
+        timeout_s = getattr(pool.scheduler, "batch_timeout", None)
+        if timeout_s is not None and timeout_s >= scenario.duration:
+            problems.append((here + ("scheduler", "batch_timeout"), f"a batch that is not full "
+                             f"would wait {timeout_s:g} s, past the last arrival (duration "
+                             f"{scenario.duration:g} s): shorten batch_timeout"))
         if fixed and queue.max_outstanding_per_replica is None and \
                 (queue.capacity is not None or queue.fair):
             what = "capacity" if queue.capacity is not None else "fair"
@@ -175,6 +202,20 @@ def _check_pool_policies(scenario: Scenario) -> list[tuple[Loc, str]]:
                 problems.append((here + ("queue", "weights", team), f"unknown team '{team}'; "
                                  f"teams: {', '.join(sorted(teams))}"))
     return problems
+
+
+def _check_pricing(here: Loc, pool) -> list[tuple[Loc, str]]:
+    """The price that applies is the one asked for: a spot pool billed at another price,
+    or a purchase option beside a price that overrides it."""
+    if pool.price_per_gpu_hour is not None and pool.pricing != "on_demand":
+        return [(here + ("pricing",), f"price_per_gpu_hour ({pool.price_per_gpu_hour:g}) "
+                 f"overrides the hardware's prices, so pricing: {pool.pricing} would choose "
+                 "nothing: give one of them")]
+    if pool.spot is not None and pool.pricing != "spot" and pool.price_per_gpu_hour is None:
+        return [(here + ("pricing",), f"the pool's replicas are spot (spot: is set) but "
+                 f"billed at the {pool.pricing} price: set pricing: spot, or a "
+                 "price_per_gpu_hour")]
+    return []
 
 
 def _stream_team(scenario: Scenario, stream: StreamConfig) -> str:

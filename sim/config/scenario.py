@@ -10,8 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, PrivateAttr
 
-from sim.config.common import (Bytes, BytesPerS, Fraction, Name, PositiveBytes, PositiveInt,
-                               PositiveSeconds, ReplicaCount, Seconds, StrictModel,
+from sim.config.common import (Bytes, BytesPerS, Flag, Fraction, Name, PositiveBytes,
+                               PositiveInt, PositiveSeconds, ReplicaCount, Seconds, StrictModel,
                                UsdPerGpuHour)
 from sim.config.gateway import GatewayConfig
 from sim.config.profiles import DType, HardwareSpec, ModelSpec
@@ -40,7 +40,7 @@ class QueueConfig(StrictModel):
     capacity: PositiveInt | None = Field(
         None, description="Most requests waiting in the pool; beyond it the lowest priority, "
                           "then the newest, is shed")
-    fair: bool = Field(False, description="Weighted fair queueing between teams")
+    fair: Flag = Field(False, description="Weighted fair queueing between teams")
     weights: dict[Name, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict, description="Fair-share weight per team (default 1; > 0)")
     max_outstanding_per_replica: PositiveInt | None = Field(
@@ -86,7 +86,7 @@ class PoolConfig(StrictModel):
         "2GB", description="Per-GPU memory kept for activations and buffers")
     kv_cache_bytes: PositiveBytes | None = Field(
         None, description="Per-GPU KV cache size, instead of what memory leaves")
-    prefix_caching: bool = Field(
+    prefix_caching: Flag = Field(
         True, description="Reuse cached KV blocks of shared prompt prefixes (vLLM's default)")
     max_model_len: PositiveInt | None = Field(
         None, description="Longest prompt + output accepted; default: the model's")
@@ -120,13 +120,16 @@ class PoolConfig(StrictModel):
 
 
 MAX_RUN_S = 10 * 365 * 86400.0
+# a paragraph or a page: it is copied into the report and the results' scenario.yaml
+MAX_DESCRIPTION_CHARS = 10_000
 
 
 class Scenario(StrictModel):
     """A fleet and its traffic."""
 
     name: Name = Field("scenario", description="Short name shown in reports")
-    description: str = Field("", description="Free text")
+    description: str = Field("", max_length=MAX_DESCRIPTION_CHARS,
+                             description="Free text (at most 10,000 characters)")
     seed: int = Field(0, ge=0, description="Seed of the run's random streams")
     duration: PositiveSeconds = Field(le=MAX_RUN_S, description="Arrivals are generated in "
                                                                 "[0, duration); at most 10 years")
@@ -137,7 +140,7 @@ class Scenario(StrictModel):
     sample_interval: PositiveSeconds = Field(1.0, description="Time-series sampling period")
     warmup: Seconds = Field(0.0, description="Requests arriving before this are left out "
                                              "of the latency figures (the queue filling up)")
-    record_steps: bool = Field(False, description="Record one row per engine step")
+    record_steps: Flag = Field(False, description="Record one row per engine step")
     max_requests: PositiveInt = Field(
         20_000_000, description="Refuse a run whose streams would send more requests than "
                                 "this (each holds about 2 KB of memory)")

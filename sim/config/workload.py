@@ -24,6 +24,7 @@ from sim import units
 from sim.gateway.retry import RetryPolicy
 from sim.config.common import (
     FilePath,
+    Flag,
     Name,
     PositiveRatePerS,
     PositiveSeconds,
@@ -154,7 +155,7 @@ class TraceArrivalConfig(StrictModel):
         default=1.0, ge=1e-6, le=1e6,
         description="Multiplies every timestamp: 0.5 replays twice as fast (from 1e-6 to "
                     "1e6).")
-    loop: bool = Field(
+    loop: Flag = Field(
         default=False,
         description="Repeat the trace to fill the run; each copy is shifted by the last "
                     "timestamp plus one mean gap.")
@@ -220,7 +221,21 @@ class _ClippedLength(StrictModel):
     def _check_bounds(self) -> "_ClippedLength":
         if self.max is not None and self.max < self.min:
             raise ValueError(f"max ({self.max}) must be at least min ({self.min})")
+        # more than half of the draws clipped to one bound: the distribution is that bound
+        median = self.median()
+        if self.max is not None and median > self.max + 0.5:
+            raise ValueError(f"max ({self.max}) is below the median ({median:.4g}): more than "
+                             f"half of the draws would be {self.max}; lower mean (or cv) "
+                             "or raise max")
+        if median < self.min - 0.5:
+            raise ValueError(f"min ({self.min}) is above the median ({median:.4g}): more than "
+                             f"half of the draws would be {self.min}; raise mean (or lower "
+                             "cv) or lower min")
         return self
+
+    def median(self) -> float:
+        """The unclipped distribution's median (tokens)."""
+        raise NotImplementedError
 
 
 class LognormalLengthConfig(_ClippedLength):
@@ -236,6 +251,9 @@ class LognormalLengthConfig(_ClippedLength):
     cv: float = Field(gt=0, le=100, description="Coefficient of variation (std / mean); "
                                                 "at most 100.")
 
+    def median(self) -> float:
+        return self.mean / math.sqrt(1.0 + self.cv ** 2)
+
 
 class ExponentialLengthConfig(_ClippedLength):
     """Memoryless lengths; rounded to integers and clipped to [min, max]."""
@@ -243,6 +261,9 @@ class ExponentialLengthConfig(_ClippedLength):
     type: Literal["exponential"] = Field(description="Exponential length.")
     mean: float = Field(gt=0, le=MAX_TOKENS,
                         description="Mean length in tokens (before clipping).")
+
+    def median(self) -> float:
+        return self.mean * math.log(2.0)
 
 
 class EmpiricalLengthConfig(StrictModel):

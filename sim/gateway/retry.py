@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from sim.config.common import PositiveInt, PositiveSeconds, StrictModel
+from sim.config.common import Flag, PositiveInt, PositiveSeconds, StrictModel
 
 
 class RetryPolicy(StrictModel):
@@ -27,7 +27,7 @@ class RetryPolicy(StrictModel):
     multiplier: Annotated[float, Field(ge=1.0, allow_inf_nan=False)] = 2.0
     max_delay: PositiveSeconds = 60.0
     jitter: Literal["none", "full", "equal"] = "full"
-    respect_retry_after: bool = True
+    respect_retry_after: Flag = True
 
     @model_validator(mode="after")
     def _check(self) -> "RetryPolicy":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import tempfile
 from typing import Callable, Sequence
 
 from sim.config.scenario import Scenario
@@ -91,7 +92,7 @@ class DaskSchedulerError(ValueError):
 def _run_dask(payloads, workers: int, scheduler: str | None, tick) -> list[dict]:
     from dask.distributed import Client, LocalCluster, as_completed
 
-    cluster = None
+    cluster = scratch = None
     if scheduler:
         try:
             client = Client(scheduler, timeout=DASK_CONNECT_TIMEOUT_S)
@@ -101,9 +102,16 @@ def _run_dask(payloads, workers: int, scheduler: str | None, tick) -> list[dict]
                 f"{DASK_CONNECT_TIMEOUT_S:g} s ({type(exc).__name__}); give its address "
                 "as tcp://host:8786") from None
     else:
-        cluster = LocalCluster(n_workers=max(workers, 1), threads_per_worker=1,
-                               processes=True, dashboard_address=None)
-        client = Client(cluster)
+        # the workers' scratch space is ours and goes with the cluster (Dask's default,
+        # /tmp/dask-scratch-space, would stay behind)
+        import dask
+
+        scratch = tempfile.TemporaryDirectory(prefix="fleetsim-dask-")
+        with dask.config.set({"temporary-directory": scratch.name}):
+            cluster = LocalCluster(n_workers=max(workers, 1), threads_per_worker=1,
+                                   processes=True, dashboard_address=None,
+                                   local_directory=scratch.name)
+            client = Client(cluster)
     try:
         futures = client.map(run_payload, payloads, pure=False)
         for _ in as_completed(futures):
@@ -113,3 +121,5 @@ def _run_dask(payloads, workers: int, scheduler: str | None, tick) -> list[dict]
         client.close()
         if cluster is not None:
             cluster.close()
+        if scratch is not None:
+            scratch.cleanup()

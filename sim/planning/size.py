@@ -120,13 +120,21 @@ def max_rate(scenario: Scenario, slos: list[Slo], pool: str, *, precision: float
         return evaluate(with_values(scenario, {"workload.rate_scale": scale}), pool, slos)[1]
 
     lo, hi = 0.0, 1.0
+    if not ok(hi):          # below the scenario's load: halve until the SLOs hold
+        while not ok(hi / 2):
+            hi /= 2
+            if hi <= 1.0 / hi_scale:
+                return {"rate_scale": 0.0, "feasible": False,
+                        "note": f"SLOs not met even at 1/{hi_scale:g} of the load"}
+        lo = hi / 2
     while ok(hi):
         lo, hi = hi, hi * 2
         if hi > hi_scale:
-            return {"rate_scale": lo, "note": f"still within the SLOs at {lo}x"}
+            return {"rate_scale": lo, "feasible": True,
+                    "note": f"still within the SLOs at {lo}x"}
     while hi - lo > precision * max(hi, 1e-9):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     base = sim.run(scenario).summary["requests"]["arrived"] / scenario.duration
-    return {"rate_scale": lo, "requests_per_s": lo * base,
+    return {"rate_scale": lo, "feasible": True, "requests_per_s": lo * base,
             "requests_per_s_per_replica": lo * base / scenario.pools[pool].replicas}

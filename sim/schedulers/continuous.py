@@ -28,7 +28,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from sim.config.common import PositiveInt, PositiveSeconds, StrictModel
+from sim.config.common import Flag, PositiveInt, PositiveSeconds, StrictModel
 from sim.kv import blocks_for
 from sim.request import Request
 from sim.schedulers.base import Scheduler, Segment
@@ -44,8 +44,8 @@ class ContinuousConfig(StrictModel):
     max_num_batched_tokens: PositiveInt = Field(
         8192, description="Token budget of one step (prefill chunks + decode tokens)")
     max_num_seqs: PositiveInt = Field(256, description="Most sequences in one step")
-    chunked_prefill: bool = Field(True, description="Split long prompts across steps")
-    exact_steps: bool = Field(
+    chunked_prefill: Flag = Field(True, description="Split long prompts across steps")
+    exact_steps: Flag = Field(
         False, description="Simulate every decode step instead of fast-forwarding identical ones")
     long_prefill_token_threshold: PositiveInt | None = Field(
         None, description="Largest prefill chunk one request may take in a step (keeps a "

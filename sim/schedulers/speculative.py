@@ -65,7 +65,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from sim import profiles
-from sim.config.common import Name, PositiveInt, Seconds, StrictModel
+from sim.config.common import Flag, Name, PositiveInt, Seconds, StrictModel
 from sim.config.profiles import ModelSpec
 from sim.cost.base import CostModel
 from sim.cost.shape import BatchShape
@@ -86,7 +86,7 @@ class SpeculativeConfig(StrictModel):
         8192, description="Token budget of one step (prefill chunks + verify tokens, drafts "
                           "included)")
     max_num_seqs: PositiveInt = Field(256, description="Most sequences in one step")
-    chunked_prefill: bool = Field(True, description="Split long prompts across steps")
+    chunked_prefill: Flag = Field(True, description="Split long prompts across steps")
     num_speculative_tokens: PositiveInt = Field(
         4, le=64, description="Draft tokens proposed per decoding sequence per step (k, at "
                               "most 64)")

@@ -54,33 +54,91 @@ def _csv_problem_line(exc: Exception) -> Optional[int]:
     return int(found.group(1)) if found else None
 
 
+# A CSV line longer than this is not a row of numbers (a binary file, a file of one line)
+MAX_CSV_LINE_BYTES = 64 * 2**10
+# Rows read from one file: each column is kept as float64 beside a line number
+MAX_CSV_ROWS = 50_000_000
+_SCAN_BLOCK_BYTES = 16 * 2**20
+_CHUNK_ROWS = 1_000_000
+
+
+def _scan_text(path: pathlib.Path) -> None:
+    """Refuse a file with NUL bytes or a line over MAX_CSV_LINE_BYTES before pandas reads it
+    (a 2 GB file of one line would be held whole, several times over)."""
+    line, since_newline = 1, 0
+    with open_regular(path, max_bytes=MAX_DATA_BYTES) as fh:
+        while block := fh.read(_SCAN_BLOCK_BYTES):
+            if b"\0" in block:
+                at = block.index(b"\0")
+                raise WorkloadDataError(path, "holds NUL bytes: not a CSV text file",
+                                        line=line + block.count(b"\n", 0, at))
+            ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+            if ends.size == 0:
+                since_newline += len(block)
+            else:
+                gaps = np.diff(ends, prepend=-1 - since_newline) - 1
+                longest = int(np.argmax(gaps))
+                if gaps[longest] > MAX_CSV_LINE_BYTES:
+                    since_newline = int(gaps[longest])
+                    line += longest
+                    break
+                line += ends.size
+                since_newline = len(block) - 1 - int(ends[-1])
+            if since_newline > MAX_CSV_LINE_BYTES:
+                break
+    if since_newline > MAX_CSV_LINE_BYTES:
+        raise WorkloadDataError(path, f"a line is longer than {MAX_CSV_LINE_BYTES // 1024} KiB: "
+                                      "not a CSV of numbers", line=line)
+
+
 def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...]
                      ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Read the named numeric columns of a CSV file as float64 arrays.
 
     Returns the columns and, for each row, its 1-based line number in the
     file, so later checks can point at the offending line. Rows that are
-    entirely empty are skipped.
+    entirely empty are skipped. The file is read a million rows at a time, so
+    memory grows with the numbers kept, not with the text.
     """
     try:
-        fh = open_regular(path, max_bytes=MAX_DATA_BYTES)
+        _scan_text(path)
     except InputFileError as exc:
         message = "file not found" if exc.message == "not found" else exc.message
         raise WorkloadDataError(path, message) from None
+    except OSError as exc:
+        raise WorkloadDataError(path, f"cannot read: {exc.strerror or exc}") from None
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in columns}
+    line_parts: list[np.ndarray] = []
+    rows = 0
     try:
-        with fh, warnings.catch_warnings():
+        with open_regular(path, max_bytes=MAX_DATA_BYTES) as fh, warnings.catch_warnings():
             # a row with more fields than the header: an error, never a silent misread
             warnings.simplefilter("error", pd.errors.ParserWarning)
-            frame = pd.read_csv(fh, dtype=str, keep_default_na=False, index_col=False,
-                                skip_blank_lines=False, skipinitialspace=True,
-                                encoding="utf-8")
+            chunks = pd.read_csv(fh, dtype=str, keep_default_na=False, index_col=False,
+                                 skip_blank_lines=False, skipinitialspace=True,
+                                 encoding="utf-8", chunksize=_CHUNK_ROWS)
+            for i, frame in enumerate(chunks):
+                if i == 0:
+                    _check_header(path, frame, columns)
+                frame.columns = [str(c).strip() for c in frame.columns]
+                # Header is line 1; with blank lines kept, data row i is on line i + 2.
+                lines = np.arange(rows, rows + len(frame), dtype=np.int64) + 2
+                rows += len(frame)
+                if rows > MAX_CSV_ROWS:
+                    raise WorkloadDataError(path, f"more than {MAX_CSV_ROWS:,} rows; split "
+                                                  "the file or keep the rows the run needs",
+                                            line=MAX_CSV_ROWS + 2)
+                values, lines = _numeric_columns(path, frame, columns, lines)
+                for name in columns:
+                    parts[name].append(values[name])
+                line_parts.append(lines)
     except pd.errors.ParserWarning:
         import csv
         with open_regular(path) as raw, \
                 io.TextIOWrapper(raw, newline="", encoding="utf-8") as text:
-            rows = csv.reader(text)
-            width = len(next(rows))
-            line = next((i for i, row in enumerate(rows, start=2) if len(row) > width), None)
+            reader = csv.reader(text)
+            width = len(next(reader))
+            line = next((i for i, row in enumerate(reader, start=2) if len(row) > width), None)
         raise WorkloadDataError(path, f"a row has more fields than the header's {width}",
                                 line=line) from None
     except UnicodeDecodeError:
@@ -91,18 +149,28 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...]
         raise WorkloadDataError(path, "cannot read as CSV (a quote left open, or rows of "
                                       "different widths)", line=_csv_problem_line(exc)) \
             from None
+    except InputFileError as exc:
+        raise WorkloadDataError(path, exc.message) from None
     except OSError as exc:
         raise WorkloadDataError(path, f"cannot read: {exc.strerror or exc}") from None
-    frame.columns = [str(c).strip() for c in frame.columns]
-    missing = [c for c in columns if c not in frame.columns]
+    out = {name: np.concatenate(parts[name]) if parts[name] else np.zeros(0)
+           for name in columns}
+    lines = np.concatenate(line_parts) if line_parts else np.zeros(0, dtype=np.int64)
+    return out, lines
+
+
+def _check_header(path: pathlib.Path, frame: pd.DataFrame, columns: tuple[str, ...]) -> None:
+    """Every wanted column named once in the header (line 1)."""
+    names = [str(c).strip() for c in frame.columns]
+    missing = [c for c in columns if c not in names]
     if missing:
         hints = [m for c in missing
-                 for m in difflib.get_close_matches(c, [str(f) for f in frame.columns
-                                                        if str(f).isprintable()], 1, 0.8)]
+                 for m in difflib.get_close_matches(c, [f for f in names if f.isprintable()],
+                                                    1, 0.8)]
         hint = f" (did you mean {', '.join(map(repr, hints))}?)" if hints else ""
         raise WorkloadDataError(path, f"missing column(s) {', '.join(map(repr, missing))}: "
                                       f"line 1 must be a header naming them; it has "
-                                      f"{len(frame.columns)} column(s){hint}", line=1)
+                                      f"{len(names)} column(s){hint}", line=1)
     import csv
     with open_regular(path) as raw, \
             io.TextIOWrapper(raw, newline="", encoding="utf-8") as header_text:
@@ -111,11 +179,14 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...]
     if twice:       # pandas would read the first and rename the other: refuse instead
         raise WorkloadDataError(path, f"the header names column(s) "
                                       f"{', '.join(map(repr, twice))} more than once", line=1)
-    # Header is line 1; with blank lines kept, data row i is on line i + 2.
-    line_numbers = np.arange(len(frame), dtype=np.int64) + 2
+
+
+def _numeric_columns(path: pathlib.Path, frame: pd.DataFrame, columns: tuple[str, ...],
+                     lines: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """One chunk's wanted columns as finite floats, blank rows dropped."""
     text = frame[list(columns)].apply(lambda col: col.str.strip())
     keep = (text != "").any(axis=1).to_numpy()
-    text, line_numbers = text[keep], line_numbers[keep]
+    text, lines = text[keep], lines[keep]
     out: dict[str, np.ndarray] = {}
     for name in columns:
         values = pd.to_numeric(text[name], errors="coerce").to_numpy(dtype=np.float64)
@@ -125,11 +196,9 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...]
             raw = text[name].iloc[i]
             what = "missing value" if raw == "" or pd.isna(raw) else \
                 "not a finite number"
-            raise WorkloadDataError(path, f"column {name!r}: {what}",
-                                    line=int(line_numbers[i]))
+            raise WorkloadDataError(path, f"column {name!r}: {what}", line=int(lines[i]))
         out[name] = values
-    return out, line_numbers
-
+    return out, lines
 
 
 def check_token_counts(path: pathlib.Path, name: str, values: np.ndarray,

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import math
 import pathlib
+import re
 
 import numpy as np
+import pydantic
 import pytest
 
 from sim.config.workload import StreamConfig
@@ -40,7 +42,22 @@ def test_lognormal_clipping():
 def test_exponential_mean_and_clip():
     x = draw({"type": "exponential", "mean": 300})
     assert x.mean() == pytest.approx(300, rel=0.02)
-    assert draw({"type": "exponential", "mean": 300, "max": 50}).max() == 50
+    clipped = draw({"type": "exponential", "mean": 300, "max": 400})
+    assert clipped.max() == 400
+    # P(X > 399.5) = exp(-399.5 / 300): that share of the draws sits on the bound
+    assert (clipped == 400).mean() == pytest.approx(math.exp(-399.5 / 300), abs=0.02)
+
+
+@pytest.mark.parametrize("cfg, bound", [
+    ({"type": "exponential", "mean": 300, "max": 207}, "max (207) is below the median"),
+    ({"type": "lognormal", "mean": 100, "cv": 1, "min": 72}, "min (72) is above the median"),
+])
+def test_more_than_half_of_the_draws_on_a_bound_is_refused(cfg, bound):
+    """Median of exponential(300) = 207.9; of lognormal(mean 100, cv 1) = 70.7."""
+    with pytest.raises(pydantic.ValidationError, match=re.escape(bound)):
+        dist(cfg)
+    edge = dict(cfg, **({"max": 208} if "max" in cfg else {"min": 71}))
+    assert len(draw(edge, n=10)) == 10      # half a token inside: accepted
 
 
 def test_fixed_and_uniform_inclusive():

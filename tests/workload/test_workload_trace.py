@@ -106,3 +106,49 @@ def test_missing_and_empty_files(tmp_path):
     (tmp_path / "trace.csv").write_text(HEADER + "0,1,1\n0,2,2\n")
     with pytest.raises(WorkloadDataError, match="loop"):
         run(tmp_path, trace_workload(loop=True))
+
+
+# -- files that are no CSV of numbers, read in bounded memory ------------------------------
+
+def _read(tmp_path, content: bytes):
+    from sim.workload.trace import read_csv_columns
+    path = tmp_path / "t.csv"
+    path.write_bytes(content)
+    return read_csv_columns(path, ("a", "b"))
+
+
+@pytest.mark.parametrize("block_bytes", [7, 2**20])
+def test_a_line_too_long_for_a_row_is_refused_at_its_line(tmp_path, monkeypatch, block_bytes):
+    import sim.workload.trace as trace
+    monkeypatch.setattr(trace, "MAX_CSV_LINE_BYTES", 50)
+    monkeypatch.setattr(trace, "_SCAN_BLOCK_BYTES", block_bytes)
+    for tail in (b"\n5,6\n", b""):         # a long line in the middle, or one left open
+        with pytest.raises(WorkloadDataError, match=r"t\.csv:3: a line is longer") as err:
+            _read(tmp_path, b"a,b\n1,2\n3," + b"9" * 100 + tail)
+        assert "999" not in str(err.value)
+    cols, lines = _read(tmp_path, b"a,b\n1,2\n3," + b"9" * 40 + b"\n")     # below the bound
+    assert lines.tolist() == [2, 3]
+
+
+def test_nul_bytes_are_refused_at_their_line(tmp_path):
+    with pytest.raises(WorkloadDataError, match=r"t\.csv:4: holds NUL bytes"):
+        _read(tmp_path, b"a,b\n1,2\n3,4\n5\0,6\n")
+
+
+def test_rows_are_read_in_chunks_with_their_lines(tmp_path, monkeypatch):
+    import sim.workload.trace as trace
+    monkeypatch.setattr(trace, "_CHUNK_ROWS", 3)
+    cols, lines = _read(tmp_path, b"a,b\n1,2\n\n3,4\n5,6\n7,8\n9,10\n")
+    assert cols["a"].tolist() == [1, 3, 5, 7, 9] and cols["b"].tolist() == [2, 4, 6, 8, 10]
+    assert lines.tolist() == [2, 4, 5, 6, 7]
+    with pytest.raises(WorkloadDataError, match=r"t\.csv:5: column 'b': not a finite"):
+        _read(tmp_path, b"a,b\n1,2\n3,4\n5,6\n7,x\n9,10\n")
+
+
+def test_more_rows_than_the_bound_are_refused(tmp_path, monkeypatch):
+    import sim.workload.trace as trace
+    monkeypatch.setattr(trace, "MAX_CSV_ROWS", 5)
+    monkeypatch.setattr(trace, "_CHUNK_ROWS", 3)
+    with pytest.raises(WorkloadDataError, match="more than 5 rows"):
+        _read(tmp_path, b"a,b\n" + b"1,2\n" * 10)
+    assert len(_read(tmp_path, b"a,b\n" + b"1,2\n" * 5)[1]) == 5
