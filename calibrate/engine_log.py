@@ -84,7 +84,7 @@ class EngineLog:
     # -- reading ---------------------------------------------------------------------------
     @staticmethod
     def read(path: str | Path) -> "EngineLog":
-        from sim.inputs import InputFileError, open_regular
+        from sim.config.inputs import InputFileError, open_regular
         path = Path(path)
         try:
             # a regular file only (a FIFO or a device is refused at once, never read)

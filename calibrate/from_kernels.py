@@ -220,7 +220,7 @@ def room_for_kv(model: str, hardware: str, tp: int, dtype: str, kv_dtype: str) -
     """Whether ``model`` at ``tp`` leaves a KV block on ``hardware`` at fleetsim's default
     pool memory settings (utilisation, reserve, block size). A model fleetsim does not
     ship is not checked."""
-    from sim import profiles
+    from sim.config import profiles
     from sim.config.scenario import PoolConfig
     from sim.cost.memory import kv_budget
     spec, hw = profiles.find_model(model), profiles.find_hardware(hardware)

@@ -37,13 +37,13 @@ DTYPES = (("bf16", "bf16"), ("bf16", "fp8"), ("fp8", "bf16"), ("fp8", "fp8"))
 def fits(model: str, hardware: str, tp: int, dtype: str, kv_dtype: str) -> bool:
     """Within one node and with room for a KV cache at the default pool settings; a tp
     that does not divide the heads is left to the build, which says so."""
-    from sim import profiles
+    from sim.config import profiles
     return (tp <= profiles.find_hardware(hardware).max_gpus_per_node
             and from_kernels.room_for_kv(model, hardware, tp, dtype, kv_dtype))
 
 
 def build_all(out: Path, engine: str = "vllm", log=print, root=None) -> dict:
-    from sim import profiles
+    from sim.config import profiles
     built, skipped = [], []
     for gpu in GPUS:
         hw = profiles.find_hardware(gpu)

@@ -37,5 +37,5 @@ def write_profile(profile: dict, path: Path) -> None:
     header = ("# Calibrated step-time profile written by `fleetsim calibrate` (what the "
               "numbers mean: `note`).\n")
     text = yaml.dump(profile, Dumper=ProfileDumper, sort_keys=False, width=96, allow_unicode=True)
-    from sim.atomic_write import write_file
+    from sim.output.atomic_write import write_file
     write_file(path, header + text)     # never through a link; complete or not at all

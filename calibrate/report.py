@@ -109,7 +109,7 @@ def plot_profile(profile: dict, path: str | Path) -> Path:
     fig.tight_layout(rect=(0, 0, 1, 0.96))
     import io
 
-    from sim.atomic_write import write_file
+    from sim.output.atomic_write import write_file
     path = Path(path)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")

@@ -259,7 +259,7 @@ def fit_allreduce(tables: dict, hw) -> dict:
 
 
 def fit_gpu(hardware: str, points: GpuPoints) -> dict:
-    from sim import profiles
+    from sim.config import profiles
     hw = profiles.find_hardware(hardware)
     out = {"gemm": fit_gemm(points.gemm, hw),
            "attn_prefill": fit_prefill(points.prefill, hw),
@@ -308,7 +308,7 @@ def _summary(pred: np.ndarray, measured: np.ndarray) -> dict:
 def distance(hardware: str, points: GpuPoints, cfg, hw) -> dict:
     """Relative error of each roofline term against the measured kernels (negative: the
     roofline is faster)."""
-    from sim import profiles
+    from sim.config import profiles
     from sim.cost.roofline import RooflineCostModel
     costs: dict = {}
 
@@ -348,7 +348,7 @@ def distance(hardware: str, points: GpuPoints, cfg, hw) -> dict:
 def legacy(hardware: str):
     """The roofline as it was (constant efficiencies, the two-way link figure, the old
     latencies), in today's terms: (config, hardware)."""
-    from sim import profiles
+    from sim.config import profiles
     from sim.cost.roofline import RooflineConfig
     hw = profiles.find_hardware(hardware)
     hw = hw.model_copy(update={"interconnect_bandwidth": 2.0 * hw.interconnect_bandwidth,
@@ -375,7 +375,7 @@ def _rounded(x):
 
 
 def build_report(gpus=GPUS, root=None, log=print) -> dict:
-    from sim import profiles
+    from sim.config import profiles
     from sim.cost.roofline import RooflineConfig
     points, fits = {}, {}
     for gpu in gpus:

@@ -231,7 +231,7 @@ def calibrate(model: str | ModelShape, device: str = "cpu", tp: int = 1,
     log(f"wrote {yaml_path}" + (f" and {plot_path.name}" if plot_path else "")
         + f" in {log.elapsed_s:.1f} s")
     log_path = out_dir / f"{stem}.log"
-    from sim.atomic_write import write_file
+    from sim.output.atomic_write import write_file
     write_file(log_path, "\n".join(log.lines) + "\n")
     return Result(profile=profile, yaml_path=yaml_path, plot_path=plot_path, log_path=log_path,
                   elapsed_s=log.elapsed_s, errors=errors)

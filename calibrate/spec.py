@@ -1,7 +1,7 @@
 """Model shapes for calibration, and the tensor-parallel shard of one layer.
 
 Calibration needs only the architecture numbers of a model profile. They come
-from ``sim.profiles`` (validated) when the simulator's dependencies are
+from ``sim.config.profiles`` (validated) when the simulator's dependencies are
 installed, and otherwise straight from the shipped YAML, so the benchmarks
 also run on a bare machine that has torch, numpy and PyYAML but not the
 simulator's other dependencies (a GPU host, say).
@@ -119,7 +119,7 @@ class ShardShape:
 def profiles_dir() -> Path:
     """The shipped ``profiles/`` folder (the wheel's or the repository's)."""
     try:
-        from sim.paths import data_dir
+        from sim.config.paths import data_dir
     except ImportError:  # a bare host without the simulator's dependencies
         return Path(__file__).resolve().parent.parent / "profiles"
     return data_dir("profiles")
@@ -139,8 +139,8 @@ def load_model(name: str) -> ModelShape:
     given by its path; ValueError if unknown."""
     if name.endswith((".yaml", ".yml")) and Path(name).is_file():
         try:
-            from sim.config.profiles import ModelSpec
-            from sim.yamlio import load_model as load_validated
+            from sim.config.specs import ModelSpec
+            from sim.config.yamlio import load_model as load_validated
         except ImportError:          # on a bare GPU machine: the file as it is
             with open(name, encoding="utf-8") as fh:
                 return ModelShape.from_mapping(yaml.safe_load(fh))
@@ -148,7 +148,7 @@ def load_model(name: str) -> ModelShape:
         spec = load_validated(Path(name), ModelSpec, kind="model profile")
         return ModelShape.from_mapping(spec.model_dump())
     try:
-        from sim import profiles
+        from sim.config import profiles
     except ImportError:
         models = _yaml_models()
         data = models.get(name.strip().lower())

@@ -275,7 +275,7 @@ def markdown(reports: dict[str, dict]) -> str:
                                f"{_pct(reports[n]['rows'][i]['error'][key])}" for n in names)
             lines.append(f"| {r['setting']} | {UNITS[key]} | {_fmt(key, pub)} | {cells} | "
                          f"{r['source']} |")
-    lines += ["", f"| class | rows | target | "
+    lines += ["", "| class | rows | target | "
               + " | ".join(f"{n}: median abs error | {n}: worst" for n in names) + " |",
               "|---|---:|---:|" + "---:|---|" * len(names)]
     for cls in reports[names[0]]["headline"]:
@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r for r in rows if r.kind == "server"]
     if not legacy:                     # every scenario is valid before any row runs
         from sim.api import load_scenario
-        from sim.errors import ScenarioError
+        from sim.config.errors import ScenarioError
         for row in rows:
             try:
                 load_scenario(row.scenario)

@@ -103,7 +103,7 @@ def plan(path: str | Path, allow_paths: tuple[Path, ...] = ()) -> Plan:
     if m.num_experts != 1:
         raise VllmError(f"{where}.model: validation builds dense Llama models; {m.name} has "
                         f"{m.num_experts} experts")
-    from sim.engines import with_engine_admission
+    from sim.config.engines import with_engine_admission
     kv_admission = with_engine_admission(pool.engine, sched).kv_admission
     if kv_admission == "guaranteed_no_evict":
         raise VllmError(f"{where}.scheduler.kv_admission: vLLM admits 'whole_prompt' (vLLM "
@@ -147,7 +147,7 @@ def plan(path: str | Path, allow_paths: tuple[Path, ...] = ()) -> Plan:
     from calibrate.engine_fit import continuous_grid
     from calibrate.records import ContinuousLimits
     from sim.cost.calibrated import load_profile, resolve_profile_path
-    from sim.yamlio import load_yaml
+    from sim.config.yamlio import load_yaml
     if pool.cost_model.type != "calibrated":
         raise VllmError(f"{where}.cost_model: the timing comparison fits vLLM's step terms "
                         f"onto a calibrated profile of this CPU; set {{type: calibrated, "

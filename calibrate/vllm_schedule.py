@@ -190,7 +190,7 @@ MAX_RECORD_BYTES = 512 * 2**20
 def read_json(path: Path) -> dict:
     """A JSON file, gzip-compressed when its name ends in .gz; at most
     MAX_RECORD_BYTES once decompressed (a ServeLogError beyond), only a regular file."""
-    from sim.inputs import InputFileError, open_regular
+    from sim.config.inputs import InputFileError, open_regular
     path = Path(path)
     try:
         with open_regular(path, max_bytes=MAX_RECORD_BYTES) as raw:
@@ -229,8 +229,8 @@ class _ForcedClock:
 
 def replay(log: ServeLog) -> list[StepBatch]:
     """fleetsim's continuous scheduler on the log's arrivals, one step at a time."""
-    from sim.kv import KvCacheManager
-    from sim.request import Request
+    from sim.core.kv import KvCacheManager
+    from sim.core.request import Request
     from sim.schedulers.base import ReplicaLimits
     from sim.schedulers.continuous import ContinuousConfig, ContinuousScheduler
 

@@ -8,8 +8,8 @@
     results.summary       # what summary.json holds
 """
 from sim.api import load_scenario, run, with_overrides
-from sim.errors import ScenarioError
-from sim.results import Results
+from sim.config.errors import ScenarioError
+from sim.output.results import Results
 
 __all__ = ["load_scenario", "run", "with_overrides", "Results", "ScenarioError"]
 __version__ = "0.1.0"

@@ -9,14 +9,14 @@ import pydantic
 
 from sim.config.resolve import Resolved, resolve
 from sim.config.scenario import Scenario
-from sim.errors import Problem, ScenarioError, dotted_path
-from sim.validation_errors import from_validation_error
-from sim.inputs import InputFileError, check_regular, scenario_files, shown
-from sim.paths import resolve_scenario_path
-from sim.results import Results, collect
-from sim.simulation import ProgressFn, RunRefused, Simulation
+from sim.config.errors import Problem, ScenarioError, dotted_path
+from sim.config.validation_errors import from_validation_error
+from sim.config.inputs import InputFileError, check_regular, scenario_files, shown
+from sim.config.paths import resolve_scenario_path
+from sim.output.results import Results, collect
+from sim.core.simulation import ProgressFn, RunRefused, Simulation
 from sim.workload import WorkloadDataError
-from sim.yamlio import LineMap, load_yaml
+from sim.config.yamlio import LineMap, load_yaml
 
 
 def _resolve_or_raise(scenario: Scenario, file: str | None, line_map: LineMap | None) -> Resolved:
@@ -33,7 +33,7 @@ def load_scenario(path: str | Path, *, allow_paths: Iterable[str | Path] = ()) -
     """Read, validate and cross-check a scenario YAML file.
 
     The data files it names must lie in its folder or fleetsim's shipped data,
-    or in one of ``allow_paths`` (see :mod:`sim.inputs`). Raises ScenarioError
+    or in one of ``allow_paths`` (see :mod:`sim.config.inputs`). Raises ScenarioError
     (file, line, field, message) on any problem.
     """
     p = resolve_scenario_path(path)
@@ -86,7 +86,7 @@ def data_files(scenario: Scenario) -> list[Path]:
 
 def _check_data_files(scenario: Scenario, path: Path, line_map: LineMap) -> None:
     """Trace and length files named by the scenario are regular files where they may be
-    read from (see :mod:`sim.inputs`), relative to the scenario file."""
+    read from (see :mod:`sim.config.inputs`), relative to the scenario file."""
     files = scenario_files(scenario)
     named: list[tuple[tuple, str, str]] = []
     for name, stream in scenario.workload.streams.items():

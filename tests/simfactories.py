@@ -13,13 +13,13 @@ from typing import Any, Iterable
 import numpy as np
 
 import sim
-from sim import profiles
+from sim.config import profiles
 from sim.config.scenario import Scenario
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.cost.shape import BatchShape
-from sim.kv import KvCacheManager
-from sim.request import Request
-from sim.results import Results
+from sim.core.kv import KvCacheManager
+from sim.core.request import Request
+from sim.output.results import Results
 from sim.schedulers.base import ReplicaLimits
 from sim.schedulers.continuous import ContinuousConfig, ContinuousScheduler
 
@@ -121,7 +121,7 @@ def run_scenario(**kwargs) -> Results:
 # -- components --------------------------------------------------------------------
 def model_spec(name: str = "llama-3.1-8b"):
     if name == KV_HEAVY_NAME:
-        from sim.config.profiles import ModelSpec
+        from sim.config.specs import ModelSpec
         return ModelSpec.model_validate(KV_HEAVY_MODEL)
     spec = profiles.find_model(name)
     assert spec is not None, name

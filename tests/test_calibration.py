@@ -14,11 +14,11 @@ import pytest
 import yaml
 
 import sim
-from sim import profiles
+from sim.config import profiles
 from sim.cost.calibrated import (CalibratedConfig, CalibratedCostModel, Table, load_profile,
                                  resolve_profile_path)
 from sim.cost.shape import BatchShape
-from sim.paths import data_dir
+from sim.config.paths import data_dir
 
 from simfactories import make_pool, make_scenario, single, single_service_time_s, trace_stream
 
@@ -225,7 +225,7 @@ def test_unknown_cost_model_keys_are_rejected():
 
 
 def test_import_sim_does_not_import_torch():
-    code = ("import sys, sim, sim.cost.calibrated, sim.pool, sim.cli; "
+    code = ("import sys, sim, sim.cost.calibrated, sim.core.pool, sim.cli; "
             "print('torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)

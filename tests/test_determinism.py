@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import sim
-from sim.outputs import write_outputs
+from sim.output.outputs import write_outputs
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPARED = ("summary.json", "requests.csv")
@@ -99,9 +99,9 @@ pools:
 CHILD = """\
 import sys
 import sim
-import sim.plots
-from sim.outputs import write_outputs
-sim.plots.save_all = lambda results, folder: []
+import sim.output.plots
+from sim.output.outputs import write_outputs
+sim.output.plots.save_all = lambda results, folder: []
 scenario = sim.load_scenario(sys.argv[1])
 if len(sys.argv) > 3:
     scenario = sim.with_overrides(scenario, seed=int(sys.argv[3]))
@@ -112,8 +112,8 @@ write_outputs(sim.run(scenario), sys.argv[2])
 @pytest.fixture(autouse=True)
 def _no_plots(monkeypatch):
     """write_outputs writes the plots after every compared file; skip them (slow)."""
-    import sim.plots
-    monkeypatch.setattr(sim.plots, "save_all", lambda results, folder: [])
+    import sim.output.plots
+    monkeypatch.setattr(sim.output.plots, "save_all", lambda results, folder: [])
 
 
 @pytest.fixture(scope="module")
@@ -126,11 +126,11 @@ def scenario_path(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def reference(scenario_path, tmp_path_factory) -> dict[str, bytes]:
     """The outputs of one in-process run."""
-    import sim.plots
+    import sim.output.plots
     out = tmp_path_factory.mktemp("reference") / "out"
     results = sim.run(sim.load_scenario(scenario_path))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sim.plots, "save_all", lambda results, folder: [])
+        mp.setattr(sim.output.plots, "save_all", lambda results, folder: [])
         write_outputs(results, out)
     return _read(out)
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import sim
-from sim import profiles
-from sim.engines import PRESETS, front_end_s
+from sim.config import profiles
+from sim.config.engines import PRESETS, front_end_s
 from tests.simfactories import continuous, make_pool, make_scenario, poisson_stream, trace_stream
 
 
@@ -134,9 +134,9 @@ def test_a_profile_measured_on_a_whole_engine_already_holds_its_front_end(tmp_pa
 def test_requests_in_the_front_end_count_as_in_flight_for_the_autoscaler():
     import simpy
     from sim.config.resolve import resolve
-    from sim.fleet import pool_parts
-    from sim.pool import Pool
-    from sim.recorder import Recorder
+    from sim.core.fleet import pool_parts
+    from sim.core.pool import Pool
+    from sim.output.recorder import Recorder
     from tests.simfactories import make_request
     scn = make_scenario(pool=make_pool(front_end=1.0))
     resolved, problems = resolve(scn)

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.cli import main
-from sim.yamlio import SafeLineLoader
+from sim.config.yamlio import SafeLineLoader
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted(p for p in (ROOT / "scenarios").glob("*.yaml") if "bench" not in p.stem)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import sim
-from sim.simulation import GC_YOUNG_THRESHOLD, fewer_gc_passes
+from sim.core.simulation import GC_YOUNG_THRESHOLD, fewer_gc_passes
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.yaml"
 

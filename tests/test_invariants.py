@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 import sim
 from sim.config.resolve import resolve
 from sim.config.scenario import Scenario
-from sim.results import collect
-from sim.simulation import RunRefused, run_resolved
+from sim.output.results import collect
+from sim.core.simulation import RunRefused, run_resolved
 
 MODEL = "llama-3.1-8b"
 SERVED = "llama-3.1-8b@1"

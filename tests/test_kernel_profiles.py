@@ -16,7 +16,7 @@ import yaml
 from calibrate import from_kernels
 from calibrate.kernel_db import GemmCurves, KernelDb, KernelDbError
 from calibrate.spec import ModelShape, ShardShape, load_model
-from sim import profiles
+from sim.config import profiles
 from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel, load_profile
 
 TINY = load_model("tiny-llama")           # hidden 512, 8 heads / 4 KV of 64, MLP 1536
@@ -301,7 +301,7 @@ def test_a_gemm_timed_slower_than_a_larger_m_is_read_as_that_m_and_counted():
 
 # -- the shipped GPU profiles --------------------------------------------------------------------------
 def _shipped_index() -> dict:
-    from sim.paths import data_dir
+    from sim.config.paths import data_dir
     return yaml.safe_load((data_dir("profiles") / "calibrated" / "gpu" / "index-vllm.yaml")
                           .read_text())
 
@@ -309,7 +309,7 @@ def _shipped_index() -> dict:
 def test_every_shipped_gpu_profile_loads_for_its_model_and_tp():
     """Each profile in the index reads as the simulator's cost model for its model, GPU,
     TP and dtypes, and fits the database points it was built from to a few percent."""
-    from sim.paths import data_dir
+    from sim.config.paths import data_dir
     index = _shipped_index()
     assert len(index["profiles"]) >= 100
     gpus = set()
@@ -332,7 +332,7 @@ def test_every_shipped_gpu_profile_loads_for_its_model_and_tp():
 @pytest.mark.parametrize("model, dtype", [("llama-3.1-8b", "fp8"), ("mixtral-8x7b", "bf16")])
 def test_a_shipped_gpu_profile_is_what_the_installed_database_gives(model, dtype):
     pytest.importorskip("aiconfigurator_core")
-    from sim.paths import data_dir
+    from sim.config.paths import data_dir
     path = (data_dir("profiles") / "calibrated" / "gpu" / "h100-sxm" / "vllm"
             / f"{model}-tp2-{dtype}.yaml")
     shipped = load_profile(path)
@@ -413,7 +413,7 @@ def test_profiles_command_lists_the_measured_gpu_profiles(capsys):
     from sim.cli import main
     assert main(["profiles"]) == 0
     out = capsys.readouterr().out
-    from sim.paths import data_dir
+    from sim.config.paths import data_dir
     shipped = sum(len(yaml.safe_load(index.read_text())["profiles"]) for index in
                   (data_dir("profiles") / "calibrated" / "gpu").glob("index-*.yaml"))
     assert shipped > 700
@@ -430,7 +430,7 @@ def test_profiles_command_lists_the_measured_gpu_profiles(capsys):
 def test_the_printed_summary_says_where_step_times_came_from(label, shown):
     import io
     from rich.console import Console
-    from sim.table import print_summary
+    from sim.output.table import print_summary
     buf = io.StringIO()
     print_summary({"pools": {"p": {"model": "m", "cost_model": label}}},
                   Console(file=buf, width=200))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from simfactories import hardware_spec, make_pool, make_scenario, model_spec
-from sim.config.profiles import ModelSpec
+from sim.config.specs import ModelSpec
 from sim.config.resolve import resolve
 from sim.cost.memory import kv_budget
 

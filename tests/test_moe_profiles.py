@@ -14,8 +14,8 @@ import pytest
 from calibrate import from_kernels
 from calibrate.kernel_db import KernelDb, KernelDbError
 from calibrate.spec import ModelShape, ShardShape
-from sim import profiles
-from sim.config.profiles import ModelSpec
+from sim.config import profiles
+from sim.config.specs import ModelSpec
 from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel, load_profile
 from test_kernel_profiles import _write, db, gemm_ms  # noqa: F401 - db is a fixture
 
@@ -178,7 +178,7 @@ def test_cli_refuses_a_missing_moe_combination_with_exit_2(moe_db, tmp_path, cap
 def test_a_shipped_moe_profile_names_the_moe_kernel_it_read():
     """(That it is what the installed database gives is checked beside the dense
     profiles: test_kernel_profiles.)"""
-    from sim.paths import data_dir
+    from sim.config.paths import data_dir
     path = (data_dir("profiles") / "calibrated" / "gpu" / "h100-sxm" / "vllm"
             / "mixtral-8x7b-tp2-bf16.yaml")
     shipped = load_profile(path)

@@ -1,4 +1,4 @@
-"""Result folders (sim.outputs), plots (sim.plots) and the summary tables (sim.table)."""
+"""Result folders (sim.output.outputs), plots (sim.output.plots) and the summary tables (sim.output.table)."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,10 +12,10 @@ import pytest
 from rich.console import Console
 
 import sim
-from sim.errors import ScenarioError
-from sim.outputs import summary_json, write_outputs
-from sim.plots import save_all
-from sim.table import print_summary
+from sim.config.errors import ScenarioError
+from sim.output.outputs import summary_json, write_outputs
+from sim.output.plots import save_all
+from sim.output.table import print_summary
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -188,12 +188,12 @@ def test_file_in_the_way_is_an_error(results, tmp_path):
 
 
 def test_failed_write_leaves_nothing(results, tmp_path, monkeypatch):
-    import sim.plots
+    import sim.output.plots
 
     def boom(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(sim.plots, "save_all", boom)
+    monkeypatch.setattr(sim.output.plots, "save_all", boom)
     with pytest.raises(RuntimeError):
         write_outputs(results, tmp_path / "run")
     assert list(tmp_path.iterdir()) == []

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import sim
-from sim import profiles
+from sim.config import profiles
 from sim.cli import main
 from sim.config.scenario import Scenario
 from sim.cost.roofline import RooflineConfig, RooflineCostModel

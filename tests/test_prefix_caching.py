@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 import sim
 from sim.config.scenario import Scenario
-from sim.kv import KvCacheManager
+from sim.core.kv import KvCacheManager
 from sim.cost import build_cost_model
-from sim.request import Request
+from sim.core.request import Request
 
 ROOT = Path(__file__).resolve().parent.parent
 

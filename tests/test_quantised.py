@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import sim
-from sim import profiles
+from sim.config import profiles
 from sim.config.scenario import Scenario
 from sim.cost import measured
 from sim.cost.measured import AutoConfig

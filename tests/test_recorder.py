@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim import recorder
-from sim.recorder import ColumnTable
+from sim.output import recorder
+from sim.output.recorder import ColumnTable
 
 
 def test_rows_across_buffer_flushes_and_column_growth_come_back_in_order(monkeypatch):
@@ -46,9 +46,9 @@ def test_each_request_column_holds_the_attribute_it_declares():
     """A request whose every recorded attribute has its own value: each column of the
     recorded row reads back that attribute (interned strings decoded), so no two
     columns can be swapped and a new field is read where it is declared."""
-    from sim.recorder import REQUEST_ROW, Recorder
-    from sim.request import Request
-    from sim.results import REQUEST_TABLE_COLUMNS
+    from sim.output.recorder import REQUEST_ROW, Recorder
+    from sim.core.request import Request
+    from sim.output.results import REQUEST_TABLE_COLUMNS
     assert len({f.column for f in REQUEST_ROW}) == len(REQUEST_ROW)
     assert {f.column for f in REQUEST_ROW} <= set(REQUEST_TABLE_COLUMNS)
     req = Request(41, 3, "team-a", "model-b", "pool-c", 7, 1.25, 100, 50)

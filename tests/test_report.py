@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from sim.config.scenario import Scenario
 import sim
-from sim.report import build_report
+from sim.output.report import build_report
 
 
 def test_report_embeds_plots_and_escapes_scenario_strings():
@@ -49,7 +49,7 @@ def test_report_shows_the_throughput_latency_curve_of_a_sweep():
 
 
 def test_sweep_curves_draw_one_line_per_value_of_the_first_varied_field():
-    from sim.report import sweep_figure, sweep_varied
+    from sim.output.report import sweep_figure, sweep_varied
     _, table = _small_sweep()
     assert sweep_varied(table) == ["pools.p.replicas", "workload.rate_scale"]
     fig = sweep_figure(table)

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from simfactories import hardware_spec, make_cost_model, model_spec
-from sim.config.profiles import BYTES_PER_ELEMENT
+from sim.config.specs import BYTES_PER_ELEMENT
 from sim.cost.roofline import FITTED, RooflineConfig
 
 REPO = Path(__file__).resolve().parent.parent

@@ -9,10 +9,10 @@ from pydantic import ValidationError
 
 from simfactories import (hardware_spec, make_continuous_scheduler, make_cost_model,
                           make_request, make_scenario, run_step)
-from sim.config.profiles import ModelSpec
+from sim.config.specs import ModelSpec
 from sim.config.resolve import resolve
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
-from sim.kv import KvCacheManager, blocks_for
+from sim.core.kv import KvCacheManager, blocks_for
 from sim.schedulers.base import ReplicaLimits
 from sim.schedulers.speculative import (SpeculativeConfig, SpeculativeScheduler,
                                         build_draft_cost, expected_tokens_per_step)

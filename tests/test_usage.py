@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from sim.usage import PoolUsage
+from sim.output.usage import PoolUsage
 
 
 def overlap_by_bin(runs, interval_s: float, num_bins: int):

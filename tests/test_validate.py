@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import sim
-from sim import profiles
+from sim.config import profiles
 from sim.cost.calibrated import (CalibratedConfig, CalibratedCostModel, check_profile,
                                  load_profile, resolve_profile_path)
 from sim.cost.shape import BatchShape, default_kv_read

@@ -11,14 +11,14 @@ import pytest
 from pydantic import Field
 
 from sim.config.common import PositiveInt, Seconds, StrictModel
-from sim.errors import (
+from sim.config.errors import (
     Problem,
     ScenarioError,
     dotted_path,
     format_cli_error,
 )
-from sim.validation_errors import from_validation_error
-from sim.yamlio import LineMap, load_model, load_yaml
+from sim.config.validation_errors import from_validation_error
+from sim.config.yamlio import LineMap, load_model, load_yaml
 
 
 class Single(StrictModel):

@@ -62,7 +62,7 @@ def format_table(report: ValidationReport) -> str:
 def _shown(path: Path, out_dir: Path) -> str:
     """A path inside the output folder relative to it (the folder is renamed into place);
     a shipped profile relative to the profiles folder."""
-    from sim.paths import data_dir
+    from sim.config.paths import data_dir
     path = Path(path).resolve()
     for base, prefix in ((out_dir.resolve(), ""), (data_dir("profiles").resolve(), "profiles/")):
         try:

@@ -128,7 +128,7 @@ def _built_in(out_dir: Path, force: bool, build) -> ValidationReport:
     """``build(tmp)`` writes a report into a temporary folder renamed to ``out_dir`` when
     complete (an existing folder is replaced only with ``force``); paths in the report
     are moved along."""
-    from sim.outputs import write_folder
+    from sim.output.outputs import write_folder
     built: list[ValidationReport] = []
 
     def write(tmp: Path) -> list[Path]:
@@ -190,7 +190,7 @@ def _logged_workload(elog: EngineLog, where: Path, profile_path: Path, work: Pat
                              f"pool)") from None
     path = work / "scenario-recorded.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
-    from sim.errors import ScenarioError
+    from sim.config.errors import ScenarioError
     try:
         w = load_workload(path, allow_paths=(profile_path.parent,))
     except (ScenarioError, ValidationError) as exc:

@@ -17,7 +17,7 @@ from sim.autoscalers.base import Autoscaler
 from sim.autoscalers.fixed import FixedAutoscaler, FixedConfig
 from sim.autoscalers.scheduled import ScheduledAutoscaler, ScheduledConfig
 from sim.autoscalers.target import TargetAutoscaler, TargetConfig
-from sim.policies import Family
+from sim.config.policies import Family
 
 AUTOSCALERS = Family("autoscaler", {
     FixedConfig: FixedAutoscaler,

@@ -21,7 +21,7 @@ from typing import ClassVar, Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from sim import units
+from sim.config import units
 from sim.autoscalers.base import Autoscaler
 from sim.config.common import PositiveSeconds, ReplicaFloor, StrictModel
 

@@ -77,7 +77,7 @@ from typing import ClassVar, Any, Literal, Mapping
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from sim import units
+from sim.config import units
 from sim.autoscalers.base import Autoscaler
 from sim.autoscalers.window import PercentileWindow, TimeWindow
 from sim.config.common import (PositiveSeconds, ReplicaCount, ReplicaFloor, Seconds,

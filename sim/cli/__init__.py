@@ -4,7 +4,7 @@ Exit codes: 0 success, 2 bad input (scenario, flags, output folder), 1 an
 internal error or a write that failed after the work ran. Bad input is
 reported as ``error: file:line: field: message`` without a traceback; an
 output that cannot be written is found before the work starts. What may be
-written where is :mod:`sim.output_paths`'s.
+written where is :mod:`sim.output.output_paths`'s.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from sim.cli.inspect import add_inspect
 from sim.cli.planning import add_planning
 from sim.cli.run import add_run
 from sim.cli.validate import add_validate
-from sim.errors import ScenarioError, format_cli_error
+from sim.config.errors import ScenarioError, format_cli_error
 
 
 class _Parser(argparse.ArgumentParser):

@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 
 from calibrate.arguments import add_torch_arguments
-from sim import profiles
-from sim.errors import ScenarioError
+from sim.config import profiles
+from sim.config.errors import ScenarioError
 
 
 def _cmd_calibrate_from_kernels(args: argparse.Namespace) -> int:
@@ -16,7 +16,7 @@ def _cmd_calibrate_from_kernels(args: argparse.Namespace) -> int:
     from calibrate.kernel_db import GPU_FOLDERS, KernelDbError
     from calibrate.spec import load_model
     from sim.cost.measured import profile_name
-    from sim.output_paths import os_error
+    from sim.output.output_paths import os_error
     if args.gpu is None:
         raise ScenarioError(f"calibrate --from {args.source}: name the GPU with --gpu "
                             f"({', '.join(sorted(GPU_FOLDERS))})")
@@ -78,7 +78,7 @@ def is_profile(path: Path) -> bool:
 def check_profile_files(profile: Path, *siblings: str) -> None:
     """Before the work: the profile (and its sibling files with these suffixes, the
     plot and the log) may be written, replacing only what `calibrate` wrote."""
-    from sim.output_paths import check_file
+    from sim.output.output_paths import check_file
     check_file(profile, kind="a calibrated profile fleetsim wrote", is_kind=is_profile)
     for suffix in siblings:
         check_file(profile.with_suffix(suffix), kind="the plot or log of a calibrated profile",

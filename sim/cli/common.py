@@ -6,8 +6,8 @@ import argparse
 import time
 from pathlib import Path
 
-from sim import units
-from sim.errors import ScenarioError
+from sim.config import units
+from sim.config.errors import ScenarioError
 
 
 def duration_arg(text: str) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from sim import profiles
+from sim.config import profiles
 from sim.cli.common import allowed_paths, add_allow_path
 
 
@@ -26,7 +26,7 @@ def _cmd_lint(args: argparse.Namespace) -> int:
 
 
 def _cmd_profiles(args: argparse.Namespace) -> int:
-    from sim.paths import data_dir
+    from sim.config.paths import data_dir
     print("hardware: " + ", ".join(profiles.hardware_names()))
     print("models:   " + ", ".join(profiles.model_names()))
     gpu = data_dir("profiles") / "calibrated" / "gpu"

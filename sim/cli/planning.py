@@ -5,16 +5,16 @@ import argparse
 import json
 from pathlib import Path
 
-from sim.errors import ScenarioError
-from sim.output_paths import slug
+from sim.config.errors import ScenarioError
+from sim.output.output_paths import slug
 from sim.cli.common import (path_arg, count_arg, tolerance_arg, MAX_WORKERS, count_bar,
                             load_from_args, allowed_paths, add_allow_path, inputs_of,
                             slos_from_args, with_pd_options)
 
 
 def _cmd_size(args: argparse.Namespace) -> int:
-    from sim.output_paths import prepare_folder
-    from sim.outputs import csv_safe, write_folder
+    from sim.output.output_paths import prepare_folder
+    from sim.output.outputs import csv_safe, write_folder
     from sim.planning.size import max_rate, size
 
     if args.force and not args.out:
@@ -70,10 +70,10 @@ def _verdict(failed: list[str], what: str) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from sim.atomic_write import write_file
-    from sim.output_paths import check_file
+    from sim.output.atomic_write import write_file
+    from sim.output.output_paths import check_file
     from sim.planning.overrides import check_grid, parse_vary
-    from sim.outputs import csv_safe
+    from sim.output.outputs import csv_safe
     from sim.planning.runner import DaskSchedulerError
     from sim.planning.sweep import sweep
 
@@ -104,7 +104,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             bar.stop()
     write_file(out, csv_safe(table).to_csv(index=False))
     if args.report:
-        from sim.report import build_sweep_report
+        from sim.output.report import build_sweep_report
         write_file(Path(args.report), build_sweep_report(table, scenario.name))
     if not args.quiet:
         with_pd_options(lambda: print(table.to_string(index=False)))
@@ -116,7 +116,7 @@ def _is_sweep_table(path: Path) -> bool:
     """True if ``path`` starts with the header of a `fleetsim sweep` table."""
     import csv
 
-    from sim.report import SWEEP_X, SWEEP_Y
+    from sim.output.report import SWEEP_X, SWEEP_Y
     try:
         with open(path, encoding="utf-8", newline="") as fh:
             header = next(csv.reader([fh.readline(65536)]), [])
@@ -145,7 +145,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_drift_check(args: argparse.Namespace) -> int:
-    from sim.output_paths import check_file
+    from sim.output.output_paths import check_file
     from sim.planning.check import check, is_baseline
 
     baseline = Path(args.baseline)

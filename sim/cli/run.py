@@ -5,8 +5,8 @@ import argparse
 import json
 from pathlib import Path
 
-from sim.errors import ScenarioError
-from sim.output_paths import slug
+from sim.config.errors import ScenarioError
+from sim.output.output_paths import slug
 from sim.cli.common import (duration_arg, path_arg, count_arg, MAX_REPLICATIONS,
                             MAX_WORKERS, Progress, count_bar, load_from_args,
                             add_allow_path, inputs_of, warmup_arg)
@@ -17,8 +17,8 @@ def _cmd_replications(args: argparse.Namespace, scenario) -> int:
     from sim.planning.runner import run_many
     from sim.planning.stats import aggregate
 
-    from sim.output_paths import prepare_folder
-    from sim.outputs import write_folder
+    from sim.output.output_paths import prepare_folder
+    from sim.output.outputs import write_folder
 
     default = Path("results") / f"{slug(scenario.name)}-replications"
     out_dir = Path(args.out) if args.out else default
@@ -60,8 +60,8 @@ def _cmd_replications(args: argparse.Namespace, scenario) -> int:
 def _read_sweep(path: str):
     import pandas as pd
 
-    from sim.inputs import InputFileError, open_regular, shown
-    from sim.report import check_sweep_table
+    from sim.config.inputs import InputFileError, open_regular, shown
+    from sim.output.report import check_sweep_table
     try:
         with open_regular(path) as fh:
             table = pd.read_csv(fh, encoding="utf-8")
@@ -76,10 +76,10 @@ def _read_sweep(path: str):
 
 def _cmd_run(args: argparse.Namespace) -> int:
     import sim
-    from sim.outputs import write_outputs
-    from sim.table import print_summary
+    from sim.output.outputs import write_outputs
+    from sim.output.table import print_summary
 
-    from sim.output_paths import prepare_folder
+    from sim.output.output_paths import prepare_folder
 
     if args.quiet and args.json:
         raise ScenarioError("--quiet prints nothing and --json prints the summary: give one",

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sim.errors import ScenarioError
+from sim.config.errors import ScenarioError
 from sim.cli.common import positive_int_arg, path_arg, allowed_paths, inputs_of
 
 
@@ -18,7 +18,7 @@ def _cmd_validate_vllm(args: argparse.Namespace) -> int:
                             "belong to the transformers engine")
     from calibrate import vllm_engine
     from calibrate.vllm_schedule import ServeLogError
-    from sim.output_paths import prepare_folder
+    from sim.output.output_paths import prepare_folder
     log = (lambda _m: None) if args.quiet else print
     try:
         if args.from_logs:
@@ -28,7 +28,7 @@ def _cmd_validate_vllm(args: argparse.Namespace) -> int:
             python = vllm_engine.vllm_python()
     except (vllm_engine.VllmError, ServeLogError) as exc:
         raise ScenarioError(str(exc)) from None
-    from sim.atomic_write import write_folder
+    from sim.output.atomic_write import write_folder
     out = Path(args.out) if args.out else Path("results") / "validate-vllm"
     out = prepare_folder(out, force=args.force, inputs=inputs_of(args))
     done: list = []
@@ -81,7 +81,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise ScenarioError(f"validation needs torch and transformers ({exc}); install them "
                             f"with pip install 'fleetsim[validate]'") from None
-    from sim.output_paths import prepare_folder
+    from sim.output.output_paths import prepare_folder
     out = Path(args.out) if args.out else Path("results") / (
         "validate-from-logs" if args.from_logs else "validate")
     out = prepare_folder(out, force=args.force, inputs=inputs_of(args))

@@ -11,7 +11,7 @@ from typing import Annotated
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict,
                       StringConstraints)
 
-from sim import units
+from sim.config import units
 
 
 class StrictModel(BaseModel):

@@ -6,7 +6,7 @@ import math
 from pydantic import Field, model_validator
 
 from sim.config.common import Bytes, BytesPerS, Name, PositiveSeconds, Seconds, StrictModel
-from sim.config.profiles import DType
+from sim.config.specs import DType
 
 
 class KeyConfig(StrictModel):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim import profiles
-from sim.config.profiles import HardwareSpec, ModelSpec
+from sim.config import profiles
+from sim.config.specs import HardwareSpec, ModelSpec
 from sim.config import sanity
 from sim.config.lengths import prompt_range, shortest
 from sim.config.scenario import PoolConfig, Scenario
@@ -56,7 +56,7 @@ def _cost_model_problems(pool: PoolConfig, model, scenario: Scenario) -> list:
     check = getattr(pool.cost_model, "problems", None)
     if check is None:
         return []
-    from sim.inputs import scenario_files
+    from sim.config.inputs import scenario_files
     files = scenario_files(scenario) if getattr(scenario, "_source", None) else None
     return check(pool, model, files)
 

@@ -14,11 +14,11 @@ from sim.config.common import (Bytes, BytesPerS, Flag, Fraction, Name, PositiveB
                                PositiveInt, PositiveSeconds, ReplicaCount, Seconds, StrictModel,
                                UsdPerGpuHour)
 from sim.config.gateway import GatewayConfig
-from sim.config.profiles import DType, HardwareSpec, ModelSpec
+from sim.config.specs import DType, HardwareSpec, ModelSpec
 from sim.config.workload import WorkloadConfig
 from sim.cost import COST_MODELS, CostModelConfig
 from sim.cost.measured import AutoConfig
-from sim.engines import EngineName
+from sim.config.engines import EngineName
 from sim.autoscalers import AUTOSCALERS, AutoscalerConfig
 from sim.routers import ROUTERS, RouterConfig
 from sim.routers.round_robin import RoundRobinConfig
@@ -93,7 +93,7 @@ class PoolConfig(StrictModel):
     engine: EngineName = Field(
         "vllm", description="The serving engine: which measured kernels the default cost "
                             "model reads, its per-request front-end time and the continuous "
-                            "scheduler's default KV admission (see sim/engines.py)")
+                            "scheduler's default KV admission (see sim/config/engines.py)")
     front_end: Seconds | None = Field(
         None, le=60.0, description="Per-request time in the engine's front end (API server, "
                           "tokenisation, prefill dispatch) before the request reaches the "

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from sim import units
+from sim.config import units
 from sim.gateway.retry import RetryPolicy
 from sim.config.common import (
     FilePath,

@@ -15,7 +15,7 @@ from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
 from sim.cost.measured import AutoConfig
 from sim.cost.measured import build as build_measured
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
-from sim.policies import Family
+from sim.config.policies import Family
 
 
 def _auto(pool, base_dir=None) -> CostModel:
@@ -44,7 +44,7 @@ CostModelConfig = COST_MODELS.union()
 def build_cost_model(pool, base_dir=None) -> CostModel:
     """The pool's step-time model. ``base_dir``: the scenario's folder, against which a
     calibrated profile's relative path is tried first (then the working directory,
-    then the shipped profiles/); a :class:`~sim.inputs.DataFiles` also bounds where the
+    then the shipped profiles/); a :class:`~sim.config.inputs.DataFiles` also bounds where the
     profile may lie. Raises ValueError for a missing or mismatched profile."""
     return COST_MODELS.built_by(pool.cfg.cost_model)(pool, base_dir)
 

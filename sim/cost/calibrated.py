@@ -44,13 +44,13 @@ import yaml
 from pydantic import Field
 
 from sim.config.common import FilePath, StrictModel
-from sim.config.profiles import HardwareSpec, ModelSpec
+from sim.config.specs import HardwareSpec, ModelSpec
 from sim.cost.base import CostModel, DecodeRun
 from sim.cost.steps import StepEnds
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.cost.shape import ArrayLike, BatchShape, default_kv_read
-from sim.inputs import MAX_DOC_BYTES, DataFiles, InputFileError, read_bytes, shown
-from sim.paths import data_dir
+from sim.config.inputs import MAX_DOC_BYTES, DataFiles, InputFileError, read_bytes, shown
+from sim.config.paths import data_dir
 
 TERMS = ("dense", "attn_prefill", "attn_decode", "lm_head", "tp_comm")
 SHAPE_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
@@ -198,7 +198,7 @@ def resolve_profile_path(profile: str, base_dir: DataFiles | str | Path | None =
                          ) -> Path:
     """The profile file: relative to ``base_dir`` (the scenario's folder), as given,
     or relative to the shipped ``profiles/`` folder; the first that exists where a
-    :class:`~sim.inputs.DataFiles` allows. ValueError if none does."""
+    :class:`~sim.config.inputs.DataFiles` allows. ValueError if none does."""
     files = base_dir if isinstance(base_dir, DataFiles) else None
     p = Path(profile).expanduser()
     candidates = [p] if p.is_absolute() else (

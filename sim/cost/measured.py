@@ -16,8 +16,8 @@ from typing import Literal
 from pydantic import model_validator
 
 from sim.config.common import StrictModel
-from sim.config.profiles import HardwareSpec, ModelSpec
-from sim.paths import data_dir
+from sim.config.specs import HardwareSpec, ModelSpec
+from sim.config.paths import data_dir
 
 
 class AutoConfig(StrictModel):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.config.profiles import HardwareSpec, ModelSpec
+from sim.config.specs import HardwareSpec, ModelSpec
 
 
 @dataclass(frozen=True)

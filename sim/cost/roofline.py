@@ -34,7 +34,7 @@ import numpy as np
 from pydantic import Field
 
 from sim.config.common import PositiveFraction, Seconds, StrictModel
-from sim.config.profiles import BYTES_PER_ELEMENT, HardwareSpec, ModelSpec
+from sim.config.specs import BYTES_PER_ELEMENT, HardwareSpec, ModelSpec
 from sim.cost.base import CostModel, DecodeRun
 from sim.cost.shape import ArrayLike, BatchShape
 from sim.cost.steps import LinearStepEnds

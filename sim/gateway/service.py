@@ -25,8 +25,8 @@ from sim.config.workload import StreamConfig
 from sim.gateway.budget import PeriodBudget
 from sim.gateway.retry import retry_delay_s
 from sim.gateway.token_bucket import TokenBucket
-from sim.request import Request
-from sim.wakeup import call_after
+from sim.core.request import Request
+from sim.core.wakeup import call_after
 
 RETRYABLE = {"rate_limited_rpm", "rate_limited_tpm", "concurrency_limit", "budget_exhausted",
              "shed_queue_full", "replica_lost"}

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import sim
-from sim.errors import ScenarioError
-from sim.inputs import InputFileError, read_bytes, shown
+from sim.config.errors import ScenarioError
+from sim.config.inputs import InputFileError, read_bytes, shown
 from sim.planning.size import evaluate, min_replicas
 from sim.planning.slo import Slo
 
@@ -140,8 +140,8 @@ def check(paths: list[str], baseline: Path, slos: list[Slo], tolerance: float,
           update: bool, allow_paths: Iterable[str] = ()) -> tuple[int, list[str]]:
     """Measure ``paths`` and compare them with ``baseline``; with ``update``, write
     the baseline instead (the caller has checked it may be written: see
-    :func:`sim.output_paths.check_file`)."""
-    from sim.atomic_write import write_file
+    :func:`sim.output.output_paths.check_file`)."""
+    from sim.output.atomic_write import write_file
     if not update and not baseline.exists() and not baseline.is_symlink():
         raise ScenarioError("no such baseline; make it with --update (it records today's "
                             "figures)", file=shown(baseline), field="--baseline")

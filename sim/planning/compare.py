@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 import sim
-from sim.errors import ScenarioError
-from sim.inputs import InputFileError, read_bytes, shown
+from sim.config.errors import ScenarioError
+from sim.config.inputs import InputFileError, read_bytes, shown
 from sim.planning.check import MAX_FIGURE
 from sim.planning.sweep import summary_row
 

@@ -16,9 +16,9 @@ import pydantic
 import yaml
 
 from sim.config.scenario import Scenario
-from sim.errors import ScenarioError
-from sim.validation_errors import from_validation_error
-from sim.yamlio import LineMap, SafeLineLoader
+from sim.config.errors import ScenarioError
+from sim.config.validation_errors import from_validation_error
+from sim.config.yamlio import LineMap, SafeLineLoader
 
 
 # scenarios one sweep may run: each is a whole simulation
@@ -27,7 +27,7 @@ MAX_GRID_POINTS = 10_000
 
 def parse_value(text: str, flag: str = "--set") -> Any:
     """A value as a scenario file would read it (YAML 1.2 scalars: ``on`` is a string)."""
-    from sim.yamlio import MAX_DEPTH, depth_of
+    from sim.config.yamlio import MAX_DEPTH, depth_of
     try:
         value = yaml.load(text, Loader=SafeLineLoader)
     except yaml.YAMLError:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sim import units
-from sim.errors import ScenarioError
+from sim.config import units
+from sim.config.errors import ScenarioError
 
 LATENCIES = ("ttft", "tpot", "e2e", "queue")
 STATS = ("mean", "p50", "p90", "p99")

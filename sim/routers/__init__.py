@@ -6,7 +6,7 @@ from sim.routers.least_outstanding import LeastOutstandingConfig, LeastOutstandi
 from sim.routers.power_of_two import PowerOfTwoConfig, PowerOfTwoRouter
 from sim.routers.prefix_affinity import PrefixAffinityConfig, PrefixAffinityRouter
 from sim.routers.round_robin import RoundRobinConfig, RoundRobinRouter
-from sim.policies import Family
+from sim.config.policies import Family
 
 ROUTERS = Family("router", {
     RoundRobinConfig: RoundRobinRouter,

@@ -9,8 +9,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Callable, Sequence
 
-from sim.replica import Replica
-from sim.request import Request
+from sim.core.replica import Replica
+from sim.core.request import Request
 
 HasRoom = Callable[[Replica], bool] | None
 

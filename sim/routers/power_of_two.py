@@ -20,8 +20,8 @@ from typing import Literal, Sequence
 import numpy as np
 
 from sim.config.common import StrictModel
-from sim.replica import Replica
-from sim.request import Request
+from sim.core.replica import Replica
+from sim.core.request import Request
 from sim.routers.base import HasRoom, Router
 
 

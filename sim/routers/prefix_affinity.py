@@ -36,8 +36,8 @@ import numpy as np
 from pydantic import Field
 
 from sim.config.common import StrictModel
-from sim.replica import Replica
-from sim.request import Request
+from sim.core.replica import Replica
+from sim.core.request import Request
 from sim.routers.base import HasRoom, Router
 
 

@@ -13,7 +13,7 @@ asks of the pool (:meth:`~sim.schedulers.base.Scheduler.pool_parts`).
 """
 from __future__ import annotations
 
-from sim.policies import Family
+from sim.config.policies import Family
 from sim.schedulers.base import ReplicaLimits, Scheduler
 from sim.schedulers.continuous import ContinuousConfig, ContinuousScheduler
 from sim.schedulers.single import SingleConfig, SingleScheduler

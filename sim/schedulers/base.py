@@ -23,8 +23,8 @@ import numpy as np
 
 from sim.cost.base import IDLE_AFTER_S, CostModel
 from sim.cost.steps import LinearStepEnds, StepEnds  # noqa: F401 (re-exported)
-from sim.kv import KvCacheManager
-from sim.request import Request
+from sim.core.kv import KvCacheManager
+from sim.core.request import Request
 
 
 class Segment:

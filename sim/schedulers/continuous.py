@@ -29,8 +29,8 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from sim.config.common import Flag, PositiveInt, PositiveSeconds, StrictModel
-from sim.kv import blocks_for
-from sim.request import Request
+from sim.core.kv import blocks_for
+from sim.core.request import Request
 from sim.schedulers.base import Scheduler, Segment
 from sim.schedulers.cohort import DecodeCohort
 from sim.schedulers.waiting import PriorityQueue

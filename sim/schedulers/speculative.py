@@ -64,13 +64,13 @@ from typing import ClassVar, TYPE_CHECKING, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from sim import profiles
+from sim.config import profiles
 from sim.config.common import Flag, Name, PositiveInt, Seconds, StrictModel
-from sim.config.profiles import ModelSpec
+from sim.config.specs import ModelSpec
 from sim.cost.base import CostModel
 from sim.cost.shape import BatchShape
-from sim.kv import blocks_for
-from sim.request import Request
+from sim.core.kv import blocks_for
+from sim.core.request import Request
 from sim.schedulers.base import Scheduler, Segment
 
 if TYPE_CHECKING:

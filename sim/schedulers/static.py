@@ -17,8 +17,8 @@ from pydantic import Field
 
 from sim.config.common import PositiveInt, Seconds, StrictModel
 from sim.cost.shape import BatchShape
-from sim.kv import blocks_for
-from sim.request import Request
+from sim.core.kv import blocks_for
+from sim.core.request import Request
 from sim.schedulers.base import Scheduler, Segment, StepEnds
 
 

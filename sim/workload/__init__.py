@@ -13,7 +13,7 @@ import numpy as np
 
 from sim.config.workload import (ClosedArrivalConfig, StreamConfig, TraceArrivalConfig,
                                  WorkloadConfig)
-from sim.inputs import DataFiles, as_data_files
+from sim.config.inputs import DataFiles, as_data_files
 from sim.workload.arrivals import process_arrival_times
 from sim.workload.lengths import sample_lengths
 from sim.workload.trace import WorkloadDataError, load_trace, replay_trace, resolve_path
@@ -75,7 +75,7 @@ def _stream_requests(stream: StreamConfig, duration_s: float, rate_scale: float,
     stop_s = min(duration_s, stream.end if stream.end is not None else np.inf)
     arrival_seq, prompt_seq, output_seq, prefix_seq = seed_seq.spawn(4)
     if isinstance(stream.arrival, ClosedArrivalConfig):
-        # the run times them: sent as clients free up (see sim.simulation)
+        # the run times them: sent as clients free up (see sim.core.simulation)
         n = stream.arrival.requests if stop_s > start_s else 0
         arrival_s = np.full(n, np.inf)
         prompt = sample_lengths(stream.prompt_tokens, n, np.random.default_rng(prompt_seq),
@@ -111,7 +111,7 @@ def generate_arrivals(workload: WorkloadConfig, duration_s: float,
 
     Stream i draws from child i of ``seed_seq`` (see :func:`stream_seed_seqs`);
     relative file paths are read from ``base_dir`` (the scenario's folder; a
-    :class:`~sim.inputs.DataFiles` also bounds where they may lie).
+    :class:`~sim.config.inputs.DataFiles` also bounds where they may lie).
     Same inputs give bit-identical arrays.
     """
     names = tuple(workload.streams)

@@ -20,7 +20,7 @@ from sim.config.workload import (
     MixtureLengthConfig,
     UniformLengthConfig,
 )
-from sim.inputs import DataFiles
+from sim.config.inputs import DataFiles
 from sim.workload.trace import (
     WorkloadDataError,
     check_token_counts,

@@ -5,7 +5,7 @@ problem is reported as :class:`WorkloadDataError` naming the file and, where
 known, the 1-based line of the CSV (line 1 is the header). Messages name the
 column and the line, never a value read from the file: a path may have named
 a file that is not a trace at all. Where a file may be read from is
-:mod:`sim.inputs`'s.
+:mod:`sim.config.inputs`'s.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from sim.config.workload import MAX_TOKENS, TraceArrivalConfig
-from sim.inputs import MAX_DATA_BYTES, DataFiles, InputFileError, as_data_files, open_regular
+from sim.config.inputs import MAX_DATA_BYTES, DataFiles, InputFileError, as_data_files, open_regular
 
 TRACE_COLUMNS = ("timestamp", "prompt_tokens", "output_tokens")
 
@@ -38,7 +38,7 @@ class WorkloadDataError(ValueError):
 
 def resolve_path(path: str, base_dir: DataFiles | pathlib.Path) -> pathlib.Path:
     """Relative paths are relative to the scenario file, not the working directory,
-    so a scenario runs the same from anywhere. A :class:`~sim.inputs.DataFiles`
+    so a scenario runs the same from anywhere. A :class:`~sim.config.inputs.DataFiles`
     also bounds where the file may lie (WorkloadDataError outside)."""
     try:
         return as_data_files(base_dir).path(path)

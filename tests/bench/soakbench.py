@@ -33,9 +33,9 @@ import psutil
 import sim
 from sim.config.resolve import resolve
 from sim.config.scenario import Scenario
-from sim.recorder import ColumnTable
-from sim.results import collect
-from sim.simulation import Simulation
+from sim.output.recorder import ColumnTable
+from sim.output.results import collect
+from sim.core.simulation import Simulation
 
 MB = 2.0**20
 

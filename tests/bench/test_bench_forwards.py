@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim import profiles
+from sim.config import profiles
 from sim.cost.calibrated import (CalibratedConfig, CalibratedCostModel, load_profile,
                                  resolve_profile_path)
 

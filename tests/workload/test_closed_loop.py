@@ -99,7 +99,7 @@ def test_bad_closed_loop_settings_are_refused_naming_the_field(tmp_path, arrival
 def test_a_refused_client_pauses_so_time_moves_and_the_window_still_ends():
     """Ten clients against a team allowed five at once: the five refused each pause a
     round trip before trying again, so the window closes with a bounded count."""
-    from sim.simulation import REFUSED_PAUSE_S
+    from sim.core.simulation import REFUSED_PAUSE_S
     res = sim.run(make_scenario(stream={**closed(10, 1_000_000), "team": "a"}, duration=2.0,
                                 gateway={"teams": {"a": {"max_concurrency": 5}}}))
     req = res.requests

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from sim.request import Status
+from sim.core.request import Status
 
 PERCENTILES = (50, 90, 99)
 

@@ -8,7 +8,7 @@ The folder holds::
     timeseries.csv     one row per pool per sample
     steps.csv          one row per engine step (only with ``record_steps``)
     scenario.yaml      the scenario as validated, every default filled in
-    plots/*.png        see :mod:`sim.plots`
+    plots/*.png        see :mod:`sim.output.plots`
     report.html        one self-contained page
     .fleetsim-output   the marker that lets ``--force`` replace the folder later
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from sim.atomic_write import write_folder
+from sim.output.atomic_write import write_folder
 
 __all__ = ["csv_safe", "summary_json", "write_folder", "write_outputs"]
 
@@ -117,7 +116,7 @@ def _write_text(path: Path, text: str) -> None:
 
 def _write_all(results, folder: Path, sweep=None) -> list[Path]:
     """Write every output file into ``folder``; returns their paths."""
-    from sim import plots  # matplotlib is slow to import; only pay when writing
+    from sim.output import plots  # matplotlib is slow to import; only pay when writing
 
     written = []
     path = folder / "summary.json"
@@ -143,7 +142,7 @@ def _write_all(results, folder: Path, sweep=None) -> list[Path]:
 
     written += plots.save_all(results, folder / "plots")
 
-    from sim.report import build_report
+    from sim.output.report import build_report
     path = folder / "report.html"
     _write_text(path, build_report(results, sweep))
     written.append(path)
@@ -155,8 +154,8 @@ def write_outputs(results, out_dir: Path, *, force: bool = False, sweep=None,
     """Write ``results`` to ``out_dir`` and return the final paths of the files written.
 
     An existing non-empty ``out_dir`` is replaced only with ``force`` and only if
-    fleetsim wrote it (see :mod:`sim.output_paths`; written by
-    :func:`sim.atomic_write.write_folder`), and only once the new
+    fleetsim wrote it (see :mod:`sim.output.output_paths`; written by
+    :func:`sim.output.atomic_write.write_folder`), and only once the new
     folder is complete. Parent folders are created as needed.
     """
     return write_folder(lambda folder: _write_all(results, folder, sweep), out_dir,

@@ -5,7 +5,7 @@ renders as compiler-style lines::
 
     scenarios/x.yaml:12: pools.main.scheduler.type: Input tag 'continous' ...
 
-:mod:`sim.validation_errors` turns pydantic's errors into Problems. The CLI prints :func:`format_cli_error` to stderr and exits with
+:mod:`sim.config.validation_errors` turns pydantic's errors into Problems. The CLI prints :func:`format_cli_error` to stderr and exits with
 ``ScenarioError.exit_code`` (2).
 """
 from __future__ import annotations

@@ -16,7 +16,7 @@ Plain scalars follow YAML 1.2, not PyYAML's YAML 1.1: ``on``/``off``/``yes``/``n
 stay strings (a key ``on:`` is the key "on", not True), ``1:30`` is not 90, ``010`` is
 ten, dates stay strings, and ``1e6`` and ``2.5e9`` read as floats.
 
-Every problem is raised as :class:`sim.errors.ScenarioError`.
+Every problem is raised as :class:`sim.config.errors.ScenarioError`.
 """
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ import pydantic
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from sim.errors import Problem, ScenarioError, dotted_path, short_repr
-from sim.validation_errors import from_validation_error
-from sim.inputs import InputFileError, read_bytes, shown
+from sim.config.errors import Problem, ScenarioError, dotted_path, short_repr
+from sim.config.validation_errors import from_validation_error
+from sim.config.inputs import InputFileError, read_bytes, shown
 
 Loc = tuple[Any, ...]
 

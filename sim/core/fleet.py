@@ -2,8 +2,8 @@
 
 Every policy family builds its own members (:mod:`sim.schedulers`, :mod:`sim.cost`,
 :mod:`sim.routers`, :mod:`sim.autoscalers`); this module asks each for the pool's, fills
-in what the serving engine leaves to them (:mod:`sim.engines`) and hands the parts to
-:class:`~sim.pool.Pool`, which runs them and knows none of their kinds.
+in what the serving engine leaves to them (:mod:`sim.config.engines`) and hands the parts to
+:class:`~sim.core.pool.Pool`, which runs them and knows none of their kinds.
 """
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import numpy as np
 from sim.autoscalers import Autoscaler, build_autoscaler
 from sim.config.resolve import ResolvedPool
 from sim.cost import CostModel, build_cost_model
-from sim.engines import front_end_s, with_engine_admission
+from sim.config.engines import front_end_s, with_engine_admission
 from sim.gateway.fair_queue import FairQueue
-from sim.kv import KvCacheManager
-from sim.request import Request
+from sim.core.kv import KvCacheManager
+from sim.core.request import Request
 from sim.routers import ROUTERS
 from sim.routers.base import Router
 from sim.schedulers import SCHEDULERS, ReplicaLimits, Scheduler

@@ -22,12 +22,12 @@ import simpy
 
 from sim.config.resolve import Resolved
 from sim.gateway.service import Gateway
-from sim.inputs import DataFiles
-from sim.fleet import pool_parts
-from sim.pool import Pool
-from sim.recorder import Recorder
-from sim.request import Request, Status
-from sim.wakeup import call_after, events_scheduled
+from sim.config.inputs import DataFiles
+from sim.core.fleet import pool_parts
+from sim.core.pool import Pool
+from sim.output.recorder import Recorder
+from sim.core.request import Request, Status
+from sim.core.wakeup import call_after, events_scheduled
 from sim.workload import RequestArrivals, generate_arrivals
 
 ProgressFn = Callable[[float, float], None]

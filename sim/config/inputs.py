@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from sim.paths import data_dir
+from sim.config.paths import data_dir
 
 MAX_DATA_BYTES = 2 * 2**30      # a trace or a column of lengths
 MAX_DOC_BYTES = 64 * 2**20      # a scenario, a profile, a baseline, a summary

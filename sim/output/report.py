@@ -48,7 +48,7 @@ def _png(fig: Figure) -> str:
 def build_report(results, sweep=None) -> str:
     """The run's page; ``sweep`` (a ``fleetsim sweep`` table) adds its
     throughput-against-latency curves."""
-    from sim import plots
+    from sim.output import plots
 
     s = results.summary
     lat = s["latency_s"]
@@ -107,7 +107,7 @@ def check_sweep_table(table, where: str) -> None:
     import numpy as np
     import pandas as pd
 
-    from sim.errors import ScenarioError
+    from sim.config.errors import ScenarioError
     missing = [c for c in (SWEEP_X, *SWEEP_Y) if c not in table.columns]
     if missing or not sweep_varied(table):
         raise ScenarioError(f"{where} is not a `fleetsim sweep` table (missing "

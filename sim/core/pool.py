@@ -22,14 +22,14 @@ import numpy as np
 import simpy
 
 from sim.config.resolve import ResolvedPool
-from sim.fleet import PoolParts
-from sim.kv import KvCacheManager
-from sim.recorder import PoolSample, Recorder
-from sim.replica import DRAINING, READY, STARTING, Replica
-from sim.request import Request
+from sim.core.fleet import PoolParts
+from sim.core.kv import KvCacheManager
+from sim.output.recorder import PoolSample, Recorder
+from sim.core.replica import DRAINING, READY, STARTING, Replica
+from sim.core.request import Request
 from sim.schedulers.base import Scheduler
-from sim.usage import PoolUsage
-from sim.wakeup import call_after
+from sim.output.usage import PoolUsage
+from sim.core.wakeup import call_after
 
 
 class Pool:

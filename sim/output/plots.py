@@ -4,7 +4,7 @@ No pyplot: figures are not registered anywhere, need no GUI backend, and
 are freed when dropped. PNGs are written by the Agg renderer with no
 ``Software`` tag, so identical results give identical files.
 
-Each ``*_figure`` function takes a :class:`sim.results.Results` and returns
+Each ``*_figure`` function takes a :class:`sim.output.results.Results` and returns
 a Figure; :func:`save_all` writes them all. Empty data gives a figure with a
 note instead of an error.
 """
@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sim.request import Status
+from sim.core.request import Status
 
 FIGSIZE = (7.0, 4.2)
 DPI = 110

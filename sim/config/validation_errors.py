@@ -3,7 +3,7 @@
 :func:`from_validation_error` turns a pydantic ``ValidationError`` into one
 Problem per pydantic error: internal loc parts (union tags,
 ``function-after[...]``) are dropped, unknown keys list the valid keys with a
-did-you-mean, and the line comes from the :class:`sim.yamlio.LineMap`.
+did-you-mean, and the line comes from the :class:`sim.config.yamlio.LineMap`.
 A discriminated union's tag is recognised by walking ``root_model``'s types
 alongside the loc, so a tag that is also a key (``type: target`` next to a
 ``target:`` field) is still dropped as a tag.
@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_
 
 from pydantic import BaseModel, Field, ValidationError
 
-from sim.errors import Problem, ScenarioError, dotted_path, short_repr
+from sim.config.errors import Problem, ScenarioError, dotted_path, short_repr
 
 if TYPE_CHECKING:
-    from sim.yamlio import LineMap
+    from sim.config.yamlio import LineMap
 
 
 def from_validation_error(exc: ValidationError, *, file: str | None, line_map: LineMap,

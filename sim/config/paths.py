@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent      # sim/
 
 
 def data_dir(name: str) -> Path:

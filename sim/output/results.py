@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 
 from sim.config.scenario import Scenario
-from sim.recorder import REQUEST_COLUMNS, REQUEST_ROW
-from sim.simulation import Simulation
-from sim.summary import summarise
-from sim.timeseries import build_timeseries
+from sim.output.recorder import REQUEST_COLUMNS, REQUEST_ROW
+from sim.core.simulation import Simulation
+from sim.output.summary import summarise
+from sim.output.timeseries import build_timeseries
 
 REQUEST_TABLE_COLUMNS = [
     "request_id", "stream", "team", "model", "pool", "replica", "priority", "arrival_s",

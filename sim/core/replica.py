@@ -5,18 +5,18 @@ next segment and schedules one SimPy timeout for its end. New requests wake
 an idle replica (after the events of the current instant, so simultaneous
 arrivals share a step) and cut a fast-forwarded segment at the first step
 boundary after the arrival, exactly where the step-by-step loop would have
-admitted them. Callbacks on bare wake-ups (``sim.wakeup``), the superseded
+admitted them. Callbacks on bare wake-ups (``sim.core.wakeup``), the superseded
 one cancelled, keep this to about one event per segment.
 """
 from __future__ import annotations
 
 import simpy
 
-from sim.recorder import Recorder, StepRow
-from sim.request import Request
+from sim.output.recorder import Recorder, StepRow
+from sim.core.request import Request
 from sim.schedulers.base import Scheduler, Segment
-from sim.usage import PoolUsage
-from sim.wakeup import WakeUp, call_after
+from sim.output.usage import PoolUsage
+from sim.core.wakeup import WakeUp, call_after
 
 # A replica's life cycle: asked for (paid from then), serving, finishing what it holds,
 # gone.
