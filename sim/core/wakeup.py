@@ -12,7 +12,7 @@ is pinned below 5 for this layout).
 
 What SimPy's event loop (``Environment.step``) asks of an event it processes:
 ``callbacks`` (read, then set to None, then each called with the event) and
-``_ok`` (True: a wake-up never fails). ``tests/test_wakeup.py`` checks that
+``_ok`` (True: a wake-up never fails). ``tests/core/test_wakeup.py`` checks that
 contract against the installed SimPy.
 
 A wake-up that is no longer wanted is ``cancel``-led: it stays on the queue

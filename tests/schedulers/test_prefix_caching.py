@@ -14,7 +14,7 @@ from sim.core.kv import KvCacheManager
 from sim.cost import build_cost_model
 from sim.core.request import Request
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def scenario(on: bool, rate: float) -> Scenario:

@@ -108,7 +108,7 @@ def test_a_profile_measured_on_a_whole_engine_already_holds_its_front_end(tmp_pa
     from pathlib import Path
 
     import yaml
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     base = yaml.safe_load((root / "profiles" / "calibrated" / "cpu" / "tiny-llama.yaml")
                           .read_text())
     plain = tmp_path / "plain.yaml"

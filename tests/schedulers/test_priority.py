@@ -10,7 +10,7 @@ from sim.config.scenario import Scenario
 from sim.core.request import Request
 from sim.schedulers.waiting import PriorityQueue
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(**sched):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import sim
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_continuous_batching_multiplies_throughput_on_identical_requests():

@@ -11,7 +11,7 @@ from sim.config.scenario import Scenario
 from sim.cost import measured
 from sim.cost.measured import AutoConfig
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def load(**stream_rates) -> Scenario:

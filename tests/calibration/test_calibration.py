@@ -22,7 +22,7 @@ from sim.config.paths import data_dir
 
 from simfactories import make_pool, make_scenario, single, single_service_time_s, trace_stream
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = "calibrated/cpu/tiny-llama.yaml"
 TERMS = ("dense", "attn_prefill", "attn_decode", "lm_head", "tp_comm")
 

@@ -20,7 +20,7 @@ from sim.planning.slo import parse_slo
 from sim.planning.stats import aggregate
 from sim.planning.sweep import sweep
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def chat(duration: float = 60, rate: float = 12, replicas: int = 1, seed: int = 2) -> Scenario:

@@ -24,7 +24,7 @@ from calibrate.engine_log import FILE_NAME, EngineLog, EngineLogError, find_logs
 from calibrate.records import ContinuousLimits, EngineRecord, EngineStep
 from calibrate.validate import ValidationError, draw_requests, load_workload, validate_logs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "validate-recorded"
 EXPECTED = json.loads((DATA / "validation.json").read_text(encoding="utf-8"))
 WORKLOADS = [w["name"] for w in EXPECTED["workloads"]]

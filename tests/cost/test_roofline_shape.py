@@ -15,7 +15,7 @@ from simfactories import hardware_spec, make_cost_model, model_spec
 from sim.config.specs import BYTES_PER_ELEMENT
 from sim.cost.roofline import FITTED, RooflineConfig
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 REPORT = REPO / "profiles" / "calibrated" / "gpu" / "roofline-fit.yaml"
 
 

@@ -13,7 +13,7 @@ import yaml
 import sim
 from calibrate import validate_gpu as vg
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "scenarios" / "validate" / "gpu" / "published.yaml"
 
 

@@ -11,7 +11,7 @@ import pytest
 import sim
 from sim.config.scenario import Scenario
 
-SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("*.yaml"))
+SCENARIOS = sorted((Path(__file__).resolve().parents[2] / "scenarios").glob("*.yaml"))
 
 
 def with_exact_steps(scenario: Scenario, exact: bool, duration_s: float) -> Scenario:

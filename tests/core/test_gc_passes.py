@@ -10,7 +10,7 @@ import pytest
 import sim
 from sim.core.simulation import GC_YOUNG_THRESHOLD, fewer_gc_passes
 
-QUICKSTART = Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.yaml"
+QUICKSTART = Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml"
 
 
 def test_fewer_gc_passes_raises_the_young_threshold_and_restores_it_even_on_error():

@@ -22,7 +22,7 @@ import pytest
 
 from calibrate import vllm_engine, vllm_schedule
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "vllm-recorded"
 WORKLOADS = sorted(p.name for p in DATA.iterdir() if p.is_dir())
 SCENARIOS = ROOT / "scenarios" / "validate" / "vllm"

@@ -19,7 +19,7 @@ from sim.cost.shape import BatchShape, default_kv_read
 
 from simfactories import make_pool, make_scenario
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = "calibrated/cpu/tiny-llama.yaml"
 ENGINE = {"constant_s": 0.001, "per_seq_s": 0.0002, "per_prefill_step_s": 0.004,
           "per_kv_token_s": [[1, 2e-6], [64, 1e-5], [512, 6e-5]]}

@@ -9,7 +9,7 @@ import pytest
 import sim
 from sim.config.scenario import Scenario
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(model: str):

@@ -23,7 +23,7 @@ from sim.routers.power_of_two import PowerOfTwoConfig, PowerOfTwoRouter
 from sim.routers.prefix_affinity import (PrefixAffinityConfig, PrefixAffinityRouter,
                                          affinity_key)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def req(team: str = "a", model: str = "m", prefix_group: str | None = None) -> Request:

@@ -8,7 +8,7 @@ import numpy as np
 import sim
 from sim.config.scenario import Scenario
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(**sched):
