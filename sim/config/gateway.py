@@ -129,3 +129,15 @@ class GatewayConfig(StrictModel):
     @property
     def active(self) -> bool:
         return bool(self.keys or self.teams or self.models or self.aliases)
+
+    def served_name(self, model: str | None) -> str | None:
+        """The served name a request for ``model`` asks for (an alias resolved)."""
+        return self.aliases.get(model, model) if model else None
+
+    def route_for(self, model: str | None, pool: str | None) -> ServedModelConfig | None:
+        """The served model whose route a stream's requests follow: none when the stream
+        names its pool (it goes there) or a model the gateway does not list."""
+        if pool is not None:
+            return None
+        name = self.served_name(model)
+        return self.models.get(name) if name is not None else None

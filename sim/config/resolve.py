@@ -298,17 +298,10 @@ def _route_streams(scenario: Scenario, problems: list[tuple[Loc, str]]) -> dict[
     gw = scenario.gateway
     for sname, stream in scenario.workload.streams.items():
         here = ("workload", "streams", sname)
-        served_name = gw.aliases.get(stream.model, stream.model) if stream.model else None
-        if served_name in gw.models and stream.pool is None:
-            served = gw.models[served_name]
-            if served.cascade:
-                routes[sname] = served.cascade.first
-            elif served.by_prompt_length:
-                routes[sname] = served.by_prompt_length.short
-            elif served.disaggregated:
-                routes[sname] = served.disaggregated.prefill
-            else:
-                routes[sname] = next(iter(served.pools))
+        served_name = gw.served_name(stream.model)
+        served = gw.route_for(stream.model, stream.pool)
+        if served is not None:
+            routes[sname] = served.entry_pools()[0]      # the first a request may go to
             continue
         if stream.pool is not None:
             if stream.pool not in scenario.pools:
@@ -355,7 +348,7 @@ def _length_split_used(scenario: Scenario) -> list[tuple[Loc, str]]:
             continue
         ranges = [prompt_range(s) for s in scenario.workload.streams.values()
                   if s.model is not None and s.pool is None
-                  and gw.aliases.get(s.model, s.model) == name]
+                  and gw.served_name(s.model) == name]
         if not ranges:
             continue
         here = ("gateway", "models", name, "by_prompt_length", "threshold_tokens")
@@ -377,9 +370,7 @@ def _shortest_request_fits(scenario: Scenario, sname: str, pool: ResolvedPool | 
     its shortest possible request (prompt, prefix and output) past the pool's context."""
     stream = scenario.workload.streams[sname]
     if pool is None or stream.prompt_tokens is None or stream.output_tokens is None or \
-            (stream.model is not None and stream.pool is None
-             and scenario.gateway.aliases.get(stream.model, stream.model)
-             in scenario.gateway.models):
+            scenario.gateway.route_for(stream.model, stream.pool) is not None:
         return []
     prompt, output = shortest(stream.prompt_tokens), shortest(stream.output_tokens)
     if prompt is None or output is None:

@@ -20,14 +20,15 @@ from typing import Callable
 import numpy as np
 import simpy
 
-from sim.config.resolve import Resolved
-from sim.gateway.service import Gateway
 from sim.config.inputs import DataFiles
+from sim.config.resolve import Resolved
 from sim.core.fleet import pool_parts
 from sim.core.pool import Pool
-from sim.output.recorder import Recorder
 from sim.core.request import Request, Status
 from sim.core.wakeup import call_after, events_scheduled
+from sim.gateway.routes import Escalate, HandOff
+from sim.gateway.service import Gateway
+from sim.output.recorder import Recorder
 from sim.workload import RequestArrivals, generate_arrivals
 
 ProgressFn = Callable[[float, float], None]
@@ -141,15 +142,13 @@ class Simulation:
         """Refuse a run in which some stream's every request is longer than each pool it
         may be sent to serves: all of them would be turned away (an error in the
         scenario, not a finding)."""
-        arrivals, served_models = self.arrivals, self.scenario.gateway.models
-        aliases = self.scenario.gateway.aliases
+        arrivals, gateway = self.arrivals, self.scenario.gateway
         totals = arrivals.prompt_tokens + arrivals.output_tokens
         for s, (name, cfg) in enumerate(zip(arrivals.stream_names, stream_cfgs)):
             mine = totals[arrivals.stream_index == s]
             if not len(mine):
                 continue
-            served = served_models.get(aliases.get(cfg.model, cfg.model)) \
-                if cfg.model is not None and cfg.pool is None else None
+            served = gateway.route_for(cfg.model, cfg.pool)
             entry = served.entry_pools() if served is not None else [default_pools[s]]
             shortest = int(mine.min())
             if any(shortest <= self.pools[p].servable_tokens() for p in entry):
@@ -178,10 +177,11 @@ class Simulation:
         if self._open == 0 and self._arrivals_done and not self._stop.triggered:
             self._stop.succeed()
 
-    def _hand_off(self, req: Request) -> None:
+    def _hand_off(self, req: Request, to: HandOff) -> None:
         """Disaggregated serving: the prompt's KV goes to the decode pool, which
         admits the request once it has arrived and blocks are free."""
-        decode_pool, max_output, link = req.handoff
+        decode_pool, link = to.pool, to.link
+        max_output = req.handoff[1]
         req.handoff = None
         source = self.pools[req.pool]
         kv_bytes = req.num_computed_tokens * source.spec.model.kv_bytes_per_token(
@@ -202,20 +202,20 @@ class Simulation:
         self.pools[pool].submit(req, front_end=False)     # its prompt went through one
 
     def _on_finish(self, req: Request) -> None:
-        if req.handoff is not None and req.num_output_tokens < req.handoff[1]:
-            self._hand_off(req)
-            return
         gateway = self.gateway
         if gateway is not None:
-            escalate_to = gateway.escalates(req)
-            if escalate_to is not None:
+            after = gateway.when_done(req)
+            if isinstance(after, HandOff):
+                self._hand_off(req, after)
+                return
+            if isinstance(after, Escalate):
                 # cascade: the small model's answer was not enough; the large one
                 # starts over (the client waits through both)
                 req.attempts += 1
                 req.restart()
-                req.pool = escalate_to
-                req.model = self.pools[escalate_to].model_name
-                self.pools[escalate_to].submit(req)
+                req.pool = after.pool
+                req.model = self.pools[after.pool].model_name
+                self.pools[after.pool].submit(req)
                 return
             gateway.left_pool(req)
         self._terminal(req, Status.COMPLETED)

@@ -24,6 +24,7 @@ from sim.config.gateway import GatewayConfig, ServedModelConfig, TeamConfig
 from sim.config.workload import StreamConfig
 from sim.gateway.budget import PeriodBudget
 from sim.gateway.retry import retry_delay_s
+from sim.gateway.routes import Next, Route, build_route
 from sim.gateway.token_bucket import TokenBucket
 from sim.core.request import Request
 from sim.core.wakeup import call_after
@@ -68,17 +69,14 @@ class Gateway:
         self.teams = {name: _team_state(t) for name, t in cfg.teams.items()}
         # clients backing off before their next try: still open, in no pool
         self.waiting_to_retry: dict[int, Request] = {}
+        # the served model a stream asks for (team access, prices) and where its requests
+        # go (a stream that names its pool goes there, whatever the model's route)
+        self._served_names = [cfg.served_name(s.model) or "" for s in streams]
         self._served: list[ServedModelConfig | None] = [
-            self._served_for(s) for s in streams]
-        self._served_names = [self.cfg.aliases.get(s.model, s.model) if s.model else ""
-                              for s in streams]
-
-    def _served_for(self, stream: StreamConfig) -> ServedModelConfig | None:
-        name = stream.model
-        if name is None:
-            return None
-        name = self.cfg.aliases.get(name, name)
-        return self.cfg.models.get(name)
+            cfg.models.get(name) for name in self._served_names]
+        self._routes: list[Route] = [
+            build_route(cfg.route_for(s.model, s.pool), pool)
+            for s, pool in zip(streams, default_route)]
 
     # -- arrival -------------------------------------------------------------------
     def arrive(self, req: Request) -> None:
@@ -106,7 +104,7 @@ class Gateway:
                 return
             team.in_flight += 1
             req.holds_slot = True
-        self._route(req, served)
+        self._send(req, self._routes[req.stream_index].first_pool(req, self.rng))
 
     def _cost_estimate(self, req: Request, served: ServedModelConfig | None,
                        budget_in_usd: bool) -> float:
@@ -141,40 +139,16 @@ class Gateway:
             team.budget.charge(now, self._cost_estimate(req, served, cfg.budget.usd is not None))
         return None
 
-    def _route(self, req: Request, served: ServedModelConfig | None) -> None:
-        if served is None:
-            pool = self.default_route[req.stream_index]
-        elif served.cascade is not None:
-            pool = served.cascade.first
-        elif served.disaggregated is not None:
-            link = served.disaggregated
-            pool = link.prefill
-            # the prefill pool stops after the first token; the rest is the decode pool's
-            req.handoff = (link.decode, req.max_output_tokens, link)
-            req.max_output_tokens = 1
-        elif served.by_prompt_length is not None:
-            rule = served.by_prompt_length
-            pool = rule.long if req.prompt_tokens >= rule.threshold_tokens else rule.short
-        else:
-            names = list(served.pools)
-            if len(names) == 1:
-                pool = names[0]
-            else:
-                weights = np.array([served.pools[n] for n in names], dtype=np.float64)
-                pool = names[int(self.rng.choice(len(names), p=weights / weights.sum()))]
+    def _send(self, req: Request, pool: str) -> None:
         req.pool = pool
         req.model = self.pools[pool].model_name
         self.pools[pool].submit(req)
 
     # -- after the pool ---------------------------------------------------------------
-    def escalates(self, req: Request) -> str | None:
-        """For a cascade's first attempt that completed: the pool to escalate to."""
-        served = self._served[req.stream_index]
-        if served is None or served.cascade is None or req.pool != served.cascade.first:
-            return None
-        if self.rng.random() < served.cascade.escalation:
-            return served.cascade.then
-        return None
+    def when_done(self, req: Request) -> Next:
+        """The pool ``req.pool`` finished ``req``: what its route does next (a hand-off to
+        the decode pool, an escalation to the cascade's large model, or nothing)."""
+        return self._routes[req.stream_index].when_done(req, self.rng)
 
     def left_pool(self, req: Request) -> None:
         """``req`` left its pool (done, refused there, or lost): free its team slot."""
@@ -190,9 +164,7 @@ class Gateway:
             delay = retry_delay_s(policy, req.attempts, retry_after_s, self.rng)
             if delay is not None and not math.isfinite(delay):
                 delay = None
-        if req.handoff is not None:                    # undo a disaggregated split
-            req.max_output_tokens = req.handoff[1]
-            req.handoff = None
+        self._routes[req.stream_index].undo(req)       # e.g. a disaggregated split
         if delay is None:
             self._reject(req, reason)
             return
