@@ -1,8 +1,12 @@
 """Paged KV cache accounting for one replica, with prefix caching.
 
 Blocks are allocated as tokens are computed and freed when a sequence
-finishes or is preempted. "Doesn't fit" is a ``False`` return, not an
-exception, so the scheduler can preempt and retry.
+finishes or is preempted. "Doesn't fit" is a ``False`` (or ``None``) return,
+not an exception, so the scheduler can preempt and retry. The manager keeps a
+request's block counts (``num_blocks``, ``prefix_blocks``); its token counts
+are the scheduler's, which admission tells what it found cached (``Admitted``),
+as vLLM's KV cache manager returns the computed blocks and the scheduler
+updates the request.
 
 Prefix caching (vLLM's automatic prefix caching, for shared system prompts):
 a request's full blocks that lie inside its prefix group's shared prefix are
@@ -33,8 +37,19 @@ ones plus evictable cached ones. ``num_cached_blocks`` counts the latter.
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import NamedTuple
 
 from sim.core.request import Request
+
+
+class Admitted(NamedTuple):
+    """What the cache gave a waiting request it admitted."""
+
+    cached_tokens: int          # tokens it starts from, computed already (whole blocks)
+    shared_prefix_tokens: int   # of those, the ones from its group's shared prefix
+
+
+NO_HIT = Admitted(0, 0)
 
 
 def blocks_for(num_tokens: int, block_size_tokens: int) -> int:
@@ -77,13 +92,18 @@ class KvCacheManager:
     def give(self, count: int) -> None:
         self.num_free_blocks += count
 
-    def blocks_needed(self, req: Request, num_new_tokens: int) -> int:
-        """Extra blocks ``req`` needs to hold ``num_new_tokens`` more computed tokens."""
-        total = blocks_for(req.num_computed_tokens + num_new_tokens, self.block_size_tokens)
+    def blocks_needed(self, req: Request, num_new_tokens: int,
+                      computed_tokens: int | None = None) -> int:
+        """Extra blocks ``req`` needs to hold ``num_new_tokens`` more tokens past its
+        computed ones (``computed_tokens``, default the request's own count)."""
+        if computed_tokens is None:
+            computed_tokens = req.num_computed_tokens
+        total = blocks_for(computed_tokens + num_new_tokens, self.block_size_tokens)
         return max(total - req.prefix_blocks - req.num_blocks, 0)
 
-    def allocate(self, req: Request, num_new_tokens: int) -> bool:
-        need = self.blocks_needed(req, num_new_tokens)
+    def allocate(self, req: Request, num_new_tokens: int,
+                 computed_tokens: int | None = None) -> bool:
+        need = self.blocks_needed(req, num_new_tokens, computed_tokens)
         if need > self.num_free_blocks:
             return False
         self.take(need)
@@ -197,24 +217,22 @@ class KvCacheManager:
         req.prefix_blocks = 0
         self._chains.move_to_end(req.prefix_group)
 
-    def admit(self, req: Request, hit: int, num_new_tokens: int) -> bool:
+    def admit(self, req: Request, hit: int, num_new_tokens: int) -> Admitted | None:
         """Blocks for a waiting request's first chunk of ``num_new_tokens``,
-        starting from ``hit`` cached prefix blocks of its group (their tokens
-        skip prefill). False, with nothing taken, when they do not fit."""
-        if req.num_computed_tokens == 0:
-            req.cached_prompt_tokens = 0
+        starting from ``hit`` cached blocks (:meth:`hit_blocks`: its group's shared
+        prefix, then its own blocks kept since a preemption; their tokens skip
+        prefill). None, with nothing taken, when they do not fit. The request's token
+        counts are the scheduler's to update from the result."""
         if not hit:
-            return self.allocate(req, num_new_tokens)
+            return NO_HIT if self.allocate(req, num_new_tokens) else None
         cached = hit * self.block_size_tokens
         own = blocks_for(cached + num_new_tokens, self.block_size_tokens) - hit
         if own + self.pinned_by(req, hit) > self.num_free_blocks:
-            return False
+            return None
         self.acquire_prefix(req, hit)
-        req.num_computed_tokens = cached
-        req.cached_prompt_tokens = req.prefix_blocks * self.block_size_tokens
-        ok = self.allocate(req, num_new_tokens)
+        ok = self.allocate(req, num_new_tokens, computed_tokens=cached)
         assert ok, "prefix hit admitted without room for its own blocks"
-        return True
+        return Admitted(cached, req.prefix_blocks * self.block_size_tokens)
 
     def register_prefix(self, req: Request, num_tokens: int | None = None) -> None:
         """Full blocks inside the shared prefix that the group's chain lacks move from

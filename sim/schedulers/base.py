@@ -181,8 +181,12 @@ class Scheduler(ABC):
         if num_new > budget and not chunked_prefill:
             return None
         num_new = min(num_new, budget, chunk_cap)
-        if not kv.admit(req, hit, num_new):
+        admitted = kv.admit(req, hit, num_new)
+        if admitted is None:
             return None
+        if req.num_computed_tokens == 0:        # first admission, or after a preemption
+            req.num_computed_tokens = admitted.cached_tokens
+            req.cached_prompt_tokens = admitted.shared_prefix_tokens
         self.waiting.popleft()
         if math.isnan(req.admitted_s):
             req.admitted_s = now_s

@@ -170,9 +170,8 @@ def test_a_preempted_request_starts_again_from_its_own_cached_blocks():
     req = preempted(kv, request(1, None, 100), 100)          # 7 blocks, 6 of them full
     assert kv.num_free_blocks == 20 and kv.num_cached_blocks == 6
     assert kv.hit_blocks(req) == 6
-    assert kv.admit(req, 6, 101 - 96)
-    assert req.num_computed_tokens == 96 and req.num_blocks == 7
-    assert req.cached_prompt_tokens == 0      # not a shared-prefix hit
+    assert kv.admit(req, 6, 101 - 96) == (96, 0)      # 96 tokens cached, none shared
+    assert req.num_blocks == 7
     assert kv.num_free_blocks == 13 and kv.num_cached_blocks == 0
 
 
