@@ -145,7 +145,7 @@ def run(scenario: Scenario, *, progress: ProgressFn | None = None) -> Results:
     t0 = time.perf_counter()
     simulation = prepare(scenario).run(progress)
     simulation.wall_s = time.perf_counter() - t0
-    return collect(simulation)
+    return collect(simulation.account())
 
 
 def _located(scenario: Scenario, loc: tuple) -> dict:

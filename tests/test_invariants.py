@@ -202,7 +202,7 @@ def run_counting_arrivals(scenario: Scenario) -> tuple[sim.Results, int]:
     resolved, problems = resolve(scenario)
     assert resolved is not None, problems
     simulation = run_resolved(resolved, Path.cwd())
-    return collect(simulation), len(simulation.arrivals)
+    return collect(simulation.account()), len(simulation.arrivals)
 
 
 def retry_may_be_pending_at_cut_off(data: dict) -> bool:

@@ -24,12 +24,13 @@ import simpy
 from sim.config.resolve import ResolvedPool
 from sim.core.fleet import PoolParts
 from sim.core.kv import KvCacheManager
-from sim.output.recorder import PoolSample, Recorder
 from sim.core.replica import DRAINING, READY, STARTING, Replica
 from sim.core.request import Request
-from sim.schedulers.base import Scheduler
-from sim.output.usage import PoolUsage
 from sim.core.wakeup import call_after
+from sim.output.accounts import PoolAccount
+from sim.output.recorder import PoolSample, Recorder
+from sim.output.usage import PoolUsage
+from sim.schedulers.base import Scheduler
 
 
 class Pool:
@@ -143,6 +144,17 @@ class Pool:
     def billed_gpu_seconds(self, now_s: float) -> float:
         live = sum(now_s - r.requested_s for r in self.replicas) * self.cfg.tp
         return self.gpu_seconds_released + live
+
+    def account(self, end_s: float) -> PoolAccount:
+        """What the results need of this pool once the run has ended at ``end_s``."""
+        spec, cost = self.spec, self.cost_model
+        return PoolAccount(
+            model=spec.model.name, hardware=spec.hardware.name, tp=spec.cfg.tp,
+            cost_model=cost.label, gpus_per_replica=spec.gpus_per_replica,
+            price_per_gpu_hour=spec.price_per_gpu_hour, kv_blocks_per_replica=spec.kv.num_blocks,
+            billed_gpu_s=self.billed_gpu_seconds(end_s), replicas_max=self.replicas_max,
+            peak_flops_per_gpu=cost.peak_flops_per_gpu,
+            peak_bytes_per_s_per_gpu=cost.peak_bytes_per_s_per_gpu, usage=self.usage)
 
     # -- requests ------------------------------------------------------------------------
     def _finished(self, req: Request) -> None:

@@ -28,6 +28,7 @@ from sim.core.request import Request, Status
 from sim.core.wakeup import call_after, events_scheduled
 from sim.gateway.routes import Escalate, HandOff
 from sim.gateway.service import Gateway
+from sim.output.accounts import RunAccount
 from sim.output.recorder import Recorder
 from sim.workload import RequestArrivals, generate_arrivals
 
@@ -347,6 +348,15 @@ class Simulation:
             yield self.env.timeout(tick)
 
     # -- run -------------------------------------------------------------------------
+    def account(self) -> RunAccount:
+        """What the results are built from, once the run has ended."""
+        return RunAccount(
+            scenario=self.scenario, end_s=self.end_s,
+            stream_names=tuple(self.arrivals.stream_names),
+            events_scheduled=self.events_scheduled, wall_s=getattr(self, "wall_s", 0.0),
+            recorder=self.recorder,
+            pools={name: pool.account(self.end_s) for name, pool in self.pools.items()})
+
     def run(self, progress: ProgressFn | None = None) -> "Simulation":
         env = self.env
         limit_s = self.scenario.duration + self.scenario.drain

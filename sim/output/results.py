@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from sim.config.scenario import Scenario
+from sim.output.accounts import RunAccount
 from sim.output.recorder import REQUEST_COLUMNS, REQUEST_ROW
-from sim.core.simulation import Simulation
 from sim.output.summary import summarise
 from sim.output.timeseries import build_timeseries
 
@@ -38,16 +38,16 @@ class Results:
     extra: dict = field(default_factory=dict)
 
 
-def _request_table(sim: Simulation) -> pd.DataFrame:
+def _request_table(run: RunAccount) -> pd.DataFrame:
     """The recorded columns in request order, codes decoded, latencies derived:
     numpy all the way, one copy of each column (a long run has millions of rows)."""
-    rec = sim.recorder
+    rec = run.recorder
     table = rec.requests
     order = np.argsort(table.column("request_id"), kind="stable")
     raw = {name: table.column(name)[order] for name in REQUEST_COLUMNS}
     out: dict[str, object] = dict(raw)
     out["stream"] = pd.Categorical.from_codes(raw["stream"].astype(np.int64),
-                                              categories=list(sim.arrivals.stream_names))
+                                              categories=list(run.stream_names))
     for field in REQUEST_ROW:
         if field.codes is not None:
             out[field.column] = rec.code_table(field).decode(raw[field.column])
@@ -62,20 +62,21 @@ def _request_table(sim: Simulation) -> pd.DataFrame:
     return pd.DataFrame({name: out[name] for name in REQUEST_TABLE_COLUMNS}, copy=False)
 
 
-def collect(sim: Simulation) -> Results:
-    rec = sim.recorder
-    requests = _request_table(sim)
+def collect(run: RunAccount) -> Results:
+    """The results of an ended run (``Simulation.account()``)."""
+    rec = run.recorder
+    requests = _request_table(run)
     samples = rec.samples.frame()
     pool_names = list(rec.pools.names)
-    ts = build_timeseries(samples, sim.pools, sim.scenario.sample_interval, pool_names,
-                          sim.end_s)
+    ts = build_timeseries(samples, run.pools, run.scenario.sample_interval, pool_names,
+                          run.end_s)
     steps = None
     if rec.steps is not None:
         steps = rec.steps.frame()
         steps["pool"] = rec.pools.decode(steps["pool"].to_numpy())
-    summary = summarise(sim, requests, ts)
-    usage = [p.usage for p in sim.pools.values()]
+    summary = summarise(run, requests, ts)
+    usage = [p.usage for p in run.pools.values()]
     extra = {"segments": sum(u.num_runs for u in usage),
-             "steps": sum(u.num_steps for u in usage), "events": sim.events_scheduled}
-    return Results(scenario=sim.scenario, requests=requests, timeseries=ts, steps=steps,
-                   summary=summary, wall_s=getattr(sim, "wall_s", 0.0), extra=extra)
+             "steps": sum(u.num_steps for u in usage), "events": run.events_scheduled}
+    return Results(scenario=run.scenario, requests=requests, timeseries=ts, steps=steps,
+                   summary=summary, wall_s=run.wall_s, extra=extra)

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from sim.core.request import Status
+from sim.output.accounts import RunAccount
 
 PERCENTILES = (50, 90, 99)
 
@@ -38,8 +39,8 @@ def attribute_cost(requests: pd.DataFrame, pool_cost: dict[str, float]) -> np.nd
     return out
 
 
-def summarise(sim, requests: pd.DataFrame, ts: pd.DataFrame) -> dict:
-    end_s = sim.end_s
+def summarise(run: RunAccount, requests: pd.DataFrame, ts: pd.DataFrame) -> dict:
+    end_s = run.end_s
     status = requests["status"]
     done = requests[status == Status.COMPLETED]
     rejected = requests[status == Status.REJECTED]
@@ -48,33 +49,32 @@ def summarise(sim, requests: pd.DataFrame, ts: pd.DataFrame) -> dict:
     pools: dict[str, dict] = {}
     pool_cost: dict[str, float] = {}
     total_cost = 0.0
-    for code, name in enumerate(sim.recorder.pools.names):
-        pool = sim.pools[name]
-        spec = pool.spec
+    for code, name in enumerate(run.recorder.pools.names):
+        pool = run.pools[name]
         usage = pool.usage
         pts = ts[ts["pool"] == name]
-        gpu_s = pool.billed_gpu_seconds(end_s)
-        replicas = gpu_s / spec.gpus_per_replica / end_s if end_s > 0 else 0.0
-        cost = gpu_s / 3600.0 * spec.price_per_gpu_hour
+        gpu_s = pool.billed_gpu_s
+        replicas = gpu_s / pool.gpus_per_replica / end_s if end_s > 0 else 0.0
+        cost = gpu_s / 3600.0 * pool.price_per_gpu_hour
         busy_s = usage.busy_total_s
         pool_cost[name] = cost
         total_cost += cost
         served = requests[(requests["pool"] == name) & (requests["status"] == Status.COMPLETED)]
         prompt_total = int(served["prompt_tokens"].sum())
         pools[name] = {
-            "model": spec.model.name,
-            "hardware": spec.hardware.name,
-            "tp": spec.cfg.tp,
-            "cost_model": pool.cost_model.label,
+            "model": pool.model,
+            "hardware": pool.hardware,
+            "tp": pool.tp,
+            "cost_model": pool.cost_model,
             "replicas_mean": replicas,
             "replicas_max": pool.replicas_max,
-            "kv_blocks_per_replica": spec.kv.num_blocks,
+            "kv_blocks_per_replica": pool.kv_blocks_per_replica,
             "gpu_hours": gpu_s / 3600.0,
             "cost_usd": cost,
-            "busy_frac": busy_s * spec.gpus_per_replica / gpu_s if gpu_s > 0 else 0.0,
-            "mfu": usage.flops_total / (gpu_s * pool.cost_model.peak_flops_per_gpu)
+            "busy_frac": busy_s * pool.gpus_per_replica / gpu_s if gpu_s > 0 else 0.0,
+            "mfu": usage.flops_total / (gpu_s * pool.peak_flops_per_gpu)
             if gpu_s > 0 else 0.0,
-            "mbu": usage.bytes_total / (gpu_s * pool.cost_model.peak_bytes_per_s_per_gpu)
+            "mbu": usage.bytes_total / (gpu_s * pool.peak_bytes_per_s_per_gpu)
             if gpu_s > 0 else 0.0,
             "kv_util_mean": float(pts["kv_util"].mean()) if len(pts) else 0.0,
             "max_running_seqs": usage.max_seqs,
@@ -104,13 +104,13 @@ def summarise(sim, requests: pd.DataFrame, ts: pd.DataFrame) -> dict:
             "cost_usd": float(rows["cost_usd"].sum()),
         }
 
-    steady = done[done["arrival_s"] >= sim.scenario.warmup]
+    steady = done[done["arrival_s"] >= run.scenario.warmup]
     out_tokens = int(done["output_tokens"].sum())
     in_tokens = int(done["prompt_tokens"].sum())
     return {
-        "scenario": sim.scenario.name,
-        "seed": sim.scenario.seed,
-        "duration_s": sim.scenario.duration,
+        "scenario": run.scenario.name,
+        "seed": run.scenario.seed,
+        "duration_s": run.scenario.duration,
         "end_s": end_s,
         "requests": {
             "arrived": int(len(requests)),

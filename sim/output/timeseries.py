@@ -9,8 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from sim.output.accounts import PoolAccount
 
-def build_timeseries(samples: pd.DataFrame, pools: dict, interval_s: float,
+
+def build_timeseries(samples: pd.DataFrame, pools: dict[str, PoolAccount], interval_s: float,
                      pool_names: list[str], end_s: float) -> pd.DataFrame:
     """One row per pool per sample; ``cost_usd_per_h`` is the billing rate then
     (every requested replica's GPUs at the pool's price)."""
@@ -18,7 +20,8 @@ def build_timeseries(samples: pd.DataFrame, pools: dict, interval_s: float,
     for code, name in enumerate(pool_names):
         smp = samples[samples["pool"] == code]
         t = smp["time_s"].to_numpy()
-        busy, tokens, serving_s = pools[name].usage.per_interval(len(t), end_s)
+        account = pools[name]
+        busy, tokens, serving_s = account.usage.per_interval(len(t), end_s)
         replicas = smp["replicas"].to_numpy()
         total_blocks = smp["kv_total_blocks"].to_numpy()
         queued, running = smp["queued"].to_numpy(), smp["running"].to_numpy()
@@ -37,8 +40,8 @@ def build_timeseries(samples: pd.DataFrame, pools: dict, interval_s: float,
             "busy_frac": np.divide(busy, serving_s, out=np.zeros(len(t)),
                                    where=serving_s > 0),
             "tokens_per_s": tokens / interval_s,
-            "cost_usd_per_h": replicas * pools[name].spec.gpus_per_replica
-            * pools[name].spec.price_per_gpu_hour,
+            "cost_usd_per_h": replicas * account.gpus_per_replica
+            * account.price_per_gpu_hour,
         }))
     if not frames:
         return pd.DataFrame()

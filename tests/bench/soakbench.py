@@ -92,7 +92,7 @@ def main() -> None:
     simulation.run()
     simulation.wall_s = time.perf_counter() - t0
     end_mb = me.memory_info().rss / MB
-    results = collect(simulation)
+    results = collect(simulation.account())
 
     rec = simulation.recorder
     counts = results.requests["status"].value_counts()
