@@ -22,7 +22,6 @@ step at a time; per-request results are the same.
 """
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_right
 from typing import ClassVar, Literal
 
@@ -33,7 +32,7 @@ from sim.core.kv import blocks_for
 from sim.core.request import Request
 from sim.schedulers.base import Scheduler, Segment
 from sim.schedulers.cohort import DecodeCohort
-from sim.schedulers.waiting import PriorityQueue
+from sim.schedulers.ordering import ORDERS
 
 
 class ContinuousConfig(StrictModel):
@@ -103,9 +102,8 @@ _NO_PREFILL: list[tuple[Request, int]] = []      # the payload of decode-only se
 
 class ContinuousScheduler(Scheduler):
     __slots__ = ("cfg", "cohort", "prefilling", "step", "_next_seq", "_now_s", "_chunk_cap",
-                 "_segments_done", "_planned_blocks", "_gap_seg", "_gap_max", "_by_priority",
-                 "_victims", "_no_evict", "_whole_prompt", "_reserved_blocks",
-                 "_reservations")
+                 "_segments_done", "_planned_blocks", "_gap_seg", "_gap_max", "order",
+                 "_no_evict", "_whole_prompt", "_reserved_blocks", "_reservations")
 
     def __init__(self, cfg: ContinuousConfig, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -125,15 +123,13 @@ class ContinuousScheduler(Scheduler):
         self._planned_blocks = (-1, 0)
         self._gap_seg: list[int] = []
         self._gap_max: list[float] = []
-        self._by_priority = cfg.policy == "priority"
         # guaranteed_no_evict: blocks promised to running requests, whole sequences each
         self._no_evict = cfg.kv_admission == "guaranteed_no_evict"
         self._whole_prompt = cfg.kv_admission == "whole_prompt"
         self._reserved_blocks = 0
         self._reservations: dict[int, int] = {}        # request id -> blocks promised
-        if self._by_priority:
-            self.waiting = PriorityQueue(cfg.priority_aging)
-            self._victims: list[tuple[int, float, int, int, Request]] = []  # lazy max-heap
+        # the scheduling policy: waiting order, victims, decoders' blocks (ordering.py)
+        self.order = ORDERS[cfg.policy](self)
 
     @property
     def num_running(self) -> int:
@@ -175,15 +171,6 @@ class ContinuousScheduler(Scheduler):
     def _running(self, req: Request) -> bool:
         return req.seq in self.cohort.members or req in self.prefilling
 
-    def _priority_victim(self) -> Request:
-        """The running request with the largest (priority, arrival)."""
-        heap = self._victims
-        while True:
-            _, _, _, seq, req = heap[0]
-            if req.seq == seq and self._running(req):
-                return req
-            heapq.heappop(heap)
-
     def _stop_decoding(self, req: Request, now_s: float) -> None:
         # the longest step among the applied segments numbered above the one it joined in
         k = bisect_right(self._gap_seg, req.join_seg)
@@ -206,68 +193,14 @@ class ContinuousScheduler(Scheduler):
             self._release(victim)
         self.waiting.appendleft(victim)
 
-    def _victim(self) -> Request:
-        """Whom to preempt: the last admitted running request (FCFS), or the
-        largest (priority, arrival) under the priority policy."""
-        if self._by_priority:
-            return self._priority_victim()
-        if not self.prefilling:
-            return self.cohort.last()
-        if not self.cohort:
-            return self.prefilling[-1]
-        last_decoder = self.cohort.last()
-        tail = self.prefilling[-1]
-        return tail if tail.seq > last_decoder.seq else last_decoder
-
     def _allocate_decode_step(self) -> tuple[bool, bool]:
         """Blocks for one more token of every decoder; returns (preempted,
         stopped) where ``stopped`` means a decoder preempted itself, which ends
-        the step's scheduling as vLLM's running loop does.
-
-        FCFS reproduces the per-request loop exactly: decoders take their
-        blocks in order (evicting cached prefix blocks once never-used ones
-        run out); when none is left the victim is preempted, its blocks come
-        back, and taking goes on. The victim (the largest admission order) is
-        never a decoder that already took its block. The priority policy
-        preempts the largest (priority, arrival) until every decoder fits.
-        """
+        the step's scheduling as vLLM's running loop does. Usually every block is
+        free; otherwise the policy (``self.order``) says who goes."""
         if not self.cohort.members or self._take_next_decode_blocks():
-            return False, False                       # usually: every decoder's block is free
-        cohort, kv = self.cohort, self.kv
-        preempted = False
-        if self._by_priority:
-            while cohort.members and cohort.blocks_at(self.step + 1) - cohort.blocks_held \
-                    > kv.num_free_blocks:
-                self._preempt(self._priority_victim())
-                preempted = True
-            need = cohort.blocks_at(self.step + 1) - cohort.blocks_held if cohort.members else 0
-            kv.take(need)
-            cohort.blocks_held += need
-            return preempted, False
-        taken = 0
-        stopped = False
-        members = cohort.members
-        while members:
-            need = cohort.blocks_at(self.step + 1) - cohort.blocks_held
-            more = min(need - taken, kv.num_free_blocks)
-            if more > 0:
-                kv.take(more)
-                taken += more
-            if taken >= need:
-                break
-            victim = self._victim()
-            # the failing decoder is the needing one right after those that took;
-            # the victim (largest admission order) is it when it is the last
-            # needing decoder, i.e. it needs a block and only it is left to serve
-            stopped = (victim.seq in cohort.members
-                       and (victim.decode_base + self.step) % cohort.bs == 0
-                       and need == taken + 1)
-            self._preempt(victim)
-            preempted = True
-            if stopped:
-                break
-        cohort.blocks_held += taken
-        return preempted, stopped
+            return False, False
+        return self.order.make_room_for_decodes()
 
     def _take_next_decode_blocks(self) -> bool:
         """Take the blocks every decoder needs for the coming step, if that many
@@ -299,7 +232,7 @@ class ContinuousScheduler(Scheduler):
             num_new = min(req.num_tokens - req.num_computed_tokens, budget, self._chunk_cap)
             while not self.kv.allocate(req, num_new):
                 preempted = True
-                victim = self._victim()
+                victim = self.order.victim()
                 if victim.seq in self.cohort.members:     # a decoder: it had its block
                     self._preempt(victim, alloc_step=self.step + 1)
                     num_decode -= 1
@@ -342,9 +275,7 @@ class ContinuousScheduler(Scheduler):
                 req.seq = self._next_seq
                 self._next_seq += 1
                 self.prefilling.append(req)
-                if self._by_priority:
-                    heapq.heappush(self._victims, (-req.priority, -req.arrival_s,
-                                                   -req.request_id, req.seq, req))
+                self.order.admitted(req)
                 prefill.append((req, num_new))
                 if req.prefix_group is not None:
                     self.kv.register_prefix(req, req.num_computed_tokens + num_new)
