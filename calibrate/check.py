@@ -13,7 +13,7 @@ from statistics import median
 
 import yaml
 
-from calibrate import bench
+from calibrate import bench, forwards, timing
 from calibrate.model import LlamaLike
 from calibrate.spec import ModelShape, ShardShape
 
@@ -23,32 +23,32 @@ def load(path: str | Path) -> dict:
         return yaml.safe_load(fh)
 
 
-def profile_settings(data: dict, **overrides) -> bench.Settings:
+def profile_settings(data: dict, **overrides) -> timing.Settings:
     """Benchmark settings that reproduce a profile's device, dtype, tp, threads and clock."""
     kw = dict(device=data["device"], dtype=data["dtype"], tp=data["tp"],
               threads=data.get("threads"), clock=data.get("clock"))
     kw.update(overrides)
-    return bench.Settings(**kw)
+    return timing.Settings(**kw)
 
 
 def measure_forwards(profile: str | Path | dict, prefill: list[int] = (),
                      decode: list[tuple[int, int]] = (), rounds: int = 5,
                      point_budget_s: float = 0.5, num_layers: int | None = None
-                     ) -> list[bench.Forward]:
+                     ) -> list[forwards.Forward]:
     """Median seconds of whole forwards, timed in interleaved rounds: one sequence of
     n tokens for each n in ``prefill``, and (batch, context) decode steps."""
     data = profile if isinstance(profile, dict) else load(profile)
     shape = ModelShape.from_mapping(data["model"])
     settings = profile_settings(data, rounds=rounds, point_budget_s=point_budget_s)
-    bench.setup(settings)
-    timer = bench.Timer(settings)
-    shapes = ([bench.prefill_shape(n) for n in prefill]
-              + [bench.decode_shape(b, c) for b, c in decode])
+    timing.setup(settings)
+    timer = timing.Timer(settings)
+    shapes = ([forwards.prefill_shape(n) for n in prefill]
+              + [forwards.decode_shape(b, c) for b, c in decode])
     max_pos = max([n for n in prefill] + [c + 1 for _, c in decode]) + 1
     net = LlamaLike(ShardShape(shape, settings.tp), settings.device, settings.torch_dtype,
                     num_layers=num_layers or shape.num_layers, max_positions=max_pos,
                     seed=settings.seed)
-    return bench.time_forwards(net, shapes, timer, seed=settings.seed)
+    return forwards.time_forwards(net, shapes, timer, seed=settings.seed)
 
 
 def machine_speed(profile: str | Path | dict, tokens: tuple[int, ...] = (1, 16, 128, 512),
@@ -68,8 +68,8 @@ def machine_speed(profile: str | Path | dict, tokens: tuple[int, ...] = (1, 16, 
         raise ValueError(f"the profile measured no dense point at {missing} tokens "
                          f"(it has {sorted(recorded)})")
     settings = profile_settings(data, rounds=rounds, point_budget_s=point_budget_s)
-    bench.setup(settings)
+    timing.setup(settings)
     shard = ShardShape(ModelShape.from_mapping(data["model"]), settings.tp)
-    now = bench.bench_dense(shard, settings, list(tokens), bench.Timer(settings))
+    now = bench.bench_dense(shard, settings, list(tokens), timing.Timer(settings))
     pts = [(int(p.x), recorded[int(p.x)], p.seconds) for p in now]
     return median(now / rec for _, rec, now in pts), pts

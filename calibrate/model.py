@@ -1,7 +1,7 @@
 """A Llama-shaped transformer in plain torch, built from a model profile.
 
 Random weights, no checkpoint. The pieces of one layer are plain functions
-so the microbenchmarks (``calibrate.bench``) time exactly the code the
+so the microbenchmarks (``calibrate.bench``, ``calibrate.forwards``) time exactly the code the
 whole model runs:
 
 - ``dense_pre``: RMSNorm, the fused QKV projection, rotary embedding;

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from calibrate import bench
+from calibrate import bench, timing
+from calibrate import forwards as whole
 from calibrate.fit import (TERMS, error_summary, fit_overhead, fit_term, held_back_indices,
                            predict_steps, split_per_seq, terms_seconds)
 from calibrate.model import LlamaLike
@@ -49,7 +50,7 @@ HELD_BACK_NOTE = ("Relative error on every {k}th measured point (sorted by x) of
 def device_slug(device: str) -> str:
     if device == "cpu":
         return "cpu"
-    name = bench.device_name(device).lower()
+    name = timing.device_name(device).lower()
     name = re.sub(r"^nvidia\s+", "", name)
     return re.sub(r"[^a-z0-9]+", "-", name).strip("-") or device
 
@@ -98,7 +99,7 @@ def calibrate(model: str | ModelShape, device: str = "cpu", tp: int = 1,
     the plot (``.png``) and the run log (``.log``) beside it.
     """
     shape = load_model(model) if isinstance(model, str) else model
-    settings = bench.Settings(device=device, dtype=dtype, tp=tp, threads=threads,
+    settings = timing.Settings(device=device, dtype=dtype, tp=tp, threads=threads,
                               max_tokens=max_tokens, quick=quick, **settings_kw)
     shard = ShardShape(shape, tp)
     out_dir = (Path(out) if out is not None
@@ -106,32 +107,32 @@ def calibrate(model: str | ModelShape, device: str = "cpu", tp: int = 1,
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = profile_stem(shape.name, tp)
     log = RunLog(echo)
-    bench.setup(settings)
-    dev_name = bench.device_name(device)
+    timing.setup(settings)
+    dev_name = timing.device_name(device)
     log(f"calibrating {shape.name} (tp={tp}: {shard.heads} heads, {shard.kv_heads} KV heads, "
         f"MLP {shard.ffn}) on {device} ({dev_name}), {settings.dtype}, torch {torch.__version__}"
         + (f", {settings.threads} thread(s)" if device == "cpu" else "")
         + (", quick" if quick else ""))
     g = bench.grids(shard, settings)
-    timer = bench.Timer(settings)
+    timer = timing.Timer(settings)
     # the plain-torch model for whole forwards (→ per-step overhead)
-    layers = bench.forward_layers(shard, settings)
-    shapes = ([bench.prefill_shape(n) for n in g.forward_prefill]
-              + [bench.decode_shape(b, c) for b, c in g.forward_decode])
+    layers = whole.forward_layers(shard, settings)
+    shapes = ([whole.prefill_shape(n) for n in g.forward_prefill]
+              + [whole.decode_shape(b, c) for b, c in g.forward_decode])
     max_pos = max([n for n in g.forward_prefill] + [c + 1 for _, c in g.forward_decode]) + 1
     net = LlamaLike(shard, device, settings.torch_dtype, num_layers=layers,
                     max_positions=max_pos, seed=settings.seed)
     # every term's sizes and every whole forward timed in the same interleaved rounds,
     # so that a slow spell of the machine weighs on all of them alike
     cases = (bench.term_cases(shard, settings, g, log)
-             + bench.forward_cases(net, shapes, timer, settings.seed))
+             + whole.forward_cases(net, shapes, timer, settings.seed))
     log(f"  whole forwards: {len(shapes)} shapes, {layers} layers built; "
         f"{len(cases)} cases in {settings.rounds} rounds")
     seconds = bench.measure_cases(cases, timer, log)
     del net
     measured = {t: bench.points(cases, seconds, t)
                 for t in ("dense", "attn_prefill", "attn_decode", "lm_head")}
-    forwards = bench.forwards_from(cases, seconds)
+    forwards = whole.forwards_from(cases, seconds)
     del cases
     measured["tp_comm"], comm_measured = bench.bench_tp_comm(shard, settings, g.tp_comm, log)
     dec = measured["attn_decode"]

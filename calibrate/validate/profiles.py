@@ -25,9 +25,9 @@ def _made_here(data: dict, shape: ModelShape, host: str) -> bool:
 def host_profile(path: Path, shape: ModelShape) -> Path | None:
     """``path`` if it was made on this CPU, else a profile of the same model made on this
     CPU in a folder under ``path``'s (profiles of several CPU kinds ship side by side)."""
-    from calibrate import bench
+    from calibrate import timing
     from sim.cost.calibrated import load_profile
-    host = bench.device_name("cpu")
+    host = timing.device_name("cpu")
     for cand in [path, *sorted(path.parent.glob(f"*/{path.name}"))]:
         try:
             if _made_here(load_profile(cand), shape, host):
@@ -39,13 +39,13 @@ def host_profile(path: Path, shape: ModelShape) -> Path | None:
 
 def base_profile(w: Workload, out_dir: Path, recalibrate: bool, log) -> tuple[Path, dict]:
     """The scenario's calibrated profile for this CPU, else a fresh calibration."""
-    from calibrate import bench
+    from calibrate import timing
     from calibrate.run import calibrate
     from sim.cost.calibrated import load_profile, resolve_profile_path
     path = resolve_profile_path(w.scenario.pools[w.pool_name].cost_model.profile,
                                 w.path.resolve().parent)
     data = load_profile(path)
-    host = bench.device_name("cpu")
+    host = timing.device_name("cpu")
     found = None if recalibrate else host_profile(path, w.shape)
     if found is not None:
         log(f"profile {found} (made on this CPU, {host})")

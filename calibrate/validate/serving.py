@@ -51,7 +51,7 @@ def _validate_into(workloads: list[Workload], out_dir: Path, recalibrate: bool,
     every pass. This machine's speed drifts by several percent within a minute: calibration
     spread over the same minutes as the replays sees the same drift on average, where one
     pass before one replay can catch the machine fast and serve the workload slow."""
-    from calibrate import bench
+    from calibrate import timing
     from calibrate.engine import ContinuousEngine, SequentialEngine, transformers_version
     profile_path, profile = base_profile(workloads[0], out_dir, recalibrate, log)
     threads = int(profile.get("threads") or 1)
@@ -83,7 +83,7 @@ def _validate_into(workloads: list[Workload], out_dir: Path, recalibrate: bool,
             elog = EngineLog(
                 workload=w.scenario.name, kind=w.kind, engine=engine.name, limits=w.limits,
                 scenario=w.raw, profile=profile, calibration=calibration, replays=served,
-                meta={"host": bench.device_name("cpu"),
+                meta={"host": timing.device_name("cpu"),
                       "transformers_version": transformers_version(),
                       "python": platform.python_version(), "engine_wall_s": wall_s,
                       "quick_fit": quick_fit, "profile_file": profile_path.name})

@@ -26,7 +26,7 @@ def _host_profile() -> str:
     """The shipped tiny-llama profile made on this CPU kind (profiles of several kinds ship
     side by side: calibrated/cpu/ and calibrated/cpu/<kind>/); skip when there is none."""
     pytest.importorskip("torch")
-    from calibrate.bench import device_name
+    from calibrate.timing import device_name
     host = device_name("cpu")
     folder = resolve_profile_path(SHIPPED).parent
     for path in [folder / "tiny-llama.yaml", *sorted(folder.glob("*/tiny-llama.yaml"))]:

@@ -254,14 +254,14 @@ def test_model_shapes_read_without_the_simulator():
 
 def test_moe_layer_benchmarks():
     pytest.importorskip("torch")
-    from calibrate import bench
+    from calibrate import bench, timing
     from calibrate.spec import ModelShape, ShardShape
     moe = ModelShape(name="tiny-moe", num_layers=2, hidden_size=128, num_heads=4,
                      num_kv_heads=2, head_dim=32, ffn_size=256, vocab_size=1000,
                      num_experts=4, experts_per_token=2)
-    s = bench.Settings(quick=True, rounds=1, point_budget_s=0.001)
-    bench.setup(s)
-    points = bench.bench_dense(ShardShape(moe, 2), s, [1, 8, 64], bench.Timer(s))
+    s = timing.Settings(quick=True, rounds=1, point_budget_s=0.001)
+    timing.setup(s)
+    points = bench.bench_dense(ShardShape(moe, 2), s, [1, 8, 64], timing.Timer(s))
     assert [p.x for p in points] == [1, 8, 64] and all(p.seconds > 0 for p in points)
 
 
