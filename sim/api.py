@@ -14,7 +14,8 @@ from sim.config.validation_errors import from_validation_error
 from sim.config.inputs import InputFileError, check_regular, scenario_files, shown
 from sim.config.paths import resolve_scenario_path
 from sim.output.results import Results, collect
-from sim.core.simulation import ProgressFn, RunRefused, Simulation
+from sim.core.checks import RunRefused
+from sim.core.simulation import ProgressFn, Simulation
 from sim.workload import WorkloadDataError
 from sim.config.yamlio import LineMap, load_yaml
 

@@ -22,7 +22,8 @@ import sim
 from sim.config.resolve import resolve
 from sim.config.scenario import Scenario
 from sim.output.results import collect
-from sim.core.simulation import RunRefused, run_resolved
+from sim.core.checks import RunRefused
+from sim.core.simulation import run_resolved
 
 MODEL = "llama-3.1-8b"
 SERVED = "llama-3.1-8b@1"

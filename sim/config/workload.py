@@ -15,7 +15,6 @@ numbers are turned into arrays by :mod:`sim.workload`.
 """
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
@@ -32,12 +31,10 @@ from sim.config.common import (
     Seconds,
     StrictModel,
 )
+from sim.config.lengths import MAX_TOKENS, LengthConfig
 
 # Phase of a sinusoid may be negative, so it does not use ``Seconds``.
 SignedSeconds = Annotated[float, BeforeValidator(units.seconds)]
-# A request longer than this fits no model (the longest contexts are a few million).
-MAX_TOKENS = 100_000_000
-TokenCount = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 
 
 # --------------------------------------------------------------------------
@@ -183,167 +180,6 @@ ArrivalConfig = Annotated[
     Union[PoissonArrivalConfig, GammaArrivalConfig, TraceArrivalConfig, ClosedArrivalConfig],
     Field(discriminator="type"),
 ]
-
-
-# --------------------------------------------------------------------------
-# Length distributions (tokens)
-# --------------------------------------------------------------------------
-
-class FixedLengthConfig(StrictModel):
-    """Every request has the same length."""
-
-    type: Literal["fixed"] = Field(description="Fixed length.")
-    value: TokenCount = Field(description="Length in tokens.")
-
-
-class UniformLengthConfig(StrictModel):
-    """Integers drawn uniformly from [low, high], both ends included."""
-
-    type: Literal["uniform"] = Field(description="Uniform integer length.")
-    low: TokenCount = Field(description="Smallest length (tokens).")
-    high: TokenCount = Field(description="Largest length (tokens), included.")
-
-    @model_validator(mode="after")
-    def _check_bounds(self) -> "UniformLengthConfig":
-        if self.high < self.low:
-            raise ValueError(f"high ({self.high}) must be at least low ({self.low})")
-        return self
-
-
-class _ClippedLength(StrictModel):
-    """Bounds shared by continuous distributions, applied after rounding."""
-
-    min: TokenCount = Field(default=1, description="Smallest length after clipping.")
-    max: Optional[TokenCount] = Field(
-        default=None, description="Largest length after clipping; null for no limit.")
-
-    @model_validator(mode="after")
-    def _check_bounds(self) -> "_ClippedLength":
-        if self.max is not None and self.max < self.min:
-            raise ValueError(f"max ({self.max}) must be at least min ({self.min})")
-        # more than half of the draws clipped to one bound: the distribution is that bound
-        median = self.median()
-        if self.max is not None and median > self.max + 0.5:
-            raise ValueError(f"max ({self.max}) is below the median ({median:.4g}): more than "
-                             f"half of the draws would be {self.max}; lower mean (or cv) "
-                             "or raise max")
-        if median < self.min - 0.5:
-            raise ValueError(f"min ({self.min}) is above the median ({median:.4g}): more than "
-                             f"half of the draws would be {self.min}; raise mean (or lower "
-                             "cv) or lower min")
-        return self
-
-    def median(self) -> float:
-        """The unclipped distribution's median (tokens)."""
-        raise NotImplementedError
-
-
-class LognormalLengthConfig(_ClippedLength):
-    """Right-skewed lengths, the usual fit for prompts and answers.
-
-    ``mean`` and ``cv`` describe the unclipped distribution; samples are
-    rounded to integers and clipped to [min, max].
-    """
-
-    type: Literal["lognormal"] = Field(description="Lognormal length.")
-    mean: float = Field(gt=0, le=MAX_TOKENS,
-                        description="Mean length in tokens (before clipping).")
-    cv: float = Field(gt=0, le=100, description="Coefficient of variation (std / mean); "
-                                                "at most 100.")
-
-    def median(self) -> float:
-        return self.mean / math.sqrt(1.0 + self.cv ** 2)
-
-
-class ExponentialLengthConfig(_ClippedLength):
-    """Memoryless lengths; rounded to integers and clipped to [min, max]."""
-
-    type: Literal["exponential"] = Field(description="Exponential length.")
-    mean: float = Field(gt=0, le=MAX_TOKENS,
-                        description="Mean length in tokens (before clipping).")
-
-    def median(self) -> float:
-        return self.mean * math.log(2.0)
-
-
-class EmpiricalLengthConfig(StrictModel):
-    """Resample observed lengths (with replacement), either listed inline or
-    read from one column of a CSV file."""
-
-    type: Literal["empirical"] = Field(description="Empirical length distribution.")
-    values: Optional[list[TokenCount]] = Field(
-        default=None, min_length=1, description="Observed lengths (tokens).")
-    weights: Optional[list[Annotated[float, Field(ge=0)]]] = Field(
-        default=None,
-        description="Relative weight of each value (same length as values); equal if "
-                    "omitted.")
-    path: Optional[FilePath] = Field(
-        default=None,
-        description="CSV file to read lengths from; relative to the scenario file's folder.")
-    column: Optional[str] = Field(
-        default=None, min_length=1, description="Column of the CSV file holding lengths.")
-
-    @model_validator(mode="after")
-    def _check_source(self) -> "EmpiricalLengthConfig":
-        if (self.values is None) == (self.path is None):
-            raise ValueError("give exactly one of 'values' or 'path'")
-        if self.path is not None:
-            if self.column is None:
-                raise ValueError("'column' is required with 'path'")
-            if self.weights is not None:
-                raise ValueError("'weights' can only be used with 'values'")
-        else:
-            if self.column is not None:
-                raise ValueError("'column' can only be used with 'path'")
-            if self.weights is not None:
-                if len(self.weights) != len(self.values):
-                    raise ValueError(f"'weights' has {len(self.weights)} entries but "
-                                     f"'values' has {len(self.values)}")
-                if not sum(self.weights) > 0:
-                    raise ValueError("'weights' must not all be 0")
-                if not math.isfinite(sum(self.weights)):
-                    raise ValueError("'weights' sum to more than the largest number; they "
-                                     "are relative: scale them down")
-        return self
-
-
-class MixtureComponentConfig(StrictModel):
-    """One branch of a mixture: with probability ~weight, draw from dist."""
-
-    weight: float = Field(gt=0, description="Relative weight (normalised over components).")
-    dist: "LengthConfig" = Field(description="Length distribution of this component.")
-
-
-class MixtureLengthConfig(StrictModel):
-    """Several populations in one stream, e.g. short chat turns plus long documents."""
-
-    type: Literal["mixture"] = Field(description="Mixture of length distributions.")
-    components: list[MixtureComponentConfig] = Field(
-        min_length=1, description="Components with their weights.")
-
-    @model_validator(mode="after")
-    def _finite_weights(self) -> "MixtureLengthConfig":
-        if not math.isfinite(sum(c.weight for c in self.components)):
-            raise ValueError("the components' weights must add up to a finite number (they "
-                             "are relative: 1 and 3 split a quarter and three quarters)")
-        return self
-
-
-def _length_shorthand(value: Any) -> Any:
-    """A bare integer means a fixed length."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return {"type": "fixed", "value": value}
-    return value
-
-
-LengthConfig = Annotated[
-    Union[FixedLengthConfig, UniformLengthConfig, LognormalLengthConfig,
-          ExponentialLengthConfig, EmpiricalLengthConfig, MixtureLengthConfig],
-    Field(discriminator="type"),
-    BeforeValidator(_length_shorthand),
-]
-
-MixtureComponentConfig.model_rebuild()
 
 
 # --------------------------------------------------------------------------

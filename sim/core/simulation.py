@@ -22,6 +22,7 @@ import simpy
 
 from sim.config.inputs import DataFiles
 from sim.config.resolve import Resolved
+from sim.core.checks import check_servable, check_step_times
 from sim.core.fleet import pool_parts
 from sim.core.pool import Pool
 from sim.core.request import Request, Status
@@ -35,25 +36,6 @@ from sim.workload import RequestArrivals, generate_arrivals
 ProgressFn = Callable[[float, float], None]
 GC_YOUNG_THRESHOLD = 100_000      # allocations between collections of the youngest generation
 REFUSED_PAUSE_S = 0.01            # a closed-loop client's pause after a refusal (a round trip)
-
-
-# what each refusal reason of a pool's limits stands for, in the scenario's words
-LIMIT_NAMES = {"exceeds_max_model_len": "its max_model_len",
-               "exceeds_kv_capacity": "a replica's whole KV cache",
-               "exceeds_token_budget": "max_num_batched_tokens without chunked prefill"}
-
-
-MAX_STEP_S = 60.0      # no engine takes a minute for one short step: a setting is wrong
-PROBE_CONTEXT_TOKENS = 1000
-
-
-class RunRefused(ValueError):
-    """A setting that passes its own checks but would leave the run with nothing real to
-    show: a stream whose every request is too long for its pools, a step of hours."""
-
-    def __init__(self, loc: tuple, message: str) -> None:
-        super().__init__(message)
-        self.loc, self.message = loc, message
 
 
 class Simulation:
@@ -79,8 +61,8 @@ class Simulation:
         default_pools = [resolved.stream_pool[s] for s in self.arrivals.stream_names]
         self._stream_meta = [(cfg.team, cfg.priority, self.pools[pool])
                              for cfg, pool in zip(stream_cfgs, default_pools)]
-        self._check_step_times()
-        self._check_servable(stream_cfgs, default_pools)
+        check_step_times(scenario, self.pools)
+        check_servable(scenario.gateway, self.arrivals, stream_cfgs, default_pools, self.pools)
         self.gateway: Gateway | None = None
         if scenario.gateway.active or any(c.retry or c.api_key for c in stream_cfgs):
             self.gateway = Gateway(self.env, scenario.gateway, stream_cfgs, default_pools,
@@ -101,68 +83,6 @@ class Simulation:
                 self._clients[s] = (deque(rows.tolist()), arrival.think_time)
         self._stop = self.env.event()
         self.end_s = 0.0
-
-    def _check_step_times(self) -> None:
-        """Refuse a pool whose cost model makes one short step take no time, or longer than
-        :data:`MAX_STEP_S` (a prefill of a 1,000-token prompt; one decode step of one
-        sequence with 1,000 tokens of context), or whose new replicas could not start
-        before the run ends."""
-        run_s = self.scenario.duration + self.scenario.drain
-        for name, pool in self.pools.items():
-            cost = pool.cost_model
-            n = PROBE_CONTEXT_TOKENS
-            steps = {"a prefill of 1,000 prompt tokens": cost.step_scalar(n, 1, n * n / 2, 0)[0],
-                     "a decode step of one sequence": cost.step_scalar(1, 1, 0, n)[0]}
-            for what, step_s in steps.items():
-                if not (0.0 < step_s <= MAX_STEP_S):
-                    raise RunRefused(("pools", name), (
-                        f"{what} would take {step_s:.3g} s with its cost model "
-                        f"({cost.label}); real engines take milliseconds: check the hardware's "
-                        "flops and bandwidths, the efficiencies and overheads of the cost "
-                        "model, or the calibrated profile's tables"))
-            if pool.autoscaler is not None and pool.cold_start_s >= run_s:
-                raise RunRefused(("pools", name, "cold_start"), (
-                    f"a new replica would take {pool.cold_start_s:.3g} s to start "
-                    "(provisioning + weights / load_bandwidth), longer than the run "
-                    f"({run_s:g} s with its drain): the autoscaler could never add one"))
-        for served_name, served in self.scenario.gateway.models.items():
-            split = served.disaggregated
-            if split is None or split.prefill not in self.pools:
-                continue
-            spec = self.pools[split.prefill].spec
-            transfer_s = split.link_latency + (PROBE_CONTEXT_TOKENS * spec.model.kv_bytes_per_token(
-                spec.cfg.kv_dtype) / split.link_bandwidth)
-            if transfer_s > MAX_STEP_S:
-                raise RunRefused(
-                    ("gateway", "models", served_name, "disaggregated", "link_bandwidth"),
-                    f"sending the KV cache of a 1,000-token prompt would take "
-                    f"{transfer_s:.3g} s; real links take milliseconds: raise link_bandwidth "
-                    "or lower link_latency")
-
-    def _check_servable(self, stream_cfgs: list, default_pools: list[str]) -> None:
-        """Refuse a run in which some stream's every request is longer than each pool it
-        may be sent to serves: all of them would be turned away (an error in the
-        scenario, not a finding)."""
-        arrivals, gateway = self.arrivals, self.scenario.gateway
-        totals = arrivals.prompt_tokens + arrivals.output_tokens
-        for s, (name, cfg) in enumerate(zip(arrivals.stream_names, stream_cfgs)):
-            mine = totals[arrivals.stream_index == s]
-            if not len(mine):
-                continue
-            served = gateway.route_for(cfg.model, cfg.pool)
-            entry = served.entry_pools() if served is not None else [default_pools[s]]
-            shortest = int(mine.min())
-            if any(shortest <= self.pools[p].servable_tokens() for p in entry):
-                continue
-            binding = {p: self.pools[p].binding_limit() for p in entry}
-            limits = ", ".join(f"pool '{p}' at most {tokens:,} "
-                               f"({LIMIT_NAMES.get(reason, 'its limits')})"
-                               for p, (reason, tokens) in binding.items())
-            raise RunRefused(
-                ("workload", "streams", name),
-                f"all {len(mine):,} of its requests are longer than its pool serves: the "
-                f"shortest has {shortest:,} tokens (prompt + output), {limits}; every "
-                "request would be refused: shorten the lengths or raise the limit")
 
     # -- request lifecycle ----------------------------------------------------
     def _terminal(self, req: Request, status: str) -> None:

@@ -10,7 +10,7 @@ import pathlib
 
 import numpy as np
 
-from sim.config.workload import (
+from sim.config.lengths import (
     MAX_TOKENS,
     EmpiricalLengthConfig,
     ExponentialLengthConfig,

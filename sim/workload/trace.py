@@ -19,7 +19,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from sim.config.workload import MAX_TOKENS, TraceArrivalConfig
+from sim.config.lengths import MAX_TOKENS
+from sim.config.workload import TraceArrivalConfig
 from sim.config.inputs import MAX_DATA_BYTES, DataFiles, InputFileError, as_data_files, open_regular
 
 TRACE_COLUMNS = ("timestamp", "prompt_tokens", "output_tokens")

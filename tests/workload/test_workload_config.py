@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from sim.config.lengths import FixedLengthConfig
 from sim.config.workload import (
     ConstantRateConfig,
-    FixedLengthConfig,
     PiecewiseRateConfig,
     StreamConfig,
     WorkloadConfig,
@@ -121,11 +121,12 @@ def test_workload_needs_streams_and_positive_scale():
 
 
 def test_every_field_has_a_description():
-    import sim.config.workload as mod
+    import sim.config.lengths
+    import sim.config.workload
     from pydantic import BaseModel
-    models = [v for v in vars(mod).values()
+    models = [v for mod in (sim.config.workload, sim.config.lengths) for v in vars(mod).values()
               if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == mod.__name__]
-    assert len(models) > 10
+    assert len(models) > 15
     for model in models:
         for name, field in model.model_fields.items():
             assert field.description, f"{model.__name__}.{name} has no description"
