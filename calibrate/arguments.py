@@ -10,17 +10,23 @@ MAX_THREADS = 256
 MAX_STEP_TOKENS = 1_048_576
 
 
-def bounded(most: int):
-    """An argparse type: a whole number from 1 to ``most``."""
+def bounded(most: int, least: int = 1):
+    """An argparse type: a whole number from ``least`` to ``most``."""
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"a whole number, got {text!r}") from None
-        if not 1 <= value <= most:
-            raise argparse.ArgumentTypeError(f"must be from 1 to {most:,}, got {text!r}")
+        if not least <= value <= most:
+            raise argparse.ArgumentTypeError(f"must be from {least:,} to {most:,}, "
+                                             f"got {text!r}")
         return value
     return parse
+
+
+# a step budget below this leaves the fit of the terms a handful of points: the profile
+# it gives predicts whole forwards many times off
+MIN_STEP_TOKENS = 64
 
 
 def named_path(text: str) -> str:
@@ -46,5 +52,5 @@ def add_torch_arguments(parser: argparse.ArgumentParser, dtypes=("fp32", "bf16",
                         help="few points and small sizes (a smoke test, not a usable profile)")
     parser.add_argument("--dtype", choices=dtypes, help=dtype_help)
     parser.add_argument("--threads", type=bounded(MAX_THREADS), help="CPU threads (default: 1)")
-    parser.add_argument("--max-tokens", type=bounded(MAX_STEP_TOKENS),
+    parser.add_argument("--max-tokens", type=bounded(MAX_STEP_TOKENS, MIN_STEP_TOKENS),
                         help="largest step in tokens (default: 2048 on cpu, 16384 on cuda)")

@@ -206,7 +206,15 @@ def read_json(path: Path) -> dict:
     if len(data) > MAX_RECORD_BYTES:
         raise ServeLogError(f"{path}: more than {MAX_RECORD_BYTES // 2**20} MiB of JSON; "
                             "not a recorded run")
-    return json.loads(data.decode("utf-8"))
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ServeLogError(f"{path}: not UTF-8 text; not a recorded run") from None
+    except RecursionError:
+        raise ServeLogError(f"{path}: JSON nested too deeply; not a recorded run") from None
+    except ValueError as exc:       # not JSON (its message quotes no content)
+        raise ServeLogError(f"{path}: not JSON ({type(exc).__name__}); not a recorded "
+                            "run") from None
 
 
 def read(plan_path: Path, log_path: Path) -> ServeLog:

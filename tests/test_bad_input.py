@@ -482,7 +482,7 @@ CASES += [
     Case("autoscaler-tick-a-nanosecond", append_to_pool(
         "    autoscaler: {type: target, metric: inflight_per_replica, target: 4, "
         "min_replicas: 1, max_replicas: 2, tick: 1ns}\n"), 27, "pools.main.autoscaler.tick",
-         ["autoscaler decisions", "the most is 10,000,000"]),
+         ["autoscaler decisions", "the most is 1,000,000"]),
     Case("replicas-1e29", edit(("    replicas: 1\n", "    replicas: 1e29\n")), 22,
          "pools.main.replicas", []),
     Case("team-name-too-long", edit(("team: search", "team: " + "t" * 200)), 8,
@@ -826,6 +826,42 @@ CASES += [
     Case("closed-loop-pause-as-long-as-the-run", stream_field(
         "arrival", "{type: closed, concurrency: 2, requests: 10, think_time: 30s}"), 10,
          f"{STREAM}.arrival.think_time", ["each of the 2 clients would send one request"]),
+]
+
+# A second fresh attacker's findings: settings that would be ignored, names that read
+# alike, and data files whose sizes or lines the scenario hides.
+CASES += [
+    Case("kv-bytes-beside-a-memory-share", append_to_pool(
+        "    kv_cache_bytes: 10GiB\n    gpu_memory_utilization: 0.5\n"), 28,
+         "pools.main.gpu_memory_utilization", ["give one of them"]),
+    Case("an-ngram-cost-for-a-draft-model", edit((
+        "      type: continuous\n      max_num_batched_tokens: 8192\n",
+        "      type: speculative\n      proposer: draft_model\n      draft_model: tiny-llama\n"
+        "      acceptance_rate: 0.5\n      ngram_cost_s: 1ms\n")), 23, "pools.main.scheduler",
+         ["only used with proposer: ngram"]),
+    Case("a-scale-to-zero-grace-that-never-applies", append_to_pool(
+        "    autoscaler: {type: target, metric: queue_per_replica, target: 4, min_replicas: 1,"
+        " max_replicas: 3, scale_to_zero_grace: 10s}\n"), 27, "pools.main.autoscaler",
+         ["only with min_replicas: 0"]),
+    Case("two-pools-named-apart-only-by-case", BASE + SECOND_POOL.replace("second", "Main")
+         % "llama-3.1-8b", 27, "pools.Main", ["differs from 'main' only in case"]),
+    Case("a-team-name-with-a-cyrillic-letter", edit(("      team: search\n",
+                                                     "      team: s\u0435arch\n")), 8,
+         f"{STREAM}.team", ["may not mix Cyrillic and Latin letters"]),
+    Case("a-line-separator-in-a-description", edit(("name: robust\n",
+                                                    "name: robust\ndescription: \"a\u2028b\"\n")),
+         2, None, ["line or paragraph separator", "#x2028"]),
+    Case("a-trace-longer-than-max-requests", edit(("seed: 1\n", "seed: 1\nmax_requests: 10\n"),
+                                                  base=trace_stream()),
+         8, STREAM, ["send 20 requests", "max_requests = 10"],
+         files={"t.csv": TRACE_HEADER + "".join(f"{i * 0.1:.1f},100,10\n" for i in range(20))}),
+    Case("a-quoted-trace-field-over-lines", trace_stream(), 7, None,
+         ["column 'prompt_tokens': not a finite number"], where="t.csv",
+         files={"t.csv": "timestamp,prompt_tokens,output_tokens,note\n0,10,5,\"a\nb\nc\nd\"\n"
+                         "1,11,5,x\n2,abc,5,x\n"}),
+    Case("a-calibrated-profile-nested-20000-deep", append_to_pool(
+        "    cost_model: {type: calibrated, profile: p.yaml}\n"), 27,
+         "pools.main.cost_model.profile", ["p.yaml is nested too deeply"], files={"p.yaml": "model: " + "[" * 20000 + "]" * 20000 + "\n"}),
 ]
 
 assert len(CASES) >= 30
@@ -1202,6 +1238,20 @@ ARGV_CASES = [
      ["--warmup=VALUE"]),
     ("run-negative-warmup", ["run", "{s}", "--warmup=-1s", "--out", "{d}/o"],
      ["must be at least 0"]),
+    ("sweep-vary-and-set-one-field", ["sweep", "{s}", "--vary", "pools.main.replicas=1,2",
+                                      "--set", "pools.main.replicas=3", "--out", "{d}/o"],
+     ["--vary pools.main.replicas and --set pools.main.replicas both give it"]),
+    ("sweep-vary-a-value-twice", ["sweep", "{s}", "--vary", "pools.main.replicas=1,2,1",
+                                  "--out", "{d}/o"], ["the value 1 is listed more than once"]),
+    ("check-update-with-a-tolerance", ["check", "{s}", "--baseline", "{d}/new.json",
+                                       "--update", "--tolerance", "5%"],
+     ["--tolerance", "--update writes the baseline without comparing"]),
+    ("check-baseline-of-negative-figures", ["check", "{s}", "--baseline", "{d}/neg.json"],
+     ["not a `fleetsim check` baseline", "at least 0"]),
+    ("compare-summary-holding-nan", ["compare", "{d}/nanrun", "{d}/nanrun"],
+     ["not a summary.json that `fleetsim run` wrote"]),
+    ("run-a-scenario-path-that-is-not-there", ["run", "{d}/nowhere/quickstart.yaml", "--out",
+                                               "{d}/o"], ["not found"]),
     ("calibrate-engine-without-kernels", ["calibrate", "--model", "tiny-llama", "--engine",
                                           "sglang", "--quick",
                                           "--out", "{d}/o"],
@@ -1224,6 +1274,13 @@ def test_a_bad_command_line_is_refused_before_any_work(tmp_path, capsys, argv, f
         encoding="utf-8")
     (tmp_path / "m.yaml").write_text("num_layers: [1, 2]\n", encoding="utf-8")
     (tmp_path / "k.yaml").write_text("aws_secret_key: 1\n", encoding="utf-8")
+    (tmp_path / "neg.json").write_text(json.dumps({str(path): {
+        "pools": {"main": {"required_replicas": -5}}, "latency_s": {"ttft_p99": -1}}}),
+        encoding="utf-8")
+    (tmp_path / "nanrun").mkdir()
+    (tmp_path / "nanrun" / "summary.json").write_text(
+        '{"pools": {"main": {}}, "latency_s": {}, "throughput": {"requests_per_s": NaN}}',
+        encoding="utf-8")
     (tmp_path / "sw.csv").write_text(
         "pools.main.replicas,arrived,output_tokens_per_s,ttft_p99_s,tpot_p99_s\n"
         "1,40,100.5,,\n2,40,210,soon,0.02\n", encoding="utf-8")
@@ -1259,6 +1316,8 @@ FLAG_CASES = [
     ("check-tolerance-huge", ["check", "{s}", "--baseline", "{d}/b.json", "--tolerance",
                               "1e300%"], "--tolerance", "from 0 to 1000%"),
     ("run-empty-out", ["run", "{s}", "--out", ""], "--out", "an empty path"),
+    ("calibrate-a-step-of-one-token", ["calibrate", "--model", "tiny-llama", "--quick",
+                                       "--max-tokens", "1"], "--max-tokens", "from 64 to"),
     ("sweep-empty-out", ["sweep", "{s}", "--vary", "seed=1,2", "--out", " "], "--out",
      "an empty path"),
 ]

@@ -78,10 +78,12 @@ def autoscalers(draw):
                                    "ttft_p95"]))
     target = {"kv_util": 0.5, "ttft_p95": 0.5}.get(metric, draw(st.sampled_from([1, 4])))
     lo = draw(st.integers(0, 1))
-    return {"type": "target", "metric": metric, "target": target, "min_replicas": lo,
-            "max_replicas": draw(st.integers(max(lo, 1), 3)), "stable_window": 4,
-            "panic_window": 1, "tick": 0.5, "scale_down_cooldown": 2,
-            "scale_to_zero_grace": 1}
+    cfg = {"type": "target", "metric": metric, "target": target, "min_replicas": lo,
+           "max_replicas": draw(st.integers(max(lo, 1), 3)), "stable_window": 4,
+           "panic_window": 1, "tick": 0.5, "scale_down_cooldown": 2}
+    if lo == 0:             # the grace applies only to a pool that may scale to zero
+        cfg["scale_to_zero_grace"] = 1
+    return cfg
 
 
 @st.composite
@@ -468,8 +470,7 @@ FOUND_RETRY_CUT_OFF = {
         "router": {"type": "power_of_two"}, "prefix_caching": True,
         "autoscaler": {"type": "target", "metric": "queue_per_replica", "target": 4,
                        "min_replicas": 1, "max_replicas": 3, "stable_window": 4,
-                       "panic_window": 1, "tick": 0.5, "scale_down_cooldown": 2,
-                       "scale_to_zero_grace": 1},
+                       "panic_window": 1, "tick": 0.5, "scale_down_cooldown": 2},
         "cold_start": {"provisioning": 2, "load_bandwidth": "100GB/s"},
         "queue": {"capacity": 20, "fair": True, "max_outstanding_per_replica": 5}}},
 }

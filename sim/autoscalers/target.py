@@ -138,6 +138,10 @@ class TargetConfig(StrictModel):
         if self.panic_window > self.stable_window:
             raise ValueError(f"panic_window ({self.panic_window:g} s) must not be longer than "
                              f"stable_window ({self.stable_window:g} s)")
+        if self.min_replicas > 0 and \
+                self.scale_to_zero_grace != type(self).model_fields["scale_to_zero_grace"].default:
+            raise ValueError("scale_to_zero_grace applies only with min_replicas: 0 (the "
+                             "pool never scales to zero otherwise)")
         if self.metric == "kv_util" and self.target > 1:
             raise ValueError(f"a kv_util target is a fraction of the KV cache (at most 1), "
                              f"got {self.target:g}")

@@ -82,7 +82,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                             field="--scheduler")
     scenario = load_from_args(args)
     varies = [parse_vary(v) for v in args.vary]
-    check_grid(varies)
+    check_grid(varies, fixed=[s.partition("=")[0] for s in args.set or []])
     out = Path(args.out) if args.out else Path("results") / f"{slug(scenario.name)}-sweep.csv"
     inputs = inputs_of(args, scenario)
     out = check_file(out, kind="a `fleetsim sweep` table", is_kind=_is_sweep_table,
@@ -140,8 +140,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     allowed = allowed_paths(args)
     table = compare(load_summary(args.a, allowed), load_summary(args.b, allowed))
-    with_pd_options(lambda: print(table.to_string(index=False)))
+    # a figure only one side has, or a change from 0: no number to show
+    with_pd_options(lambda: print(table.to_string(index=False, na_rep="-")))
     return 0
+
+
+DEFAULT_TOLERANCE = 0.05
 
 
 def _cmd_drift_check(args: argparse.Namespace) -> int:
@@ -149,6 +153,12 @@ def _cmd_drift_check(args: argparse.Namespace) -> int:
     from sim.planning.check import check, is_baseline
 
     baseline = Path(args.baseline)
+    if args.update and args.tolerance is not None:
+        raise ScenarioError("--tolerance is how far a figure may drift from the baseline, "
+                            "and --update writes the baseline without comparing: give one",
+                            field="--tolerance")
+    if args.tolerance is None:
+        args.tolerance = DEFAULT_TOLERANCE
     if args.update:     # before any work: never an input, never a file check did not write
         check_file(baseline, kind="a `fleetsim check` baseline", is_kind=is_baseline,
                    inputs=inputs_of(args))
@@ -202,7 +212,8 @@ def add_planning(sub) -> None:
     check_p.add_argument("scenarios", nargs="+")
     check_p.add_argument("--baseline", type=path_arg, required=True)
     check_p.add_argument("--slo", action="append", metavar="METRIC=VALUE")
-    check_p.add_argument("--tolerance", type=tolerance_arg, default=0.05)
+    check_p.add_argument("--tolerance", type=tolerance_arg, default=None,
+                         help=f"how far a figure may drift (default {DEFAULT_TOLERANCE:.0%})")
     check_p.add_argument("--update", action="store_true", help="rewrite the baseline")
     add_allow_path(check_p)
     check_p.set_defaults(func=_cmd_drift_check)

@@ -6,6 +6,7 @@ a silently ignored field. Quantities with units are parsed by the
 """
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict,
@@ -88,10 +89,26 @@ FilePath = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_CH
                      AfterValidator(_path_text)]
 
 
+# scripts with letters that look alike (Latin a, Cyrillic а, Greek α): one name uses one
+_LOOK_ALIKE_SCRIPTS = {"LATIN", "CYRILLIC", "GREEK"}
+
+
+def _script(ch: str) -> str | None:
+    """The script of a letter (LATIN, CYRILLIC, GREEK, ...), None for anything else."""
+    if not ch.isalpha():
+        return None
+    return unicodedata.name(ch, "").split(" ", 1)[0] or None
+
+
 def _printable(name: str) -> str:
     if not name.isprintable():
         raise ValueError("a name must be printable: no control characters, NUL, line breaks "
                          "or invisible formatting characters")
+    scripts = sorted({s for s in map(_script, name) if s in _LOOK_ALIKE_SCRIPTS})
+    if len(scripts) > 1:
+        raise ValueError(f"a name may not mix {' and '.join(s.title() for s in scripts)} "
+                         "letters (a look-alike letter would make two names that read the "
+                         "same)")
     return name
 
 

@@ -17,6 +17,7 @@ mean to give it:
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterable
@@ -169,6 +170,13 @@ class DataFiles:
 
     def check(self, path: Path) -> Path:
         """``path`` if it may be read; InputFileError naming where it may live otherwise."""
+        try:
+            path.resolve(strict=True)
+        except RuntimeError:
+            raise InputFileError(path, "is a loop of symbolic links") from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise InputFileError(path, "is a loop of symbolic links") from None
         if self.allows(path):
             return path
         try:

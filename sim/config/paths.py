@@ -21,10 +21,14 @@ def resolve_scenario_path(path: str | Path) -> Path:
     a plain ``pip install``.
     """
     p = Path(path)
-    if p.exists():
+    if p.exists() or p.is_absolute():
         return p
-    shipped = data_dir("scenarios")
-    for candidate in (shipped / p, shipped / p.name):
-        if candidate.exists():
-            return candidate
+    # only the shipped scenarios' own paths: `quickstart.yaml`, `validate/vllm/light.yaml`
+    # or `scenarios/quickstart.yaml`; a path of some other folder that does not exist
+    # (`myproj/quickstart.yaml`, a typo) stays as it is, and is reported missing
+    parts = p.parts[1:] if p.parts[:1] == ("scenarios",) else p.parts
+    candidate = data_dir("scenarios").joinpath(*parts) if parts and ".." not in parts \
+        else None
+    if candidate is not None and candidate.exists():
+        return candidate
     return p

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import unicodedata
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from sim.workload.rates import build_rate
 
 Loc = tuple
 MAX_SAMPLES = 2_000_000          # time-series rows: (duration + drain) / sample_interval
-MAX_TICKS = 10_000_000           # autoscaler decisions: (duration + drain) / tick
+MAX_TICKS = 1_000_000            # autoscaler decisions: (duration + drain) / tick (about 30 s)
 # resident bytes per request a run holds (request object, its row, its arrival), measured
 # on a 2.1-million-request run with room to spare
 BYTES_PER_REQUEST = 2048
@@ -40,6 +41,23 @@ def expected_requests(scenario: Scenario, stream: StreamConfig) -> float:
     return float(sent[1] - sent[0])
 
 
+def _names_told_apart(scenario: Scenario) -> list[tuple[Loc, str]]:
+    """Two pools, streams or teams whose names differ only in case (or in the width of
+    their characters) read as one in a report: refused."""
+    problems: list[tuple[Loc, str]] = []
+    blocks = {("pools",): scenario.pools, ("workload", "streams"): scenario.workload.streams,
+              ("gateway", "teams"): scenario.gateway.teams}
+    for where, names in blocks.items():
+        seen: dict[str, str] = {}
+        for name in names:
+            key = unicodedata.normalize("NFKC", name).casefold()
+            if key in seen:
+                problems.append((where + (name,), f"'{name}' differs from '{seen[key]}' only "
+                                 "in case or character width: name them apart"))
+            seen.setdefault(key, name)
+    return problems
+
+
 def _check_closed_loop(here: Loc, scenario: Scenario, stream: StreamConfig
                        ) -> list[tuple[Loc, str]]:
     """A client's pause longer than the stream's window: each client would send one request
@@ -56,7 +74,7 @@ def _check_closed_loop(here: Loc, scenario: Scenario, stream: StreamConfig
              f"{arrival.requests:,} asked for; shorten think_time")]
 
 
-def _memory_bytes() -> float | None:
+def memory_bytes() -> float | None:
     try:
         return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
@@ -117,6 +135,7 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
                 problems.append(((block, key, "name"), f"the profile is listed as '{key}' but "
                                  f"named '{spec.name}': pools find it by '{key}' and reports "
                                  f"would say '{spec.name}'; give both the same name"))
+    problems.extend(_names_told_apart(scenario))
     problems.extend(_check_pool_policies(scenario))
     problems.extend(_check_teams(scenario))
     if total > scenario.max_requests:
@@ -125,7 +144,7 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
                          "(raise it at the scenario's top level if the machine has the memory: about "
                          f"{BYTES_PER_REQUEST} bytes per request)"))
     else:
-        memory = _memory_bytes()
+        memory = memory_bytes()
         need = total * BYTES_PER_REQUEST
         if memory is not None and need > 0.75 * memory:
             problems.append((("workload",), f"the streams would send up to {total:.3g} "
@@ -185,6 +204,12 @@ def _check_pool_policies(scenario: Scenario) -> list[tuple[Loc, str]]:
                              "adds; every replica of a pool of fixed size is up at time 0: "
                              "add an autoscaler or remove cold_start"))
         problems.extend(_check_pricing(here, pool))
+        if pool.kv_cache_bytes is not None and \
+                pool.gpu_memory_utilization != type(pool).model_fields[
+                    "gpu_memory_utilization"].default:
+            problems.append((here + ("gpu_memory_utilization",), "kv_cache_bytes sets the KV "
+                             "cache's size itself (as vLLM's kv_cache_memory_bytes does, which "
+                             "overrides gpu_memory_utilization): give one of them"))
         timeout_s = getattr(pool.scheduler, "batch_timeout", None)
         if timeout_s is not None and timeout_s >= scenario.duration:
             problems.append((here + ("scheduler", "batch_timeout"), f"a batch that is not full "
@@ -260,8 +285,10 @@ def _check_teams(scenario: Scenario) -> list[tuple[Loc, str]]:
             problems.append((here + ("api_key",), "the stream sends an API key but the "
                              "gateway checks none (gateway.keys is empty): add the key there "
                              "or remove api_key"))
-        # an unknown, revoked or missing key is modelled (401s cost no GPU time): allowed
         key = gw.keys.get(stream.api_key) if stream.api_key is not None else None
+        # unknown, missing or revoked keys, and teams a served name does not allow, are
+        # modelled on purpose (401s and 403s cost no GPU time; an intruder's stolen key
+        # loads the gateway only): a stream all of whose requests are refused is allowed
         # team "default" is what an unset team reads as: the key's team then applies
         if key is not None and stream.team not in ("default", key.team):
             problems.append((("workload", "streams", name, "team"), f"the stream says team "

@@ -251,10 +251,21 @@ def _read_text(path: pathlib.Path, file: str) -> str:
     except InputFileError as exc:
         raise ScenarioError(f"cannot read file: {exc.message}", file=file) from None
     try:
-        return raw.decode("utf-8-sig")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ScenarioError(f"file is not valid UTF-8 text ({exc.reason} at byte {exc.start})",
                             file=file, line=raw[: exc.start].count(b"\n") + 1) from None
+    # PyYAML breaks lines at these too (YAML 1.1), so every later line number would be
+    # off from what an editor shows; no scenario needs them
+    odd = _ODD_BREAKS.search(text)
+    if odd is not None:
+        raise ScenarioError(f"invalid YAML: a line or paragraph separator (character "
+                            f"#x{ord(odd.group()):04x}); write a plain line break",
+                            file=file, line=text.count("\n", 0, odd.start()) + 1)
+    return text
+
+
+_ODD_BREAKS = re.compile("[\u0085\u2028\u2029]")
 
 
 # What PyYAML quotes that is not the file's own text: a token's name, one character, a

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from sim.config.gateway import GatewayConfig
+from sim.config.sanity import BYTES_PER_REQUEST, memory_bytes
 from sim.config.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -95,3 +98,26 @@ def check_servable(gateway: GatewayConfig, arrivals: RequestArrivals, stream_cfg
             f"all {len(mine):,} of its requests are longer than its pool serves: the "
             f"shortest has {shortest:,} tokens (prompt + output), {limits}; every "
             "request would be refused: shorten the lengths or raise the limit")
+
+
+def check_request_count(scenario: Scenario, arrivals: RequestArrivals) -> None:
+    """The requests drawn (a trace's too, which the scenario alone does not count) against
+    ``max_requests`` and this machine's memory, before anything is built for them."""
+    n = len(arrivals)
+    if n == 0:
+        return
+    counts = np.bincount(arrivals.stream_index, minlength=len(arrivals.stream_names))
+    top = int(np.argmax(counts))
+    where = ("workload", "streams", arrivals.stream_names[top])
+    sent = f"the streams send {n:,} requests (stream '{arrivals.stream_names[top]}' " \
+           f"{int(counts[top]):,})"
+    if n > scenario.max_requests:
+        raise RunRefused(where, f"{sent}; the most is max_requests = "
+                                f"{scenario.max_requests:,} (raise it at the scenario's top "
+                                "level if the machine has the memory: about "
+                                f"{BYTES_PER_REQUEST} bytes per request), or cut the trace")
+    memory = memory_bytes()
+    need = n * BYTES_PER_REQUEST
+    if memory is not None and need > 0.75 * memory:
+        raise RunRefused(where, f"{sent}, about {need / 2 ** 30:.1f} GiB; this machine has "
+                                f"{memory / 2 ** 30:.1f} GiB: shorten the run or cut the trace")

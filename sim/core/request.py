@@ -29,7 +29,8 @@ class Request:
                  "status", "reject_reason", "cached_prompt_tokens",
                  "seq", "decode_base", "output_base", "attempts", "holds_slot", "prefix_group",
                  "prefix_tokens", "prefix_blocks", "max_itl_s", "join_seg", "last_token_s",
-                 "handoff", "kv_transfer_s", "api_key", "served_model")
+                 "handoff", "kv_transfer_s", "api_key", "served_model", "earlier_pool",
+                 "earlier_tokens", "carried_tokens")
 
     def __init__(self, request_id: int, stream_index: int, team: str, model: str, pool: str,
                  priority: int, arrival_s: float, prompt_tokens: int, max_output_tokens: int) -> None:
@@ -70,6 +71,13 @@ class Request:
         self.kv_transfer_s = 0.0               # time its KV spent between pools
         self.api_key = ""                      # key id it came with
         self.served_model = ""                 # served name (model@version) it asked for
+        # a pool that worked on it before its last (a disaggregated prefill, a cascade's
+        # first attempt): the tokens computed there, and how many of them its own totals
+        # (prompt less cache hits, plus output) still hold (the prefill's; a restarted
+        # attempt's none); its cost is shared by that pool's work
+        self.earlier_pool = ""
+        self.earlier_tokens = 0
+        self.carried_tokens = 0
 
     def restart(self) -> None:
         """Forget all progress: the request starts again (a retry elsewhere)."""

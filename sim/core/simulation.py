@@ -22,7 +22,7 @@ import simpy
 
 from sim.config.inputs import DataFiles
 from sim.config.resolve import Resolved
-from sim.core.checks import check_servable, check_step_times
+from sim.core.checks import check_request_count, check_servable, check_step_times
 from sim.core.fleet import pool_parts
 from sim.core.pool import Pool
 from sim.core.request import Request, Status
@@ -48,6 +48,7 @@ class Simulation:
         workload_seq, pools_seq, self._gateway_seq = np.random.SeedSequence(scenario.seed).spawn(3)
         self.arrivals: RequestArrivals = generate_arrivals(
             scenario.workload, scenario.duration, workload_seq, base_dir)
+        check_request_count(scenario, self.arrivals)
         pool_rngs = [np.random.default_rng(s) for s in pools_seq.spawn(len(resolved.pools))]
         team_weights = {t: cfg.weight for t, cfg in scenario.gateway.teams.items()}
         self.pools: dict[str, Pool] = {
@@ -105,6 +106,10 @@ class Simulation:
         max_output = req.handoff[1]
         req.handoff = None
         source = self.pools[req.pool]
+        # the prefill pool computed the prompt (less cache hits) and the first token
+        req.earlier_pool = req.pool
+        req.earlier_tokens = req.carried_tokens = (
+            req.prompt_tokens - req.cached_prompt_tokens + req.num_output_tokens)
         kv_bytes = req.num_computed_tokens * source.spec.model.kv_bytes_per_token(
             source.cfg.kv_dtype)
         req.kv_transfer_s = link.link_latency + kv_bytes / link.link_bandwidth
@@ -133,6 +138,10 @@ class Simulation:
                 # cascade: the small model's answer was not enough; the large one
                 # starts over (the client waits through both)
                 req.attempts += 1
+                req.earlier_pool = req.pool      # its first attempt's work, then a fresh one
+                req.earlier_tokens = (req.prompt_tokens - req.cached_prompt_tokens
+                                      + req.num_output_tokens)
+                req.carried_tokens = 0
                 req.restart()
                 req.pool = after.pool
                 req.model = self.pools[after.pool].model_name

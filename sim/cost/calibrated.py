@@ -232,6 +232,8 @@ def _read(path: str, mtime: float) -> dict:
         raise ValueError(f"{path} is not valid YAML") from None
     except UnicodeDecodeError:
         raise ValueError(f"{path} is not a text file") from None
+    except RecursionError:
+        raise ValueError(f"{path} is nested too deeply to be a calibrated profile") from None
     if not isinstance(data, dict) or "tables" not in data or "model" not in data:
         raise ValueError(f"{path} is not a calibrated profile (no 'tables' / 'model')")
     return data

@@ -93,13 +93,17 @@ def listed_files(folder: Path) -> list[str]:
     return sorted(f for f in found if f != MARKER)
 
 
+UNLISTED_ALL = "files its marker does not list (the marker names no list of files)"
+
+
 def unlisted(folder: Path) -> str | None:
-    """The first path under ``folder`` that its marker does not list, or None.
-    A marker with no list (older versions) vouches for the whole folder."""
+    """The first path under ``folder`` that its marker does not list, or None. A marker
+    without a list of file names (damaged, or not fleetsim's) vouches for nothing:
+    :data:`UNLISTED_ALL`."""
     data = read_marker(folder)
     files = data.get("files") if data else None
-    if not isinstance(files, list):
-        return None
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        return UNLISTED_ALL
     known = set(files)
     for rel in listed_files(folder):
         if rel not in known:

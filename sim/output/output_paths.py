@@ -186,6 +186,9 @@ def check_file(path: str | os.PathLike, *, kind: str, is_kind: Callable[[Path], 
     if os.path.lexists(path):
         if path.is_dir():
             raise output_error("output path is a folder, not a file", path)
+        if not path.is_file():      # checked before anything opens it: a FIFO would block
+            raise output_error("output path exists and is not a regular file (a pipe, a "
+                               "device or a socket); fleetsim writes only files", path)
         here = _identity(path)
         if here is not None and any(_holds(here, p) for p in inputs):
             raise output_error("output path is one of the command's inputs", path)

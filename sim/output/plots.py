@@ -10,6 +10,7 @@ note instead of an error.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -189,7 +190,7 @@ def teams_figure(results) -> Figure:
         bottom.legend(fontsize="small")
     bottom.set_xticks(x, teams)
     bottom.set_ylabel("rejected requests")
-    fig.tight_layout()
+    _tight(fig)
     return fig
 
 
@@ -205,10 +206,19 @@ FIGURES = {
 
 def save_figure(fig: Figure, path: Path) -> Path:
     """Write ``fig`` as a reproducible PNG and release its drawing state."""
-    fig.tight_layout()
+    _tight(fig)
     fig.savefig(path, **_SAVE_KW)
     fig.clear()
     return path
+
+
+def _tight(fig: Figure) -> None:
+    """``tight_layout``, quietly: a figure with hundreds of series may not fit its margins,
+    and is drawn as it is (a warning would break ``--quiet``)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Tight layout not applied",
+                                category=UserWarning)
+        fig.tight_layout()
 
 
 def save_all(results, folder: Path) -> list[Path]:

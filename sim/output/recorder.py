@@ -83,6 +83,7 @@ class RequestField:
     dtype: str
     attr: str
     codes: str | None = None
+    in_table: bool = True       # a column of requests.csv (else read by the summary only)
 
 
 # The request row, declared once: the recorder's append, the columns' dtypes and the
@@ -112,6 +113,10 @@ REQUEST_ROW = (
     RequestField("kv_transfer_s", "float64", "kv_transfer_s"),
     RequestField("api_key", "int32", "api_key", "keys"),
     RequestField("served_model", "int32", "served_model", "served"),
+    # work on an earlier pool (cost attribution only; not columns of requests.csv)
+    RequestField("earlier_pool", "int32", "earlier_pool", "earlier_pools", in_table=False),
+    RequestField("earlier_tokens", "int64", "earlier_tokens", in_table=False),
+    RequestField("carried_tokens", "int64", "carried_tokens", in_table=False),
 )
 REQUEST_COLUMNS = {f.column: f.dtype for f in REQUEST_ROW}
 
@@ -214,6 +219,7 @@ class Recorder:
         self.reasons = Codes(("",))
         self.keys = Codes(("",))          # API key ids (never secrets)
         self.served = Codes(("",))        # model names as the client asked (alias resolved)
+        self.earlier_pools = Codes(("",))  # a pool that worked on a request before its last
         self._read_request = _make_request_reader(
             *(getattr(self, f.codes) for f in REQUEST_ROW if f.codes is not None))
 

@@ -15,7 +15,7 @@ import pandas as pd
 from sim.config.scenario import Scenario
 from sim.output.accounts import RunAccount
 from sim.output.recorder import REQUEST_COLUMNS, REQUEST_ROW
-from sim.output.summary import summarise
+from sim.output.summary import EarlierWork, summarise
 from sim.output.timeseries import build_timeseries
 
 REQUEST_TABLE_COLUMNS = [
@@ -38,9 +38,10 @@ class Results:
     extra: dict = field(default_factory=dict)
 
 
-def _request_table(run: RunAccount) -> pd.DataFrame:
+def _request_table(run: RunAccount) -> tuple[pd.DataFrame, EarlierWork]:
     """The recorded columns in request order, codes decoded, latencies derived:
-    numpy all the way, one copy of each column (a long run has millions of rows)."""
+    numpy all the way, one copy of each column (a long run has millions of rows); and,
+    in the same order, each request's work on an earlier pool (not a table column)."""
     rec = run.recorder
     table = rec.requests
     order = np.argsort(table.column("request_id"), kind="stable")
@@ -59,13 +60,16 @@ def _request_table(run: RunAccount) -> pd.DataFrame:
     out["e2e_s"] = finish - arrival
     out["queue_s"] = raw["admitted_s"] - arrival
     out["cost_usd"] = np.zeros(len(gaps))  # filled in by summarise (a share of its pool's cost)
-    return pd.DataFrame({name: out[name] for name in REQUEST_TABLE_COLUMNS}, copy=False)
+    earlier = EarlierWork(pool=np.asarray(out["earlier_pool"], dtype=object),
+                          tokens=raw["earlier_tokens"], carried=raw["carried_tokens"])
+    return pd.DataFrame({name: out[name] for name in REQUEST_TABLE_COLUMNS}, copy=False), \
+        earlier
 
 
 def collect(run: RunAccount) -> Results:
     """The results of an ended run (``Simulation.account()``)."""
     rec = run.recorder
-    requests = _request_table(run)
+    requests, earlier = _request_table(run)
     samples = rec.samples.frame()
     pool_names = list(rec.pools.names)
     ts = build_timeseries(samples, run.pools, run.scenario.sample_interval, pool_names,
@@ -74,7 +78,7 @@ def collect(run: RunAccount) -> Results:
     if rec.steps is not None:
         steps = rec.steps.frame()
         steps["pool"] = rec.pools.decode(steps["pool"].to_numpy())
-    summary = summarise(run, requests, ts)
+    summary = summarise(run, requests, ts, earlier)
     usage = [p.usage for p in run.pools.values()]
     extra = {"segments": sum(u.num_runs for u in usage),
              "steps": sum(u.num_steps for u in usage), "events": run.events_scheduled}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -24,22 +25,42 @@ def _num(x: float) -> float | None:
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else float(x)
 
 
-def attribute_cost(requests: pd.DataFrame, pool_cost: dict[str, float]) -> np.ndarray:
-    """Each request's share of its pool's cost, by tokens it had computed."""
+@dataclass(frozen=True)
+class EarlierWork:
+    """Per request (in the table's order): a pool that worked on it before its last ("" if
+    none), the tokens computed there, and how many of those its own totals still hold."""
+
+    pool: np.ndarray            # object: pool names
+    tokens: np.ndarray          # int64
+    carried: np.ndarray         # int64
+
+
+def attribute_cost(requests: pd.DataFrame, pool_cost: dict[str, float],
+                   earlier: EarlierWork | None = None) -> np.ndarray:
+    """Each request's share of each pool's cost, by the tokens it had computed there:
+    prompt less cache hits, plus output, on its last pool (a refused request computed
+    nothing there), and the tokens of its work on an earlier pool (a disaggregated
+    prefill, a cascade's first attempt) on that one."""
     work = (requests["prompt_tokens"] - requests["cached_prompt_tokens"]
-            + requests["output_tokens"]).where(requests["status"] != Status.REJECTED, 0)
-    work = work.to_numpy(dtype=np.float64)
+            + requests["output_tokens"]).to_numpy(dtype=np.float64)
+    if earlier is not None:
+        work = work - earlier.carried
+    work = np.where((requests["status"] != Status.REJECTED).to_numpy(), work, 0.0)
     pools = requests["pool"]               # categorical: compared by code, not as strings
+    before = np.zeros(len(requests)) if earlier is None else earlier.tokens.astype(np.float64)
     out = np.zeros(len(requests))
     for name, cost in pool_cost.items():
-        mask = (pools == name).to_numpy()
-        total = work[mask].sum()
+        here = (pools == name).to_numpy()
+        there = (earlier.pool == name) if earlier is not None else np.zeros(len(out), bool)
+        total = work[here].sum() + before[there].sum()
         if total > 0:
-            out[mask] = cost * work[mask] / total
+            out[here] += cost * work[here] / total
+            out[there] += cost * before[there] / total
     return out
 
 
-def summarise(run: RunAccount, requests: pd.DataFrame, ts: pd.DataFrame) -> dict:
+def summarise(run: RunAccount, requests: pd.DataFrame, ts: pd.DataFrame,
+              earlier: EarlierWork | None = None) -> dict:
     end_s = run.end_s
     status = requests["status"]
     done = requests[status == Status.COMPLETED]
@@ -87,7 +108,7 @@ def summarise(run: RunAccount, requests: pd.DataFrame, ts: pd.DataFrame) -> dict
     # Each pool's billed cost is shared among its requests in proportion to the
     # tokens each had computed there (prompt less cache hits, plus output): its
     # share of the pool's GPU work. Teams' costs are the sums of their requests'.
-    requests["cost_usd"] = attribute_cost(requests, pool_cost)
+    requests["cost_usd"] = attribute_cost(requests, pool_cost, earlier)
     teams: dict[str, dict] = {}
     for team, rows in requests.groupby("team", observed=True, sort=True):
         st = rows["status"]

@@ -63,14 +63,14 @@ MAX_FIGURE = 1e15
 
 
 def _number(value) -> bool:
-    """None, or a finite number of sensible size (a huge integer is refused before any
-    arithmetic turns it into a float)."""
+    """None, or a finite number of sensible size and not negative (replica counts and
+    latencies: a huge integer is refused before any arithmetic turns it into a float)."""
     if value is None:
         return True
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
-    return abs(value) <= MAX_FIGURE if isinstance(value, int) else \
-        math.isfinite(value) and abs(value) <= MAX_FIGURE
+    return 0 <= value <= MAX_FIGURE if isinstance(value, int) else \
+        math.isfinite(value) and 0 <= value <= MAX_FIGURE
 
 
 def _baseline_shape_error(data) -> str | None:
@@ -86,9 +86,9 @@ def _baseline_shape_error(data) -> str | None:
                 isinstance(f, dict) and _number(f.get("required_replicas"))
                 for f in pools.values()):
             return f"{where}: pools: each pool must be an object with required_replicas, " \
-                   f"a number or null"
+                   f"a number (at least 0) or null"
         if not isinstance(latency, dict) or not all(map(_number, latency.values())):
-            return f"{where}: latency_s: must be an object of numbers or nulls"
+            return f"{where}: latency_s: must be an object of numbers (at least 0) or nulls"
     return None
 
 

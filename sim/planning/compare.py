@@ -36,8 +36,8 @@ def _sensible(data) -> bool:
             continue
         elif isinstance(node, int) and abs(node) > MAX_FIGURE:
             return False
-        elif isinstance(node, float) and math.isfinite(node) and abs(node) > MAX_FIGURE:
-            return False
+        elif isinstance(node, float) and not (math.isfinite(node) and abs(node) <= MAX_FIGURE):
+            return False            # fleetsim writes strict JSON: no NaN, no Infinity
     return True
 
 

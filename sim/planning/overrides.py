@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import difflib
+import json
+from collections.abc import Iterable
 from typing import Any
 
 import pydantic
@@ -77,13 +79,24 @@ def parse_vary(spec: str) -> tuple[str, list[Any]]:
     return path, listed
 
 
-def check_grid(varies: list[tuple[str, list[Any]]]) -> None:
-    """The whole grid (every combination of the --vary values) within MAX_GRID_POINTS."""
+def check_grid(varies: list[tuple[str, list[Any]]], fixed: Iterable[str] = ()) -> None:
+    """The whole grid (every combination of the --vary values) within MAX_GRID_POINTS,
+    each field varied once, with distinct values, and not also fixed (``--set``)."""
     seen = set()
-    for path, _ in varies:
+    fixed = set(fixed)
+    for path, values in varies:
         if path in seen:
             raise ScenarioError(f"--vary {path}: given twice; list all its values in one "
                                 "--vary", field="--vary")
+        if path in fixed:
+            raise ScenarioError(f"--vary {path} and --set {path} both give it; give one",
+                                field="--vary")
+        keys = [json.dumps(v, sort_keys=True) for v in values]
+        twice = next((v for v, k in zip(values, keys) if keys.count(k) > 1), None)
+        if twice is not None:
+            raise ScenarioError(f"--vary {path}: the value {twice!r} is listed more than "
+                                "once (the sweep would run the same scenario twice)",
+                                field="--vary")
         seen.add(path)
     size = 1
     for _, values in varies:

@@ -77,6 +77,9 @@ if TYPE_CHECKING:
     from sim.config.resolve import ResolvedPool
 
 
+NGRAM_COST_S = 0.0002         # the n-gram proposer's CPU time per step, by default
+
+
 class SpeculativeConfig(StrictModel):
     type: Literal["speculative"] = "speculative"
     # whether the step terms a profile measured on a whole engine describe this policy's
@@ -100,7 +103,7 @@ class SpeculativeConfig(StrictModel):
         gt=0.0, lt=1.0, description="Probability that each draft token is accepted, "
                                     "independently, until the first rejection")
     ngram_cost_s: Seconds = Field(
-        0.0002, le=10.0, description="CPU time of the n-gram proposer per step (at most "
+        NGRAM_COST_S, le=10.0, description="CPU time of the n-gram proposer per step (at most "
                                      "10 s)")
 
     @property
@@ -117,6 +120,9 @@ class SpeculativeConfig(StrictModel):
             raise ValueError("proposer 'draft_model' needs `draft_model:` (a model profile name)")
         if self.proposer == "ngram" and self.draft_model is not None:
             raise ValueError("`draft_model:` is only used with proposer: draft_model")
+        if self.proposer == "draft_model" and self.ngram_cost_s != NGRAM_COST_S:
+            raise ValueError("`ngram_cost_s:` is only used with proposer: ngram (the draft "
+                             "model's steps are priced by its cost model)")
         return self
 
 

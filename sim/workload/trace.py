@@ -9,6 +9,7 @@ a file that is not a trace at all. Where a file may be read from is
 """
 from __future__ import annotations
 
+import csv
 import difflib
 import io
 import pathlib
@@ -63,12 +64,14 @@ _SCAN_BLOCK_BYTES = 16 * 2**20
 _CHUNK_ROWS = 1_000_000
 
 
-def _scan_text(path: pathlib.Path) -> None:
+def _scan_text(path: pathlib.Path) -> bool:
     """Refuse a file with NUL bytes or a line over MAX_CSV_LINE_BYTES before pandas reads it
-    (a 2 GB file of one line would be held whole, several times over)."""
-    line, since_newline = 1, 0
+    (a 2 GB file of one line would be held whole, several times over). Returns whether
+    the file holds a double quote (a quoted field may span lines)."""
+    line, since_newline, quoted = 1, 0, False
     with open_regular(path, max_bytes=MAX_DATA_BYTES) as fh:
         while block := fh.read(_SCAN_BLOCK_BYTES):
+            quoted = quoted or b'"' in block
             if b"\0" in block:
                 at = block.index(b"\0")
                 raise WorkloadDataError(path, "holds NUL bytes: not a CSV text file",
@@ -90,6 +93,21 @@ def _scan_text(path: pathlib.Path) -> None:
     if since_newline > MAX_CSV_LINE_BYTES:
         raise WorkloadDataError(path, f"a line is longer than {MAX_CSV_LINE_BYTES // 1024} KiB: "
                                       "not a CSV of numbers", line=line)
+    return quoted
+
+
+def _record_lines(path: pathlib.Path) -> np.ndarray:
+    """The line each record after the header starts on, for a file whose quoted fields
+    may span lines (a blank line is a record, as pandas reads it with blank lines kept)."""
+    starts = []
+    with open_regular(path) as raw, io.TextIOWrapper(raw, newline="", encoding="utf-8") as text:
+        reader = csv.reader(text)
+        next(reader, None)
+        line = reader.line_num + 1
+        for _ in reader:
+            starts.append(line)
+            line = reader.line_num + 1
+    return np.asarray(starts, dtype=np.int64)
 
 
 def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...]
@@ -102,12 +120,18 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...]
     memory grows with the numbers kept, not with the text.
     """
     try:
-        _scan_text(path)
+        quoted = _scan_text(path)
     except InputFileError as exc:
         message = "file not found" if exc.message == "not found" else exc.message
         raise WorkloadDataError(path, message) from None
     except OSError as exc:
         raise WorkloadDataError(path, f"cannot read: {exc.strerror or exc}") from None
+    record_lines = None         # exact lines when a quoted field may span several
+    if quoted:
+        try:
+            record_lines = _record_lines(path)
+        except (csv.Error, UnicodeDecodeError, OSError):
+            record_lines = None   # pandas reports it below
     parts: dict[str, list[np.ndarray]] = {c: [] for c in columns}
     line_parts: list[np.ndarray] = []
     rows = 0
@@ -124,6 +148,8 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...]
                 frame.columns = [str(c).strip() for c in frame.columns]
                 # Header is line 1; with blank lines kept, data row i is on line i + 2.
                 lines = np.arange(rows, rows + len(frame), dtype=np.int64) + 2
+                if record_lines is not None and rows + len(frame) <= len(record_lines):
+                    lines = record_lines[rows:rows + len(frame)]
                 rows += len(frame)
                 if rows > MAX_CSV_ROWS:
                     raise WorkloadDataError(path, f"more than {MAX_CSV_ROWS:,} rows; split "

@@ -172,6 +172,27 @@ def test_a_fifo_as_trace_or_scenario_fails_at_once(tmp_path):
         assert "not a regular file" in done.stderr
 
 
+def test_a_fifo_as_a_sweep_table_or_page_fails_at_once(tmp_path):
+    """An output path that is a FIFO is refused before anything opens it (opening it would
+    wait for a reader forever)."""
+    os.mkfifo(tmp_path / "ff.csv")
+    os.mkfifo(tmp_path / "ff.html")
+    write_scenario(tmp_path, scenario_text())
+    for extra in (["--out", "ff.csv"], ["--out", "t.csv", "--report", "ff.html"]):
+        done = fleetsim(["sweep", "s.yaml", "--vary", "seed=1,2", "--quiet", *extra], tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert "not a regular file" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_loop_of_links_as_a_trace_is_named_as_one(tmp_path):
+    (tmp_path / "t.csv").symlink_to("t.csv")
+    write_scenario(tmp_path, scenario_text(arrival="{type: trace, path: t.csv}",
+                                           lengths=False))
+    done = fleetsim(["lint", "s.yaml"], tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "is a loop of symbolic links" in done.stderr and "outside" not in done.stderr
+
+
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero here")
 def test_dev_zero_as_scenario_or_baseline_fails_at_once(tmp_path):
     done = fleetsim(["run", "/dev/zero", "--out", "o"], tmp_path)

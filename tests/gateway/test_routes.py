@@ -74,3 +74,54 @@ def test_a_stream_that_names_its_pool_goes_there_whatever_the_models_route():
         gateway={"models": {"llama-3.1-8b": {"pools": {"a": 1}}}})
     req = sim.run(scenario).requests
     assert len(req) > 20 and set(req["pool"]) == {"b"}
+
+
+# -- cost: each pool's bill is shared by the work done there --------------------------------
+
+def _work(rows) -> float:
+    return float((rows["prompt_tokens"] - rows["cached_prompt_tokens"]
+                  + rows["output_tokens"]).sum())
+
+
+def test_a_disaggregated_prefill_pools_cost_reaches_the_teams():
+    """Every request computed its prompt on the prefill pool: that pool's bill is the
+    requests' (nothing left unattributed), shared by the prompts they computed there."""
+    scenario = make_scenario(
+        streams={"s": poisson_stream(rate=4, prompt_tokens=500, output_tokens=20) | {
+            "model": "split"}},
+        pools={"pre": make_pool(), "dec": make_pool()}, duration=20,
+        gateway={"models": {"split": {"disaggregated": {"prefill": "pre", "decode": "dec"}}}})
+    res = sim.run(scenario)
+    done = res.requests[res.requests["status"] == "completed"]
+    assert len(done) > 30 and set(done["pool"]) == {"dec"}
+    total = res.summary["cost"]["total_usd"]
+    assert res.requests["cost_usd"].sum() == pytest.approx(total, rel=1e-9)
+    assert res.summary["cost"]["unattributed_usd"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_cascades_first_attempts_are_paid_by_their_own_team():
+    """Team beta sends straight to the small pool, team alpha's cascade tries it first and
+    escalates 90% to the large one: beta pays the small pool's bill in proportion to its
+    own work there, not to the share of requests that ended there."""
+    out = 20
+    scenario = make_scenario(
+        streams={"a": poisson_stream(rate=4, prompt_tokens=500, output_tokens=out) | {
+                     "team": "alpha", "model": "auto"},
+                 "b": poisson_stream(rate=1, prompt_tokens=500, output_tokens=out) | {
+                     "team": "beta", "pool": "small"}},
+        pools={"small": make_pool(), "large": make_pool()}, duration=30,
+        gateway={"models": {"auto": {"cascade": {"first": "small", "then": "large",
+                                                 "escalation": 0.9}}}})
+    res = sim.run(scenario)
+    req = res.requests[res.requests["status"] == "completed"]
+    alpha, beta = req[req["team"] == "alpha"], req[req["team"] == "beta"]
+    escalated = alpha[alpha["pool"] == "large"]
+    assert len(escalated) > 50 and len(beta) > 10
+    # an escalated request computed its whole prompt and answer on the small pool first
+    alpha_on_small = _work(alpha[alpha["pool"] == "small"]) + \
+        float((escalated["prompt_tokens"] + out).sum())
+    small_usd = res.summary["pools"]["small"]["cost_usd"]
+    expected = small_usd * _work(beta) / (_work(beta) + alpha_on_small)
+    assert res.summary["teams"]["beta"]["cost_usd"] == pytest.approx(expected, rel=1e-6)
+    assert res.requests["cost_usd"].sum() == pytest.approx(res.summary["cost"]["total_usd"],
+                                                           rel=1e-9)

@@ -230,6 +230,26 @@ def test_force_never_deletes_a_data_file_the_scenario_reads(tmp_path, capsys):
     assert (out / "trace.csv").is_file()
 
 
+@pytest.mark.parametrize("marker", [{"written_by": "fleetsim"},
+                                    {"written_by": "fleetsim", "files": None},
+                                    {"written_by": "fleetsim", "files": 5},
+                                    {"written_by": "fleetsim", "files": "notes.txt"},
+                                    {"written_by": "fleetsim", "files": {"notes.txt": 1}},
+                                    {"written_by": "fleetsim", "files": [1, 2]}])
+def test_a_marker_without_a_list_of_files_vouches_for_nothing(tmp_path, capsys, marker):
+    """A damaged, old or forged marker that lists no files never lets --force replace the
+    folder: everything in it may be the user's."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / MARKER).write_text(json.dumps(marker))
+    (out / "notes.txt").write_text("precious")
+    scenario = write_scenario(tmp_path / "in")
+    before = tree_hashes(tmp_path)
+    assert run_main(["run", str(scenario), "--out", str(out), "--quiet", "--force"]) == 2
+    assert "does not list" in capsys.readouterr().err
+    assert tree_hashes(tmp_path) == before
+
+
 def test_a_forged_marker_that_is_a_link_does_not_count(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()

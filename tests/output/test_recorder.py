@@ -50,7 +50,8 @@ def test_each_request_column_holds_the_attribute_it_declares():
     from sim.core.request import Request
     from sim.output.results import REQUEST_TABLE_COLUMNS
     assert len({f.column for f in REQUEST_ROW}) == len(REQUEST_ROW)
-    assert {f.column for f in REQUEST_ROW} <= set(REQUEST_TABLE_COLUMNS)
+    assert {f.column for f in REQUEST_ROW if f.in_table} <= set(REQUEST_TABLE_COLUMNS)
+    assert not {f.column for f in REQUEST_ROW if not f.in_table} & set(REQUEST_TABLE_COLUMNS)
     req = Request(41, 3, "team-a", "model-b", "pool-c", 7, 1.25, 100, 50)
     values = {}
     for k, f in enumerate(REQUEST_ROW):
