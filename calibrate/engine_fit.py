@@ -9,9 +9,7 @@ new tokens × keys read rather than per sequence.
 
 ``continuous_steps`` runs the engine on a fixed grid of synthetic batches
 (B prompts of C tokens submitted together, single long prompts, and a
-staggered ramp that mixes prefill chunks with decodes; where the KV cache is
-too small for the longer contexts, each B also at the longest context the
-cache holds), logs every step's
+staggered ramp that mixes prefill chunks with decodes), logs every step's
 shape and duration, and fits the seconds left over by the profile's terms as
 
     seconds = model_scale · profile + constant + per_seq · seqs
@@ -244,24 +242,14 @@ def continuous_grid(limits: ContinuousLimits, quick: bool = False
     runs: list[list[EngineRequest]] = []
     contexts = (32, 160, 640) if not quick else (32, 256)
     batches = (1, 2, 4, 8, 16, 32) if not quick else (1, 4, 16)
-    def fits(batch: int, context: int) -> bool:
-        # up to 8,192 prompt tokens a batch: full batches then decode over several
-        # thousand keys, as a busy engine does
-        return batch <= max_batch and batch * context <= 8192 and \
-            batch * (context + out_tokens + limits.page_size) <= capacity
-
     for context in contexts:
         for batch in batches:
-            if fits(batch, context):
-                runs.append([EngineRequest(0.0, context, out_tokens)] * batch)
-    # a small KV cache leaves out the longer contexts: each batch size also at the longest
-    # context the cache holds, so that the fit sees decodes over as many keys as the
-    # engine can hold (the steps of a cache that preempts)
-    for batch in batches:
-        longest = max((c for c in contexts if fits(batch, c)), default=0)
-        full = capacity // batch - out_tokens - limits.page_size
-        if 8192 // batch > full >= max(1.5 * longest, 32) and fits(batch, full):
-            runs.append([EngineRequest(0.0, full, out_tokens)] * batch)
+            # up to 8,192 prompt tokens a batch: full batches then decode over several
+            # thousand keys, as a busy engine does
+            if batch > max_batch or batch * context > 8192 or \
+                    batch * (context + out_tokens + limits.page_size) > capacity:
+                continue
+            runs.append([EngineRequest(0.0, context, out_tokens)] * batch)
     for prompt in ((1024, 2048) if not quick else (1024,)):
         if prompt + limits.page_size < capacity:
             runs.append([EngineRequest(0.0, prompt, 3)])
