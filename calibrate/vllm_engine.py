@@ -20,7 +20,6 @@ step 4 on recorded files without vLLM.
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from calibrate import vllm_schedule
+from calibrate.vllm_timing import timing
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_ENV = "FLEETSIM_VLLM_PYTHON"          # another vLLM environment's python, if wanted
@@ -245,94 +245,6 @@ def equivalence(plan_path: Path, log_path: Path) -> dict:
             "requests": len(served.records), "meta": served.meta}
 
 
-TARGET_SHARE = 0.99        # share of steps identical to vLLM's, per workload
-# metric -> target relative error (None: reported only); totals within TOTALS_TARGET
-TIMING_TARGETS = {"ttft_p50_s": 0.10, "ttft_p90_s": 0.20, "tpot_p50_s": 0.10,
-                  "output_tokens_per_s": 0.10, "ttft_p99_s": None, "tpot_p90_s": None,
-                  "e2e_p50_s": None}
-TOTALS_TARGET = 0.05
-
-
-def _engine_step(st: dict, idle_before_s: float):
-    """A logged vLLM step as the fit reads it: (new tokens, context, is prefill) per
-    sequence; a sequence decodes when it computes its one last known token past its
-    prompt."""
-    from calibrate.records import EngineStep
-    seqs = tuple((int(q["new"]), int(q["computed"]),
-                  not (q["new"] == 1 and q["computed"] == q["known"] - 1
-                       and q["computed"] >= q["prompt"])) for q in st["seqs"])
-    return EngineStep(float(st["start_s"]), float(st["end_s"]), seqs, idle_before_s)
-
-
-def _calibration_steps(log: dict) -> list:
-    """The calibration grid's steps as the fit reads them, each tagged with its run; a
-    run's first step follows the idle time logged before the run (back to back with the
-    run before, or after a pause)."""
-    out, prev_end, prev_run = [], None, None
-    for st in log.get("calibration", ()):
-        if st["run"] != prev_run:
-            idle = float(st.get("idle_before_s", math.inf)) + st["start_s"]
-        else:
-            idle = st["start_s"] - prev_end
-        out.append((int(st["run"]), _engine_step(st, idle)))
-        prev_end, prev_run = st["end_s"], st["run"]
-    return out
-
-
-def timing(folder: Path, log=print) -> dict:
-    """vLLM's step terms fitted on the run's calibration grid, and fleetsim (with them)
-    against vLLM's measured requests on the workload."""
-    import sim
-    import yaml
-
-    from calibrate.engine_fit import fit_continuous
-    from calibrate.records import ContinuousLimits
-    from calibrate.validate import engine_profile, figures
-    plan_data = vllm_schedule.read_json(folder / PLAN_NAME)
-    log_data = vllm_schedule.read_json(log_file(folder))
-    if "profile" not in plan_data or not log_data.get("calibration"):
-        raise VllmError(f"{folder}: the recorded run has no calibration grid to fit")
-    e = plan_data["engine"]
-    limits = ContinuousLimits(e["max_num_batched_tokens"], e["max_num_seqs"],
-                              e["block_size"], e["num_blocks"])
-    # vLLM's paged attention reads each sequence's own keys: the profile's per-sequence
-    # attention tables hold (a packed fit held back a larger error on every workload's grid)
-    fit = fit_continuous(plan_data["profile"], limits, _calibration_steps(log_data),
-                         log=lambda m: log(f"{plan_data['scenario']}: {m}"), packed=False)
-    work = folder / "fleetsim"
-    work.mkdir(parents=True, exist_ok=True)
-    profile_path = work / "vllm-profile.yaml"
-    engine_profile(plan_data["profile"], fit, "vllm", log_data["meta"].get("vllm"), limits,
-                   profile_path, version_key="vllm_version")
-    raw = json.loads(json.dumps(plan_data["scenario_yaml"]))
-    (name, pool), = raw["pools"].items()
-    pool["cost_model"] = {"type": "calibrated", "profile": profile_path.name}
-    scen_path = work / "scenario.yaml"
-    scen_path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
-    req = sim.run(sim.load_scenario(scen_path)).requests
-    planned = {int(r["id"]): float(r["arrival_s"]) for r in plan_data["requests"]}
-    got = sorted((int(r["id"]), r) for r in log_data["requests"])
-    if any(r["finish_s"] is None for _, r in got):
-        raise VllmError(f"{folder}: vLLM left requests unfinished")
-    measured = figures([planned[i] for i, _ in got], [r["first_token_s"] for _, r in got],
-                       [r["finish_s"] for _, r in got], [r["output_tokens"] for _, r in got])
-    done = req[req["status"] == "completed"]
-    predicted = figures(done["arrival_s"], done["first_token_s"], done["finish_s"],
-                        done["output_tokens"])
-    errors = {k: (predicted[k] - measured[k]) / measured[k] if measured[k] else math.nan
-              for k in TIMING_TARGETS}
-    engine = vllm_schedule.batches(log_data["steps"])
-    totals = {"preemptions": (vllm_schedule.preemptions(engine),
-                              int(req["preemptions"].sum())),
-              "cached_tokens": (sum(int(r.get("cached_tokens", 0)) for _, r in got),
-                                int(req["cached_prompt_tokens"].sum()))}
-    req.to_csv(work / "sim_requests.csv", index=False)
-    return {"measured": measured, "predicted": predicted, "errors": errors,
-            "totals": totals, "completed": [len(got), int(len(done))],
-            "fit": {"held_back_step_error": fit.held_back, "step_error": fit.all_steps,
-                    "steps": len(fit.rows)}}
-
-
 def _summarise(name: str, folder: Path, log=print, write: Path | None = None) -> dict:
     eq = equivalence(folder / PLAN_NAME, log_file(folder))
     if vllm_schedule.read_json(log_file(folder)).get("calibration"):
@@ -400,73 +312,6 @@ def compare_recorded(folders: list[Path], out: Path) -> list[dict]:
             raise VllmError(f"{folder}: not a recorded vLLM run fleetsim can read "
                             f"({type(exc).__name__} while reading its plan and log)") from None
     return rows
-
-
-KIND_ORDER = vllm_schedule.KINDS
-
-
-def missed_targets(row: dict) -> list[str]:
-    """What in one workload's comparison misses its target: the share of identical steps,
-    then (when the run was timed) each targeted figure and each total."""
-    missed = []
-    if row["share_identical"] < TARGET_SHARE:
-        missed.append(f"identical steps {100 * row['share_identical']:.2f}% < "
-                      f"{100 * TARGET_SHARE:.0f}%")
-    t = row.get("timing")
-    if t is None:
-        return missed
-    for key, target in TIMING_TARGETS.items():
-        err = t["errors"][key]
-        if target is not None and not abs(err) <= target:       # NaN misses too
-            missed.append(f"{key} {100 * err:+.0f}% (target {100 * target:.0f}%)")
-    for key, (theirs, ours) in t["totals"].items():
-        if abs(ours - theirs) > TOTALS_TARGET * max(theirs, 0):
-            missed.append(f"{key} {ours} against vLLM's {theirs}")
-    return missed
-
-
-def write_report(rows: list[dict], out: Path) -> str:
-    """The table (returned, and written to ``out/equivalence.txt``) and
-    ``out/equivalence.json``."""
-    lines = ["| workload | requests | steps | identical | preemptions (vLLM / fleetsim) | "
-             "prefix-cache tokens (vLLM / fleetsim) | mismatches |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        kinds = ", ".join(f"{k} {n}" for k, n in sorted(
-            r["mismatches"].items(), key=lambda kv: KIND_ORDER.index(kv[0]))) or "none"
-        lines.append(f"| {r['workload']} | {r['requests']} | {r['steps']} | "
-                     f"{100 * r['share_identical']:.2f}% | {r['vllm_preemptions']} / "
-                     f"{r['fleetsim_preemptions']} | {r['vllm_cached_tokens']} / "
-                     f"{r['fleetsim_cached_tokens']} | {kinds} |")
-    timed = [r for r in rows if "timing" in r]
-    if timed:
-        names = {"ttft_p50_s": "TTFT p50", "ttft_p90_s": "TTFT p90", "tpot_p50_s": "TPOT p50",
-                 "output_tokens_per_s": "output tok/s"}
-        lines += ["", "| workload | " + " | ".join(
-            f"{v} vLLM / fleetsim (err)" for v in names.values())
-            + " | preemptions | prefix-cache tokens | held-back step error |",
-            "|---" * (len(names) + 4) + "|"]
-        for r in timed:
-            t = r["timing"]
-            cells = []
-            for k in names:
-                unit = 1.0 if k == "output_tokens_per_s" else 1e3
-                fmt = ".0f" if k == "output_tokens_per_s" else ".1f"
-                mark = "✓" if abs(t["errors"][k]) <= TIMING_TARGETS[k] else "✗"
-                cells.append(f"{unit * t['measured'][k]:{fmt}} / {unit * t['predicted'][k]:{fmt}}"
-                             f" ({100 * t['errors'][k]:+.0f}%) {mark}")
-            p, c = t["totals"]["preemptions"], t["totals"]["cached_tokens"]
-            held = t["fit"]["held_back_step_error"]["median"]
-            lines.append(f"| {r['workload']} | " + " | ".join(cells) + f" | {p[0]} / {p[1]} | "
-                         f"{c[0]} / {c[1]} | {'n/a' if held is None else f'{100 * held:.1f}%'} |")
-        lines.append("")
-        lines.append("latencies in ms; vLLM / fleetsim; targets: TTFT p50, TPOT p50 and "
-                     "throughput within 10%, TTFT p90 within 20%, totals within 5%")
-    text = "\n".join(lines) + "\n"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "equivalence.txt").write_text(text, encoding="utf-8")
-    (out / "equivalence.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
-    return text
 
 
 def main(argv: list[str]) -> int:

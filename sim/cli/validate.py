@@ -16,7 +16,7 @@ def _cmd_validate_vllm(args: argparse.Namespace) -> int:
     if args.recalibrate or args.quick or args.replays is not None:
         raise ScenarioError("validate --engine vllm: --recalibrate, --quick and --replays "
                             "belong to the transformers engine")
-    from calibrate import vllm_engine
+    from calibrate import vllm_engine, vllm_report
     from calibrate.vllm_schedule import ServeLogError
     from sim.output.output_paths import prepare_folder
     log = (lambda _m: None) if args.quiet else print
@@ -38,7 +38,7 @@ def _cmd_validate_vllm(args: argparse.Namespace) -> int:
             rows = vllm_engine.compare_recorded(folders, tmp)
         else:
             rows = vllm_engine.serve_all(plans, tmp, python, log=log)
-        done.append((rows, vllm_engine.write_report(rows, tmp)))
+        done.append((rows, vllm_report.write_report(rows, tmp)))
         return [p for p in tmp.rglob("*") if p.is_file()]
 
     try:
@@ -51,7 +51,7 @@ def _cmd_validate_vllm(args: argparse.Namespace) -> int:
         return 1
     rows, report = done[0]
     print(report)
-    missed = [f"{r['workload']}: {m}" for r in rows for m in vllm_engine.missed_targets(r)]
+    missed = [f"{r['workload']}: {m}" for r in rows for m in vllm_report.missed_targets(r)]
     if args.strict and missed:
         print(f"{len(missed)} figure(s) outside their target:\n  " + "\n  ".join(missed),
               file=sys.stderr)

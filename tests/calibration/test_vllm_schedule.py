@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from calibrate import vllm_engine, vllm_schedule
+from calibrate import vllm_engine, vllm_report, vllm_schedule
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "vllm-recorded"
@@ -42,7 +42,7 @@ def test_fleetsim_schedules_each_step_as_vllm_did(name):
     log = served(name)
     eq = vllm_schedule.compare(log.batches(), vllm_schedule.replay(log))
     assert eq.steps >= len(log.steps) > 100
-    assert eq.share >= vllm_engine.TARGET_SHARE, json.dumps(eq.to_json(), indent=1)[:4000]
+    assert eq.share >= vllm_report.TARGET_SHARE, json.dumps(eq.to_json(), indent=1)[:4000]
 
 
 def test_the_recordings_exercise_what_they_are_named_for():
@@ -181,7 +181,7 @@ def test_validate_from_recorded_vllm_runs(tmp_path):
         assert (out / name / "equivalence.json").is_file()
     rows = json.loads((out / "equivalence.json").read_text(encoding="utf-8"))
     assert [r["workload"] for r in rows] == WORKLOADS
-    missed = [m for r in rows for m in vllm_engine.missed_targets(r)]
+    missed = [m for r in rows for m in vllm_report.missed_targets(r)]
     assert res.returncode == (1 if missed else 0), res.stderr
     assert all(m in res.stderr for m in missed)
     served = json.loads((DATA / "equivalence.json").read_text(encoding="utf-8"))

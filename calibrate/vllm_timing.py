@@ -1,0 +1,91 @@
+"""Timing against vLLM: its step terms fitted on the calibration grid it served (never on
+the workload), written into a profile for the ``vllm`` engine on this CPU, and fleetsim
+with that profile against what vLLM measured on the workload."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from calibrate import vllm_schedule
+from calibrate.vllm_report import TIMING_TARGETS
+
+def _engine_step(st: dict, idle_before_s: float):
+    """A logged vLLM step as the fit reads it: (new tokens, context, is prefill) per
+    sequence; a sequence decodes when it computes its one last known token past its
+    prompt."""
+    from calibrate.records import EngineStep
+    seqs = tuple((int(q["new"]), int(q["computed"]),
+                  not (q["new"] == 1 and q["computed"] == q["known"] - 1
+                       and q["computed"] >= q["prompt"])) for q in st["seqs"])
+    return EngineStep(float(st["start_s"]), float(st["end_s"]), seqs, idle_before_s)
+
+
+def _calibration_steps(log: dict) -> list:
+    """The calibration grid's steps as the fit reads them, each tagged with its run; a
+    run's first step follows the idle time logged before the run (back to back with the
+    run before, or after a pause)."""
+    out, prev_end, prev_run = [], None, None
+    for st in log.get("calibration", ()):
+        if st["run"] != prev_run:
+            idle = float(st.get("idle_before_s", math.inf)) + st["start_s"]
+        else:
+            idle = st["start_s"] - prev_end
+        out.append((int(st["run"]), _engine_step(st, idle)))
+        prev_end, prev_run = st["end_s"], st["run"]
+    return out
+
+
+def timing(folder: Path, log=print) -> dict:
+    """vLLM's step terms fitted on the run's calibration grid, and fleetsim (with them)
+    against vLLM's measured requests on the workload."""
+    import sim
+    import yaml
+
+    from calibrate.engine_fit import fit_continuous
+    from calibrate.records import ContinuousLimits
+    from calibrate.validate import engine_profile, figures
+    from calibrate.vllm_engine import PLAN_NAME, VllmError, log_file
+    plan_data = vllm_schedule.read_json(folder / PLAN_NAME)
+    log_data = vllm_schedule.read_json(log_file(folder))
+    if "profile" not in plan_data or not log_data.get("calibration"):
+        raise VllmError(f"{folder}: the recorded run has no calibration grid to fit")
+    e = plan_data["engine"]
+    limits = ContinuousLimits(e["max_num_batched_tokens"], e["max_num_seqs"],
+                              e["block_size"], e["num_blocks"])
+    # vLLM's paged attention reads each sequence's own keys: the profile's per-sequence
+    # attention tables hold (a packed fit held back a larger error on every workload's grid)
+    fit = fit_continuous(plan_data["profile"], limits, _calibration_steps(log_data),
+                         log=lambda m: log(f"{plan_data['scenario']}: {m}"), packed=False)
+    work = folder / "fleetsim"
+    work.mkdir(parents=True, exist_ok=True)
+    profile_path = work / "vllm-profile.yaml"
+    engine_profile(plan_data["profile"], fit, "vllm", log_data["meta"].get("vllm"), limits,
+                   profile_path, version_key="vllm_version")
+    raw = json.loads(json.dumps(plan_data["scenario_yaml"]))
+    (name, pool), = raw["pools"].items()
+    pool["cost_model"] = {"type": "calibrated", "profile": profile_path.name}
+    scen_path = work / "scenario.yaml"
+    scen_path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    req = sim.run(sim.load_scenario(scen_path)).requests
+    planned = {int(r["id"]): float(r["arrival_s"]) for r in plan_data["requests"]}
+    got = sorted((int(r["id"]), r) for r in log_data["requests"])
+    if any(r["finish_s"] is None for _, r in got):
+        raise VllmError(f"{folder}: vLLM left requests unfinished")
+    measured = figures([planned[i] for i, _ in got], [r["first_token_s"] for _, r in got],
+                       [r["finish_s"] for _, r in got], [r["output_tokens"] for _, r in got])
+    done = req[req["status"] == "completed"]
+    predicted = figures(done["arrival_s"], done["first_token_s"], done["finish_s"],
+                        done["output_tokens"])
+    errors = {k: (predicted[k] - measured[k]) / measured[k] if measured[k] else math.nan
+              for k in TIMING_TARGETS}
+    engine = vllm_schedule.batches(log_data["steps"])
+    totals = {"preemptions": (vllm_schedule.preemptions(engine),
+                              int(req["preemptions"].sum())),
+              "cached_tokens": (sum(int(r.get("cached_tokens", 0)) for _, r in got),
+                                int(req["cached_prompt_tokens"].sum()))}
+    req.to_csv(work / "sim_requests.csv", index=False)
+    return {"measured": measured, "predicted": predicted, "errors": errors,
+            "totals": totals, "completed": [len(got), int(len(done))],
+            "fit": {"held_back_step_error": fit.held_back, "step_error": fit.all_steps,
+                    "steps": len(fit.rows)}}
