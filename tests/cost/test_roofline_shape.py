@@ -262,9 +262,9 @@ def test_generic_constants_are_the_median_over_gpus():
 def test_golden_shipped_report_regenerates_identically(tmp_path):
     """python -m calibrate.roofline_fit on the installed database writes the shipped
     report byte for byte."""
-    from calibrate import roofline_fit
-    report = roofline_fit.build_report(log=lambda *_: None)
-    yaml_path, md_path = roofline_fit.write_report(report, tmp_path)
+    from calibrate import roofline_report
+    report = roofline_report.build_report(log=lambda *_: None)
+    yaml_path, md_path = roofline_report.write_report(report, tmp_path)
     assert yaml_path.read_text(encoding="utf-8") == REPORT.read_text(encoding="utf-8")
     assert md_path.read_text(encoding="utf-8") == (
         REPORT.with_suffix(".md")).read_text(encoding="utf-8")
