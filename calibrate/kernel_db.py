@@ -27,6 +27,9 @@ table carries ``kernel_source``: several kernels may be timed for one shape
 
 Only the installed package's files are read (pandas on parquet); nothing is
 downloaded and the package's own code is not run.
+
+Why one module of about 400 lines: every operation's table is found, loaded, filtered
+and looked up the same way; split per operation, each part would repeat the loading.
 """
 from __future__ import annotations
 

@@ -3,6 +3,11 @@
 Produces a ``Resolved`` scenario in which every pool carries its model and
 hardware specs and its KV budget, and every stream its pool; or raises a
 ``ScenarioError`` listing each problem at its field.
+
+Why one module of about 400 lines: resolving is one pass in which each check reads what
+the ones before it resolved (a pool's profiles, then its memory and KV blocks, then the
+routes that send streams to it); the checks that need no resolved fleet live in
+``sanity.py``, those that need built pools in ``sim/core/checks.py``.
 """
 from __future__ import annotations
 

@@ -30,6 +30,10 @@ Work counters (FLOPs, bytes for MFU/MBU) and peak figures are the roofline's
 analytic ones for the pool's hardware. An all-reduce table that was not
 measured (one device visible at calibration) is replaced by the roofline's
 interconnect estimate when tp > 1.
+
+Why one module of about 450 lines: reading a profile, checking it against a pool, and
+its vectorised, scalar and fast-forward step sums (with a serving engine's terms) are
+one cost model; each part reads the same tables.
 """
 from __future__ import annotations
 
