@@ -137,17 +137,42 @@ class GammaArrivalConfig(StrictModel):
                                       ">1 bursty; from 0.001 (nearly even gaps) to 100")
 
 
-class TraceArrivalConfig(StrictModel):
-    """Replay recorded requests from a CSV with columns ``timestamp`` (seconds,
-    >= 0, non-decreasing), ``prompt_tokens`` and ``output_tokens``.
+class TraceColumnsConfig(StrictModel):
+    """Which columns of a CSV trace hold the arrival time and the lengths."""
 
-    Timestamps are offsets from the stream's ``start``. The lengths come from
-    the file, so the stream must not give its own length distributions.
+    timestamp: Name = Field("timestamp", description="Column of arrival times.")
+    prompt_tokens: Name = Field("prompt_tokens", description="Column of prompt lengths.")
+    output_tokens: Name = Field("output_tokens", description="Column of output lengths.")
+
+
+class TraceArrivalConfig(StrictModel):
+    """Replay recorded requests from a trace file (gzip-compressed when its name ends in
+    ``.gz``):
+
+    * ``format: csv`` (the default): a CSV whose ``columns`` (default ``timestamp``,
+      ``prompt_tokens``, ``output_tokens``) hold the arrival time in ``timestamp_unit``
+      (``s`` by default, ``ms``, ``us``, or ``datetime`` for dates and times) and the
+      lengths;
+    * ``format: azure``: the Azure LLM inference traces (``TIMESTAMP`` as a date and time,
+      ``ContextTokens``, ``GeneratedTokens``);
+    * ``format: mooncake``: the Mooncake traces, one JSON object a line (``timestamp`` in
+      ms, ``input_length``, ``output_length``).
+
+    Times are offsets from the trace's first request (numbers as written: non-negative,
+    non-decreasing), placed after the stream's ``start``. The lengths come from the file,
+    so the stream must not give its own length distributions.
     """
 
     type: Literal["trace"] = Field(description="Trace replay.")
     path: FilePath = Field(
-        description="CSV file; a relative path is read from the scenario file's folder.")
+        description="Trace file; a relative path is read from the scenario file's folder.")
+    format: Literal["csv", "azure", "mooncake"] = Field(
+        "csv", description="The file's layout: csv (columns below), azure, mooncake.")
+    columns: TraceColumnsConfig | None = Field(
+        None, description="format csv: the columns' names (default timestamp, "
+                          "prompt_tokens, output_tokens).")
+    timestamp_unit: Literal["s", "ms", "us", "datetime"] | None = Field(
+        None, description="format csv: the unit of the timestamps (default s).")
     time_scale: float = Field(
         default=1.0, ge=1e-6, le=1e6,
         description="Multiplies every timestamp: 0.5 replays twice as fast (from 1e-6 to "
@@ -156,6 +181,14 @@ class TraceArrivalConfig(StrictModel):
         default=False,
         description="Repeat the trace to fill the run; each copy is shifted by the last "
                     "timestamp plus one mean gap.")
+
+    @model_validator(mode="after")
+    def _csv_only(self) -> "TraceArrivalConfig":
+        for name in ("columns", "timestamp_unit"):
+            if getattr(self, name) is not None and self.format != "csv":
+                raise ValueError(f"`{name}:` describes a CSV trace's layout; format "
+                                 f"{self.format!r} has its own: remove it")
+        return self
 
 
 class ClosedArrivalConfig(StrictModel):

@@ -16,7 +16,8 @@ from sim.config.workload import (ClosedArrivalConfig, StreamConfig, TraceArrival
 from sim.config.inputs import DataFiles, as_data_files
 from sim.workload.arrivals import process_arrival_times
 from sim.workload.lengths import sample_lengths
-from sim.workload.trace import WorkloadDataError, load_trace, replay_trace, resolve_path
+from sim.workload.trace import WorkloadDataError, replay_trace, resolve_path
+from sim.workload.trace_formats import load_trace
 
 __all__ = ["RequestArrivals", "WorkloadDataError", "generate_arrivals", "stream_seed_seqs"]
 
@@ -84,7 +85,7 @@ def _stream_requests(stream: StreamConfig, duration_s: float, rate_scale: float,
                                 base_dir)
     elif isinstance(stream.arrival, TraceArrivalConfig):
         path = resolve_path(stream.arrival.path, base_dir)
-        arrival_s, prompt, output = replay_trace(stream.arrival, load_trace(path), path,
+        arrival_s, prompt, output = replay_trace(stream.arrival, load_trace(path, stream.arrival), path,
                                                  start_s, stop_s, rate_scale)
     else:
         arrival_s = process_arrival_times(stream.arrival, np.random.default_rng(arrival_seq),

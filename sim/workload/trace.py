@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import csv
 import difflib
+import gzip
 import io
 import pathlib
 import warnings
-from dataclasses import dataclass
-from typing import Optional
+import zlib
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,9 @@ import pandas as pd
 from sim.config.lengths import MAX_TOKENS
 from sim.config.workload import TraceArrivalConfig
 from sim.config.inputs import MAX_DATA_BYTES, DataFiles, InputFileError, as_data_files, open_regular
+
+if TYPE_CHECKING:
+    from sim.workload.trace_formats import Trace
 
 TRACE_COLUMNS = ("timestamp", "prompt_tokens", "output_tokens")
 
@@ -64,12 +68,49 @@ _SCAN_BLOCK_BYTES = 16 * 2**20
 _CHUNK_ROWS = 1_000_000
 
 
+class _Capped(io.RawIOBase):
+    """A decompressed stream that refuses to grow past ``cap`` bytes (a gzip bomb)."""
+
+    def __init__(self, inner, path: pathlib.Path, cap: int) -> None:
+        self._inner, self._path, self._cap, self._seen = inner, path, cap, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        try:
+            data = self._inner.read(len(buffer))
+        except (EOFError, gzip.BadGzipFile, zlib.error):
+            raise WorkloadDataError(self._path, "not gzip data, or cut short (a file named "
+                                                "*.gz must be gzip-compressed)") from None
+        self._seen += len(data)
+        if self._seen > self._cap:
+            raise WorkloadDataError(self._path, f"decompresses to more than "
+                                                f"{self._cap // 2**30} GiB")
+        buffer[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._inner.close()
+        super().close()
+
+
+def open_data(path: pathlib.Path):
+    """A data file opened for reading in binary (a regular file, see
+    :func:`sim.config.inputs.open_regular`), decompressed when its name ends in ``.gz``."""
+    raw = open_regular(path, max_bytes=MAX_DATA_BYTES)
+    if pathlib.Path(path).suffix.lower() != ".gz":
+        return raw
+    return io.BufferedReader(_Capped(gzip.GzipFile(fileobj=raw), pathlib.Path(path),
+                                     MAX_DATA_BYTES))
+
+
 def _scan_text(path: pathlib.Path) -> bool:
     """Refuse a file with NUL bytes or a line over MAX_CSV_LINE_BYTES before pandas reads it
     (a 2 GB file of one line would be held whole, several times over). Returns whether
     the file holds a double quote (a quoted field may span lines)."""
     line, since_newline, quoted = 1, 0, False
-    with open_regular(path, max_bytes=MAX_DATA_BYTES) as fh:
+    with open_data(path) as fh:
         while block := fh.read(_SCAN_BLOCK_BYTES):
             quoted = quoted or b'"' in block
             if b"\0" in block:
@@ -100,7 +141,7 @@ def _record_lines(path: pathlib.Path) -> np.ndarray:
     """The line each record after the header starts on, for a file whose quoted fields
     may span lines (a blank line is a record, as pandas reads it with blank lines kept)."""
     starts = []
-    with open_regular(path) as raw, io.TextIOWrapper(raw, newline="", encoding="utf-8") as text:
+    with open_data(path) as raw, io.TextIOWrapper(raw, newline="", encoding="utf-8") as text:
         reader = csv.reader(text)
         next(reader, None)
         line = reader.line_num + 1
@@ -110,9 +151,11 @@ def _record_lines(path: pathlib.Path) -> np.ndarray:
     return np.asarray(starts, dtype=np.int64)
 
 
-def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...]
+def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...],
+                     datetimes: tuple[str, ...] = ()
                      ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Read the named numeric columns of a CSV file as float64 arrays.
+    """Read the named numeric columns of a CSV file as float64 arrays (those named in
+    ``datetimes`` as dates and times: int64 nanoseconds since 1970).
 
     Returns the columns and, for each row, its 1-based line number in the
     file, so later checks can point at the offending line. Rows that are
@@ -136,7 +179,7 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...]
     line_parts: list[np.ndarray] = []
     rows = 0
     try:
-        with open_regular(path, max_bytes=MAX_DATA_BYTES) as fh, warnings.catch_warnings():
+        with open_data(path) as fh, warnings.catch_warnings():
             # a row with more fields than the header: an error, never a silent misread
             warnings.simplefilter("error", pd.errors.ParserWarning)
             chunks = pd.read_csv(fh, dtype=str, keep_default_na=False, index_col=False,
@@ -155,13 +198,13 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...]
                     raise WorkloadDataError(path, f"more than {MAX_CSV_ROWS:,} rows; split "
                                                   "the file or keep the rows the run needs",
                                             line=MAX_CSV_ROWS + 2)
-                values, lines = _numeric_columns(path, frame, columns, lines)
+                values, lines = _numeric_columns(path, frame, columns, lines, datetimes)
                 for name in columns:
                     parts[name].append(values[name])
                 line_parts.append(lines)
     except pd.errors.ParserWarning:
         import csv
-        with open_regular(path) as raw, \
+        with open_data(path) as raw, \
                 io.TextIOWrapper(raw, newline="", encoding="utf-8") as text:
             reader = csv.reader(text)
             width = len(next(reader))
@@ -180,8 +223,8 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...]
         raise WorkloadDataError(path, exc.message) from None
     except OSError as exc:
         raise WorkloadDataError(path, f"cannot read: {exc.strerror or exc}") from None
-    out = {name: np.concatenate(parts[name]) if parts[name] else np.zeros(0)
-           for name in columns}
+    out = {name: np.concatenate(parts[name]) if parts[name] else
+           np.zeros(0, dtype=np.int64 if name in datetimes else np.float64) for name in columns}
     lines = np.concatenate(line_parts) if line_parts else np.zeros(0, dtype=np.int64)
     return out, lines
 
@@ -199,7 +242,7 @@ def _check_header(path: pathlib.Path, frame: pd.DataFrame, columns: tuple[str, .
                                       f"line 1 must be a header naming them; it has "
                                       f"{len(names)} column(s){hint}", line=1)
     import csv
-    with open_regular(path) as raw, \
+    with open_data(path) as raw, \
             io.TextIOWrapper(raw, newline="", encoding="utf-8") as header_text:
         header = [h.strip() for h in next(csv.reader(header_text), [])]
     twice = sorted({h for h in header if h in columns and header.count(h) > 1})
@@ -209,13 +252,25 @@ def _check_header(path: pathlib.Path, frame: pd.DataFrame, columns: tuple[str, .
 
 
 def _numeric_columns(path: pathlib.Path, frame: pd.DataFrame, columns: tuple[str, ...],
-                     lines: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """One chunk's wanted columns as finite floats, blank rows dropped."""
+                     lines: np.ndarray, datetimes: tuple[str, ...] = ()
+                     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """One chunk's wanted columns as finite floats (or datetimes as int64 ns), blank rows
+    dropped."""
     text = frame[list(columns)].apply(lambda col: col.str.strip())
     keep = (text != "").any(axis=1).to_numpy()
     text, lines = text[keep], lines[keep]
     out: dict[str, np.ndarray] = {}
     for name in columns:
+        if name in datetimes:
+            when = pd.to_datetime(text[name], errors="coerce", format="ISO8601")
+            bad = when.isna().to_numpy()
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise WorkloadDataError(path, f"column {name!r}: not a date and time "
+                                              "(YYYY-MM-DD HH:MM:SS[.fraction])",
+                                        line=int(lines[i]))
+            out[name] = when.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+            continue
         values = pd.to_numeric(text[name], errors="coerce").to_numpy(dtype=np.float64)
         bad = ~np.isfinite(values)
         if bad.any():
@@ -244,49 +299,11 @@ def check_token_counts(path: pathlib.Path, name: str, values: np.ndarray,
     return values.astype(np.int64)
 
 
-@dataclass(frozen=True)
-class Trace:
-    """A validated trace: timestamps in seconds (>= 0, non-decreasing) and lengths."""
-
-    timestamp_s: np.ndarray
-    prompt_tokens: np.ndarray
-    output_tokens: np.ndarray
-
-
-MAX_TIMESTAMP_S = 10 * 365 * 86400.0     # the longest run a scenario may ask for
-
-
-def load_trace(path: pathlib.Path) -> Trace:
-    """Read and check a trace CSV (columns ``timestamp``, ``prompt_tokens``,
-    ``output_tokens``)."""
-    cols, lines = read_csv_columns(path, TRACE_COLUMNS)
-    if len(lines) == 0:
-        raise WorkloadDataError(path, "trace has no rows")
-    ts = cols["timestamp"]
-    if (ts < 0).any():
-        i = int(np.argmax(ts < 0))
-        raise WorkloadDataError(path, "column 'timestamp': negative timestamp", line=int(lines[i]))
-    if (ts > MAX_TIMESTAMP_S).any():
-        i = int(np.argmax(ts > MAX_TIMESTAMP_S))
-        raise WorkloadDataError(path, f"column 'timestamp': {ts[i]:g} s is past any run (at "
-                                      f"most {MAX_TIMESTAMP_S:g} s, 10 years; timestamps are "
-                                      "seconds from the trace's start)", line=int(lines[i]))
-    backwards = np.diff(ts) < 0
-    if backwards.any():
-        i = int(np.argmax(backwards)) + 1
-        raise WorkloadDataError(
-            path, f"column 'timestamp': timestamps must not decrease (less than on line "
-                  f"{int(lines[i - 1])})", line=int(lines[i]))
-    return Trace(ts,
-                 check_token_counts(path, "prompt_tokens", cols["prompt_tokens"], lines),
-                 check_token_counts(path, "output_tokens", cols["output_tokens"], lines))
-
-
 # a looped trace is copied whole before the run: bounded like max_requests' default
 MAX_LOOPED_REQUESTS = 20_000_000
 
 
-def replay_trace(cfg: TraceArrivalConfig, trace: Trace, path: pathlib.Path,
+def replay_trace(cfg: TraceArrivalConfig, trace: "Trace", path: pathlib.Path,
                  start_s: float, stop_s: float, rate_scale: float
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Place the trace's requests in run time: ``start_s + timestamp * time_scale /

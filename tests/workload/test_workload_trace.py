@@ -152,3 +152,100 @@ def test_more_rows_than_the_bound_are_refused(tmp_path, monkeypatch):
     with pytest.raises(WorkloadDataError, match="more than 5 rows"):
         _read(tmp_path, b"a,b\n" + b"1,2\n" * 10)
     assert len(_read(tmp_path, b"a,b\n" + b"1,2\n" * 5)[1]) == 5
+
+
+# -- trace formats: CSV layouts, Azure, Mooncake, gzip -------------------------------------
+
+def _load(tmp_path, name: str, content: bytes, **cfg):
+    from sim.config.workload import TraceArrivalConfig
+    from sim.workload.trace_formats import load_trace
+    path = tmp_path / name
+    path.write_bytes(content)
+    return load_trace(path, TraceArrivalConfig(type="trace", path=name, **cfg))
+
+
+def test_a_csv_of_other_columns_and_units(tmp_path):
+    text = b"t_ms,in,out,other\n1500,10,5,x\n2250,20,6,y\n"
+    tr = _load(tmp_path, "t.csv", text, columns={"timestamp": "t_ms", "prompt_tokens": "in",
+                                                 "output_tokens": "out"}, timestamp_unit="ms")
+    assert tr.timestamp_s.tolist() == [1.5, 2.25]
+    assert tr.prompt_tokens.tolist() == [10, 20] and tr.output_tokens.tolist() == [5, 6]
+    with pytest.raises(WorkloadDataError, match=r"missing column\(s\) 'timestamp'"):
+        _load(tmp_path, "t.csv", text)
+
+
+def test_azure_dates_become_offsets_from_the_first_request(tmp_path):
+    text = (b"TIMESTAMP,ContextTokens,GeneratedTokens\n"
+            b"2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n"
+            b"2023-11-16 18:16:00.0000000,10,1\n")
+    tr = _load(tmp_path, "a.csv", text, format="azure")
+    np.testing.assert_allclose(tr.timestamp_s, [0.0, 4.314579, 13.31941], atol=1e-9)
+    assert tr.prompt_tokens.tolist() == [374, 396, 10]
+    bad = text.replace(b"2023-11-16 18:16:00.0000000", b"yesterday")
+    with pytest.raises(WorkloadDataError, match=r"a\.csv:4: column 'TIMESTAMP': not a date"):
+        _load(tmp_path, "a.csv", bad, format="azure")
+
+
+def test_mooncake_jsonl_with_errors_located_by_line(tmp_path):
+    rows = (b'{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1]}\n'
+            b'\n{"timestamp": 1500, "input_length": 70, "output_length": 5, "hash_ids": [2]}\n')
+    tr = _load(tmp_path, "m.jsonl", rows, format="mooncake")
+    assert tr.timestamp_s.tolist() == [0.0, 1.5] and tr.prompt_tokens.tolist() == [6758, 70]
+    for broken, message in [(b'{"timestamp": 3000, "input_length": -4, "output_length": 1}\n',
+                             r"m\.jsonl:4: column 'input_length': not a whole number >= 1"),
+                            (b'{"timestamp": 3000, "output_length": 1}\n',
+                             r"m\.jsonl:4: field 'input_length': missing"),
+                            (b"[1, 2]\n", r"m\.jsonl:4: not a JSON object"),
+                            (b'{"timestamp": 1000, "input_length": 4, "output_length": 1}\n',
+                             r"m\.jsonl:4: column 'timestamp': timestamps must not decrease")]:
+        with pytest.raises(WorkloadDataError, match=message):
+            _load(tmp_path, "m.jsonl", rows + broken, format="mooncake")
+
+
+def test_a_gzip_trace_reads_as_its_content_and_a_false_one_is_refused(tmp_path):
+    import gzip
+    text = HEADER.encode() + b"0.5,100,10\n1.25,200,20\n"
+    tr = _load(tmp_path, "t.csv.gz", gzip.compress(text))
+    assert tr.timestamp_s.tolist() == [0.5, 1.25] and tr.prompt_tokens.tolist() == [100, 200]
+    with pytest.raises(WorkloadDataError, match="not gzip data"):
+        _load(tmp_path, "t.csv.gz", text)
+
+
+def test_layout_settings_belong_to_csv_traces_only():
+    from pydantic import ValidationError
+    from sim.config.workload import TraceArrivalConfig
+    with pytest.raises(ValidationError, match="format 'azure' has its own"):
+        TraceArrivalConfig(type="trace", path="a.csv", format="azure", timestamp_unit="ms")
+
+
+@pytest.mark.parametrize("name, fmt", [("azure-2023-conv.csv.gz", "azure"),
+                                       ("mooncake-conversation.jsonl.gz", "mooncake")])
+def test_the_shipped_traces_read_as_their_files_say(name, fmt):
+    """Rows, mean lengths and span as pandas or json read them straight from the file."""
+    import gzip
+    import json
+    import pathlib
+
+    import pandas as pd
+    path = pathlib.Path(__file__).resolve().parents[2] / "scenarios" / "traces" / name
+    tr = _load_from(path, fmt)
+    if fmt == "azure":
+        raw = pd.read_csv(path)
+        stamps = pd.to_datetime(raw["TIMESTAMP"])
+        span = (stamps.iloc[-1] - stamps.iloc[0]).total_seconds()
+        prompt, output = raw["ContextTokens"], raw["GeneratedTokens"]
+    else:
+        rows = [json.loads(x) for x in gzip.open(path, "rt") if x.strip()]
+        span = (rows[-1]["timestamp"] - rows[0]["timestamp"]) / 1000
+        prompt = pd.Series([r["input_length"] for r in rows])
+        output = pd.Series([r["output_length"] for r in rows])
+    assert len(tr.timestamp_s) == len(prompt)
+    assert tr.timestamp_s[-1] == pytest.approx(span, abs=1e-6)
+    assert tr.prompt_tokens.mean() == pytest.approx(prompt.mean())
+    assert tr.output_tokens.mean() == pytest.approx(output.mean())
+
+
+def _load_from(path, fmt):
+    from sim.config.workload import TraceArrivalConfig
+    from sim.workload.trace_formats import load_trace
+    return load_trace(path, TraceArrivalConfig(type="trace", path=path.name, format=fmt))

@@ -1,0 +1,128 @@
+"""Trace files as fleetsim reads them: a CSV of any column layout (times in seconds,
+milliseconds, microseconds or dates and times), the Azure LLM inference traces and the
+Mooncake JSONL traces, gzip-compressed or not; each turned into one :class:`Trace`.
+
+As for every data file, errors name the file, the line and the field, never a value.
+"""
+from __future__ import annotations
+
+import io
+import json
+import pathlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.config.workload import TraceArrivalConfig
+from sim.workload.trace import (MAX_CSV_ROWS, WorkloadDataError, _scan_text,
+                                check_token_counts, open_data, read_csv_columns)
+
+# What each format names its three fields, and the unit of its times
+LAYOUTS = {"azure": (("TIMESTAMP", "ContextTokens", "GeneratedTokens"), "datetime"),
+           "mooncake": (("timestamp", "input_length", "output_length"), "ms")}
+UNIT_S = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A validated trace: timestamps in seconds (>= 0, non-decreasing) and lengths."""
+
+    timestamp_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+
+
+MAX_TIMESTAMP_S = 10 * 365 * 86400.0     # the longest run a scenario may ask for
+
+
+def load_trace(path: pathlib.Path, cfg: TraceArrivalConfig | None = None) -> Trace:
+    """Read and check a trace in ``cfg``'s format (default: a CSV with columns
+    ``timestamp`` in seconds, ``prompt_tokens``, ``output_tokens``)."""
+    fmt = cfg.format if cfg is not None else "csv"
+    if fmt == "csv":
+        cols = cfg.columns if cfg is not None and cfg.columns is not None else None
+        names = ((cols.timestamp, cols.prompt_tokens, cols.output_tokens) if cols is not None
+                 else ("timestamp", "prompt_tokens", "output_tokens"))
+        unit = (cfg.timestamp_unit if cfg is not None else None) or "s"
+    else:
+        names, unit = LAYOUTS[fmt]
+    if fmt == "mooncake":
+        values, lines = read_jsonl_fields(path, names)
+    else:
+        values, lines = read_csv_columns(path, names,
+                                         datetimes=(names[0],) if unit == "datetime" else ())
+    if len(lines) == 0:
+        raise WorkloadDataError(path, "trace has no rows")
+    ts = _seconds(values[names[0]], unit)
+    return _checked(path, names, ts, values, lines)
+
+
+def _seconds(raw: np.ndarray, unit: str) -> np.ndarray:
+    if unit == "datetime":          # int64 ns: offsets from the first request, exactly
+        return (raw - raw.min()).astype(np.float64) / 1e9
+    return raw * UNIT_S[unit]
+
+
+def _checked(path: pathlib.Path, names: tuple[str, str, str], ts: np.ndarray,
+             values: dict[str, np.ndarray], lines: np.ndarray) -> Trace:
+    stamp, prompt, output = names
+    if (ts < 0).any():
+        i = int(np.argmax(ts < 0))
+        raise WorkloadDataError(path, f"column {stamp!r}: negative timestamp",
+                                line=int(lines[i]))
+    if (ts > MAX_TIMESTAMP_S).any():
+        i = int(np.argmax(ts > MAX_TIMESTAMP_S))
+        raise WorkloadDataError(path, f"column {stamp!r}: {ts[i]:g} s is past any run (at "
+                                      f"most {MAX_TIMESTAMP_S:g} s, 10 years; timestamps are "
+                                      "offsets from the trace's start)", line=int(lines[i]))
+    backwards = np.diff(ts) < 0
+    if backwards.any():
+        i = int(np.argmax(backwards)) + 1
+        raise WorkloadDataError(
+            path, f"column {stamp!r}: timestamps must not decrease (less than on line "
+                  f"{int(lines[i - 1])})", line=int(lines[i]))
+    return Trace(ts, check_token_counts(path, prompt, values[prompt], lines),
+                 check_token_counts(path, output, values[output], lines))
+
+
+def read_jsonl_fields(path: pathlib.Path, fields: tuple[str, ...]
+                      ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The named numeric fields of a file of one JSON object a line (blank lines skipped),
+    as float64 arrays, with each object's line."""
+    _scan_text(path)                # no NUL bytes, no line over 64 KiB
+    out: dict[str, list[float]] = {f: [] for f in fields}
+    lines: list[int] = []
+    try:
+        with open_data(path) as raw, io.TextIOWrapper(raw, encoding="utf-8") as text:
+            for number, line in enumerate(text, start=1):
+                if not line.strip():
+                    continue
+                if len(lines) >= MAX_CSV_ROWS:
+                    raise WorkloadDataError(path, f"more than {MAX_CSV_ROWS:,} rows; split "
+                                                  "the file", line=number)
+                try:
+                    row = json.loads(line)
+                except (ValueError, RecursionError):
+                    raise WorkloadDataError(path, "not a JSON object (a trace of format "
+                                                  "mooncake holds one a line)",
+                                            line=number) from None
+                if not isinstance(row, dict):
+                    raise WorkloadDataError(path, "not a JSON object (a trace of format "
+                                                  "mooncake holds one a line)", line=number)
+                for field in fields:
+                    value = row.get(field)
+                    if field not in row:
+                        raise WorkloadDataError(path, f"field {field!r}: missing", line=number)
+                    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                            not np.isfinite(value):
+                        raise WorkloadDataError(path, f"field {field!r}: not a finite number",
+                                                line=number)
+                    out[field].append(float(value))
+                lines.append(number)
+    except UnicodeDecodeError:
+        raise WorkloadDataError(path, "cannot read: not UTF-8 text") from None
+    except OSError as exc:
+        raise WorkloadDataError(path, f"cannot read: {exc.strerror or type(exc).__name__}") \
+            from None
+    return ({f: np.asarray(v, dtype=np.float64) for f, v in out.items()},
+            np.asarray(lines, dtype=np.int64))
