@@ -92,9 +92,21 @@ class ExponentialLengthConfig(_ClippedLength):
         return self.mean * math.log(2.0)
 
 
+# Shipped traces whose lengths a length distribution may resample (scenarios/traces/):
+# preset -> (file, format, which length)
+PRESETS = {
+    "azure-2023-conv-prompt": ("azure-2023-conv.csv.gz", "azure", "prompt"),
+    "azure-2023-conv-output": ("azure-2023-conv.csv.gz", "azure", "output"),
+    "azure-2023-code-prompt": ("azure-2023-code.csv.gz", "azure", "prompt"),
+    "azure-2023-code-output": ("azure-2023-code.csv.gz", "azure", "output"),
+    "mooncake-conversation-prompt": ("mooncake-conversation.jsonl.gz", "mooncake", "prompt"),
+    "mooncake-conversation-output": ("mooncake-conversation.jsonl.gz", "mooncake", "output"),
+}
+
+
 class EmpiricalLengthConfig(StrictModel):
-    """Resample observed lengths (with replacement), either listed inline or
-    read from one column of a CSV file."""
+    """Resample observed lengths (with replacement): listed inline, read from one column
+    of a CSV file, or a shipped production trace's (``preset``)."""
 
     type: Literal["empirical"] = Field(description="Empirical length distribution.")
     values: Optional[list[TokenCount]] = Field(
@@ -108,11 +120,20 @@ class EmpiricalLengthConfig(StrictModel):
         description="CSV file to read lengths from; relative to the scenario file's folder.")
     column: Optional[str] = Field(
         default=None, min_length=1, description="Column of the CSV file holding lengths.")
+    preset: Optional[Literal[tuple(PRESETS)]] = Field(
+        default=None, description="The lengths of a shipped production trace: "
+                                  + ", ".join(PRESETS) + ".")
 
     @model_validator(mode="after")
     def _check_source(self) -> "EmpiricalLengthConfig":
-        if (self.values is None) == (self.path is None):
-            raise ValueError("give exactly one of 'values' or 'path'")
+        sources = [self.values is not None, self.path is not None, self.preset is not None]
+        if sum(sources) != 1:
+            raise ValueError("give exactly one of 'values', 'path' or 'preset'")
+        if self.preset is not None:
+            if self.column is not None or self.weights is not None:
+                raise ValueError("a preset is the trace's own lengths: no 'column' or "
+                                 "'weights'")
+            return self
         if self.path is not None:
             if self.column is None:
                 raise ValueError("'column' is required with 'path'")

@@ -5,12 +5,15 @@ least one prompt token and produces at least one output token.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import math
 import pathlib
 
 import numpy as np
 
 from sim.config.lengths import (
+    PRESETS,
     MAX_TOKENS,
     EmpiricalLengthConfig,
     ExponentialLengthConfig,
@@ -21,6 +24,7 @@ from sim.config.lengths import (
     UniformLengthConfig,
 )
 from sim.config.inputs import DataFiles
+from sim.config.paths import data_dir
 from sim.workload.trace import (
     WorkloadDataError,
     check_token_counts,
@@ -43,6 +47,19 @@ def _round_clip(samples: np.ndarray, low: int, high: int | None) -> np.ndarray:
     return np.clip(np.rint(samples), low, upper).astype(np.int64)
 
 
+@lru_cache(maxsize=8)
+def preset_lengths(preset: str) -> np.ndarray:
+    """A shipped trace's prompt or output lengths (read once per process)."""
+    from sim.config.workload import TraceArrivalConfig
+    from sim.workload.trace_formats import load_trace
+    name, fmt, which = PRESETS[preset]
+    path = data_dir("scenarios") / "traces" / name
+    trace = load_trace(path, TraceArrivalConfig(type="trace", path=name, format=fmt))
+    values = trace.prompt_tokens if which == "prompt" else trace.output_tokens
+    values.setflags(write=False)
+    return values
+
+
 def load_empirical_values(cfg: EmpiricalLengthConfig, base_dir: DataFiles | pathlib.Path
                           ) -> tuple[np.ndarray, np.ndarray | None]:
     """The values to resample and their probabilities (None = equal)."""
@@ -52,6 +69,8 @@ def load_empirical_values(cfg: EmpiricalLengthConfig, base_dir: DataFiles | path
             return values, None
         weights = np.asarray(cfg.weights, dtype=np.float64)
         return values, weights / weights.sum()
+    if cfg.preset is not None:
+        return preset_lengths(cfg.preset), None
     path = resolve_path(cfg.path, base_dir)
     cols, lines = read_csv_columns(path, (cfg.column,))
     values = check_token_counts(path, cfg.column, cols[cfg.column], lines)

@@ -109,3 +109,22 @@ def test_mixture_proportions():
 def test_zero_draws():
     assert len(sample_lengths(dist({"type": "lognormal", "mean": 5, "cv": 1}), 0,
                               np.random.default_rng(0), pathlib.Path("."))) == 0
+
+
+@pytest.mark.parametrize("preset, mean", [("azure-2023-conv-prompt", 1154.7),
+                                          ("azure-2023-conv-output", 211.1),
+                                          ("azure-2023-code-prompt", 2047.8),
+                                          ("mooncake-conversation-output", 342.6)])
+def test_a_preset_resamples_a_shipped_traces_lengths(preset, mean):
+    """The mean of many draws is the trace's mean (as its README gives it)."""
+    x = draw({"type": "empirical", "preset": preset}, n=200_000)
+    assert x.mean() == pytest.approx(mean, rel=0.02)
+
+
+def test_a_preset_takes_no_column_and_is_one_source():
+    for bad in ({"type": "empirical", "preset": "azure-2023-conv-prompt", "column": "x"},
+                {"type": "empirical", "preset": "azure-2023-conv-prompt", "values": [1]}):
+        with pytest.raises(pydantic.ValidationError):
+            dist(bad)
+    with pytest.raises(pydantic.ValidationError, match="azure-2023-conv-prompt"):
+        dist({"type": "empirical", "preset": "azure-2032-conv-prompt"})
