@@ -39,6 +39,49 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_import_model(args: argparse.Namespace) -> int:
+    import yaml
+
+    from pathlib import Path
+
+    import pydantic
+    from pydantic import TypeAdapter
+
+    from sim.config.common import Name
+    from sim.config.errors import ScenarioError
+    from sim.config.import_model import import_model
+    from sim.output.atomic_write import write_file
+    from sim.output.output_paths import check_file
+
+    if args.name is not None:       # the rules of every name a scenario gives
+        try:
+            TypeAdapter(Name).validate_python(args.name)
+        except pydantic.ValidationError as exc:
+            message = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            raise ScenarioError(f"{message}", field="--name") from None
+    out = check_file(Path(args.out), kind="a model profile", is_kind=_is_model_profile) \
+        if args.out else None
+    profile = import_model(Path(args.config), args.name)
+    text = yaml.safe_dump(profile, sort_keys=False)
+    if out is None:
+        print(text, end="")
+    else:
+        write_file(out, text)
+        print(f"wrote {out} (model '{profile['name']}')")
+    return 0
+
+
+def _is_model_profile(path) -> bool:
+    """True if ``path`` reads as a model profile (one this command may replace)."""
+    from sim.config.specs import ModelSpec
+    from sim.config.yamlio import load_model
+    try:
+        load_model(path, ModelSpec, kind="model profile")
+    except Exception:
+        return False
+    return True
+
+
 def add_inspect(sub) -> None:
     schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editors)")
     schema.set_defaults(func=_cmd_schema)
@@ -50,3 +93,11 @@ def add_inspect(sub) -> None:
 
     prof = sub.add_parser("profiles", help="list the shipped hardware and model profiles")
     prof.set_defaults(func=_cmd_profiles)
+
+    imp = sub.add_parser("import-model", help="write a model profile from a Hugging Face "
+                                              "config.json (Llama, Mistral, Mixtral, Qwen, ...)")
+    imp.add_argument("config", help="the model's config.json")
+    imp.add_argument("--name", help="the profile's name (default: the config's model name)")
+    imp.add_argument("--out", help="write the profile here (default: print it); use it in "
+                                   "a scenario under models: or as a file in profiles/models/")
+    imp.set_defaults(func=_cmd_import_model)

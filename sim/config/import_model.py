@@ -1,0 +1,107 @@
+"""A model profile from a Hugging Face ``config.json`` (``fleetsim import-model``).
+
+Decoder-only transformers whose shape the config states in the usual fields: Llama,
+Mistral, Mixtral, Qwen2/Qwen3 (dense and MoE), Phi-3, Gemma and others of the same
+layout (GQA through ``num_key_value_heads``, a head size other than hidden / heads
+through ``head_dim``, tied embeddings, routed experts). A config of another kind is
+refused with the model types that are read; one missing a field names every field it
+lacks. Nothing is downloaded: the file is read as JSON, never run.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pydantic
+
+from sim.config.errors import ScenarioError
+from sim.config.inputs import InputFileError, read_bytes, shown
+from sim.config.specs import ModelSpec
+
+# model_type -> how its MoE fields are named (None: dense)
+KNOWN = {
+    "llama": None, "mistral": None, "qwen2": None, "qwen3": None, "phi3": None,
+    "gemma": None, "gemma2": None, "granite": None, "olmo2": None,
+    "mixtral": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
+    "qwen2_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+    "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+}
+REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
+            "vocab_size")
+
+
+def read_config(path: Path) -> dict:
+    """The config's JSON object; a located error when it is none."""
+    where = shown(path)
+    try:
+        raw = read_bytes(path, max_bytes=2**20)
+    except InputFileError as exc:
+        raise ScenarioError(exc.message, file=where) from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ScenarioError("not a JSON config (a Hugging Face config.json)", file=where) \
+            from None
+    if not isinstance(data, dict):
+        raise ScenarioError("not a Hugging Face config.json: the top level must be an object",
+                            file=where)
+    return data
+
+
+def profile_from_config(data: dict, name: str, file: str) -> dict:
+    """The model profile (as the shipped YAML files hold it) a config describes."""
+    kind = data.get("model_type")
+    if kind not in KNOWN:
+        raise ScenarioError(f"model_type {kind!r} is not one fleetsim reads; it reads "
+                            f"{', '.join(sorted(KNOWN))} (or write the profile by hand: "
+                            "see profiles/models/)", file=file, field="model_type")
+    moe = KNOWN[kind]
+    needed = list(REQUIRED) + ([moe[0], moe[1], moe[2]] if moe else [])
+    missing = [f for f in dict.fromkeys(needed) if f not in data]
+    if missing:
+        raise ScenarioError(f"missing field(s) {', '.join(missing)} for a {kind} model",
+                            file=file)
+    heads = data["num_attention_heads"]
+    profile = {
+        "name": name,
+        "num_layers": data["num_hidden_layers"],
+        "hidden_size": data["hidden_size"],
+        "num_heads": heads,
+        "num_kv_heads": data.get("num_key_value_heads") or heads,
+        "head_dim": data.get("head_dim") or _whole(data["hidden_size"], heads, file),
+        "ffn_size": data[moe[2]] if moe else data["intermediate_size"],
+        "vocab_size": data["vocab_size"],
+    }
+    if moe:
+        profile["num_experts"] = data[moe[0]]
+        profile["experts_per_token"] = data[moe[1]]
+    if data.get("tie_word_embeddings"):
+        profile["tied_embeddings"] = True
+    if data.get("max_position_embeddings"):
+        profile["max_model_len"] = data["max_position_embeddings"]
+    try:
+        ModelSpec.model_validate(profile)
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        raise ScenarioError(f"the config gives {'.'.join(map(str, err['loc']))}: "
+                            f"{err['msg']}", file=file) from None
+    return profile
+
+
+def _whole(hidden: object, heads: object, file: str) -> int:
+    if not (isinstance(hidden, int) and isinstance(heads, int) and heads > 0
+            and hidden % heads == 0):
+        raise ScenarioError("no head_dim, and hidden_size is not a whole multiple of "
+                            "num_attention_heads", file=file, field="head_dim")
+    return hidden // heads
+
+
+def import_model(path: Path, name: str | None = None) -> dict:
+    """The profile of the config at ``path``, named ``name`` (default: the model's own
+    name in the config, else the folder holding config.json, else the file's stem)."""
+    data = read_config(path)
+    if name is None:
+        given = str(data.get("_name_or_path") or "").rstrip("/").split("/")[-1]
+        name = given or (path.parent.name if path.stem == "config" else path.stem) or "model"
+        name = name.lower()
+    return profile_from_config(data, name, shown(path))

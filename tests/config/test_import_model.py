@@ -1,0 +1,97 @@
+"""``fleetsim import-model``: a Hugging Face config.json becomes a model profile."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sim.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+LLAMA_31_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+               "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+               "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+               "max_position_embeddings": 131072, "tie_word_embeddings": False,
+               "_name_or_path": "meta-llama/Llama-3.1-8B"}
+MIXTRAL_8X7B = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+                "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+                "max_position_embeddings": 32768, "num_local_experts": 8,
+                "num_experts_per_tok": 2}
+
+
+def run(tmp_path, config: dict, *args: str) -> int:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    try:
+        return main(["import-model", str(path), *args])
+    except SystemExit as exc:
+        return exc.code
+
+
+@pytest.mark.parametrize("config, shipped, name", [(LLAMA_31_8B, "llama-3.1-8b", None),
+                                                   (MIXTRAL_8X7B, "mixtral-8x7b",
+                                                    "mixtral-8x7b")])
+def test_the_shipped_profiles_come_back_from_their_configs(tmp_path, capsys, config,
+                                                           shipped, name):
+    assert run(tmp_path, config, *(["--name", name] if name else [])) == 0
+    got = yaml.safe_load(capsys.readouterr().out)
+    want = yaml.safe_load((ROOT / "profiles" / "models" / f"{shipped}.yaml").read_text())
+    assert got == want
+
+
+def test_moe_sizes_gqa_and_a_head_size_from_hidden_over_heads(tmp_path, capsys):
+    config = {"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632,
+              "moe_intermediate_size": 1408, "num_attention_heads": 16,
+              "num_key_value_heads": 16, "num_hidden_layers": 24, "vocab_size": 151936,
+              "num_experts": 60, "num_experts_per_tok": 4, "tie_word_embeddings": True,
+              "max_position_embeddings": 8192}
+    assert run(tmp_path, config, "--name", "qwen-moe") == 0
+    got = yaml.safe_load(capsys.readouterr().out)
+    assert got["head_dim"] == 128 and got["ffn_size"] == 1408
+    assert got["num_experts"] == 60 and got["experts_per_token"] == 4
+    assert got["tied_embeddings"] is True and got["name"] == "qwen-moe"
+
+
+@pytest.mark.parametrize("config, fragments", [
+    ({"model_type": "rwkv"}, ["model_type 'rwkv' is not one fleetsim reads", "llama",
+                              "mixtral"]),
+    ({"model_type": "mixtral", "hidden_size": 4096},
+     ["missing field(s) num_hidden_layers", "num_local_experts", "num_experts_per_tok"]),
+    ({**LLAMA_31_8B, "num_attention_heads": 0}, ["not a whole multiple of num_attention_heads"]),
+    ({**LLAMA_31_8B, "num_hidden_layers": -1}, ["the config gives num_layers"]),
+    ([1, 2], ["the top level must be an object"]),
+])
+def test_a_config_fleetsim_cannot_read_is_a_located_error(tmp_path, capsys, config, fragments):
+    assert run(tmp_path, config) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'config.json'}") and "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in err, err
+
+
+def test_out_writes_a_profile_a_scenario_can_use_and_replaces_only_a_profile(tmp_path, capsys):
+    out = tmp_path / "llama.yaml"
+    assert run(tmp_path, LLAMA_31_8B, "--out", str(out)) == 0
+    assert run(tmp_path, LLAMA_31_8B, "--out", str(out), "--name", "mine") == 0
+    profile = yaml.safe_load(out.read_text())
+    assert profile["name"] == "mine"
+    notes = tmp_path / "notes.yaml"
+    notes.write_text("todo: buy GPUs\n")
+    assert run(tmp_path, LLAMA_31_8B, "--out", str(notes)) == 2
+    assert notes.read_text() == "todo: buy GPUs\n"
+    capsys.readouterr()
+    import sim
+    scenario = sim.load_scenario(ROOT / "scenarios" / "quickstart.yaml")
+    data = scenario.model_dump()
+    data["models"] = {"mine": profile}
+    for stream in data["workload"]["streams"].values():
+        stream["model"] = "mine"
+    for pool in data["pools"].values():
+        pool["model"] = "mine"
+    data["duration"] = 5.0
+    from sim.config.scenario import Scenario
+    assert sim.run(Scenario.model_validate(data)).summary["requests"]["completed"] > 0
