@@ -109,3 +109,22 @@ def test_a_refused_client_pauses_so_time_moves_and_the_window_still_ends():
     assert req["arrival_s"].max() < 2.0
     refused = req[status == "rejected"].sort_values("arrival_s")
     assert refused["arrival_s"].iloc[-1] > 1.0          # time moved on between refusals
+
+
+@pytest.mark.parametrize("think_s", [0.0, 2.0])
+def test_throughput_follows_littles_law(think_s):
+    """C clients, each waiting R for an answer then Z thinking, complete C / (R + Z)
+    requests a second (Little's law over the cycle), within 2% on a long run."""
+    users = 8
+    res = sim.run(make_scenario(stream=closed(users, 2000, think_time=think_s),
+                                duration=3600.0))
+    req = res.requests
+    assert (req["status"].astype(str) == "completed").all()
+    # the steady part: after every client has finished its first request, up to the last
+    # send (all clients are still busy then), counted from that send's own cycle
+    start = np.sort(req["finish_s"].to_numpy())[users - 1]
+    end = req["arrival_s"].max()
+    inside = req[(req["arrival_s"] >= start) & (req["finish_s"] <= end)]
+    cycle_s = inside["e2e_s"].mean() + think_s
+    measured = len(req[(req["finish_s"] > start) & (req["finish_s"] <= end)]) / (end - start)
+    assert measured == pytest.approx(users / cycle_s, rel=0.02)
