@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 import simpy
 
+from sim.autoscalers.metrics import PoolView, sample
 from sim.config.resolve import ResolvedPool
 from sim.core.fleet import PoolParts
 from sim.core.kv import KvCacheManager
@@ -230,15 +231,8 @@ class Pool:
 
     # -- autoscaling -----------------------------------------------------------------------
     def metrics(self) -> dict[str, float]:
-        ready = max(len(self.ready), 1)
-        waiting = len(self.queue) + sum(r.num_waiting for r in self.ready)
-        # in flight at the pool: queued, at a replica, or still in the engine's front end
-        outstanding = (len(self.queue) + len(self._in_front_end)
-                       + sum(r.num_outstanding for r in self.ready))
-        kv = (sum(r.kv_used_blocks() for r in self.ready)
-              / max(sum(r.kv_blocks_total for r in self.ready), 1))
-        return {"queue_per_replica": waiting / ready, "inflight_per_replica": outstanding / ready,
-                "kv_util": kv, "ready": float(len(self.ready))}
+        """The autoscaler's sample (``sim/autoscalers/metrics.py`` says what each is)."""
+        return sample(PoolView(len(self.queue), len(self._in_front_end), self.ready))
 
     def _autoscale(self):
         scaler = self.autoscaler
