@@ -115,7 +115,7 @@ def _scan_text(path: pathlib.Path) -> bool:
             quoted = quoted or b'"' in block
             if b"\0" in block:
                 at = block.index(b"\0")
-                raise WorkloadDataError(path, "holds NUL bytes: not a CSV text file",
+                raise WorkloadDataError(path, "holds NUL bytes: not a text file",
                                         line=line + block.count(b"\n", 0, at))
             ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
             if ends.size == 0:

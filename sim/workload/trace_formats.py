@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import pathlib
 from dataclasses import dataclass
 
@@ -53,14 +54,23 @@ def load_trace(path: pathlib.Path, cfg: TraceArrivalConfig | None = None) -> Tra
                                          datetimes=(names[0],) if unit == "datetime" else ())
     if len(lines) == 0:
         raise WorkloadDataError(path, "trace has no rows")
-    ts = _seconds(values[names[0]], unit)
+    ts = _seconds(path, names[0], values[names[0]], lines, unit)
     return _checked(path, names, ts, values, lines)
 
 
-def _seconds(raw: np.ndarray, unit: str) -> np.ndarray:
-    if unit == "datetime":          # int64 ns: offsets from the first request, exactly
-        return (raw - raw.min()).astype(np.float64) / 1e9
-    return raw * UNIT_S[unit]
+def _seconds(path: pathlib.Path, name: str, raw: np.ndarray, lines: np.ndarray,
+             unit: str) -> np.ndarray:
+    if unit != "datetime":
+        return raw * UNIT_S[unit]
+    # int64 ns: offsets from the first request, exactly, once the span is known to be
+    # a run's (so that the difference cannot overflow)
+    rough_s = raw.astype(np.float64) / 1e9
+    if rough_s.max() - rough_s.min() > MAX_TIMESTAMP_S:
+        i = int(np.argmax(rough_s - rough_s.min() > MAX_TIMESTAMP_S))
+        raise WorkloadDataError(path, f"column {name!r}: more than 10 years after the "
+                                      "earliest request (a trace spans at most a run)",
+                                line=int(lines[i]))
+    return (raw - raw.min()).astype(np.float64) / 1e9
 
 
 def _checked(path: pathlib.Path, names: tuple[str, str, str], ts: np.ndarray,
@@ -113,11 +123,14 @@ def read_jsonl_fields(path: pathlib.Path, fields: tuple[str, ...]
                     value = row.get(field)
                     if field not in row:
                         raise WorkloadDataError(path, f"field {field!r}: missing", line=number)
-                    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                            not np.isfinite(value):
+                    try:
+                        number_value = float(value)     # an int too large for a float fails
+                    except (TypeError, ValueError, OverflowError):
+                        number_value = math.nan
+                    if isinstance(value, bool) or not math.isfinite(number_value):
                         raise WorkloadDataError(path, f"field {field!r}: not a finite number",
                                                 line=number)
-                    out[field].append(float(value))
+                    out[field].append(number_value)
                 lines.append(number)
     except UnicodeDecodeError:
         raise WorkloadDataError(path, "cannot read: not UTF-8 text") from None

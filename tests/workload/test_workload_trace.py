@@ -249,3 +249,17 @@ def _load_from(path, fmt):
     from sim.config.workload import TraceArrivalConfig
     from sim.workload.trace_formats import load_trace
     return load_trace(path, TraceArrivalConfig(type="trace", path=path.name, format=fmt))
+
+
+def test_numbers_and_dates_past_any_trace_are_located(tmp_path):
+    big = (b'{"timestamp": 0, "input_length": ' + b"9" * 400 + b', "output_length": 5}\n')
+    with pytest.raises(WorkloadDataError, match=r"m\.jsonl:1: field 'input_length': not a "
+                                                r"finite number"):
+        _load(tmp_path, "m.jsonl", big, format="mooncake")
+    dates = (b"TIMESTAMP,ContextTokens,GeneratedTokens\n1900-01-01 00:00:00,3,4\n"
+             b"2262-04-11 00:00:00,3,4\n")
+    with pytest.raises(WorkloadDataError, match=r"a\.csv:3: column 'TIMESTAMP': more than "
+                                                r"10 years"):
+        _load(tmp_path, "a.csv", dates, format="azure")
+    with pytest.raises(WorkloadDataError, match=r"m\.jsonl:1: holds NUL bytes"):
+        _load(tmp_path, "m.jsonl", '{"timestamp": 0}'.encode("utf-16"), format="mooncake")
