@@ -859,6 +859,15 @@ CASES += [
          ["column 'prompt_tokens': not a finite number"], where="t.csv",
          files={"t.csv": "timestamp,prompt_tokens,output_tokens,note\n0,10,5,\"a\nb\nc\nd\"\n"
                          "1,11,5,x\n2,abc,5,x\n"}),
+    Case("three-pools-of-eight-thousand-replicas", edit(("    replicas: 1\n",
+                                                         "    replicas: 8000\n"))
+         + (SECOND_POOL % "llama-3.1-8b") + "    replicas: 8000\n"
+         + (SECOND_POOL.replace("second", "third") % "llama-3.1-8b") + "    replicas: 8000\n",
+         17, "pools", ["may hold 24,000 replicas together", "20,000"]),
+    Case("samples-of-three-pools-past-the-budget", edit(
+        ("sample_interval: 1s", "sample_interval: 2ms")) + (SECOND_POOL % "llama-3.1-8b")
+         + (SECOND_POOL.replace("second", "third") % "llama-3.1-8b"), 4, "sample_interval",
+         ["one per pool per interval", "the most is 2,000,000"]),
     Case("a-calibrated-profile-nested-20000-deep", append_to_pool(
         "    cost_model: {type: calibrated, profile: p.yaml}\n"), 27,
          "pools.main.cost_model.profile", ["p.yaml is nested too deeply"], files={"p.yaml": "model: " + "[" * 20000 + "]" * 20000 + "\n"}),
@@ -1252,6 +1261,9 @@ ARGV_CASES = [
      ["not a summary.json that `fleetsim run` wrote"]),
     ("run-a-scenario-path-that-is-not-there", ["run", "{d}/nowhere/quickstart.yaml", "--out",
                                                "{d}/o"], ["not found"]),
+    ("run-set-a-yaml-alias-bomb", ["run", "{s}", "--set",
+                                   "description=[&a [1, 1, 1], [*a, *a], [*a, *a]]",
+                                   "--out", "{d}/o"], ["cannot hold YAML aliases"]),
     ("calibrate-engine-without-kernels", ["calibrate", "--model", "tiny-llama", "--engine",
                                           "sglang", "--quick",
                                           "--out", "{d}/o"],

@@ -58,6 +58,36 @@ def _names_told_apart(scenario: Scenario) -> list[tuple[Loc, str]]:
     return problems
 
 
+MAX_FLEET_REPLICAS = 20_000     # engines simulated at once, all pools together
+MAX_SPOT_LOSSES = 1_000_000     # expected spot preemptions over a run, all pools together
+
+
+def _fleet_size(scenario: Scenario, run_s: float) -> list[tuple[Loc, str]]:
+    """Budgets over all pools together: replicas (the most each may have), autoscaler
+    decisions and spot preemptions (each bounded per pool elsewhere)."""
+    problems: list[tuple[Loc, str]] = []
+    most = {name: max(pool.replicas, getattr(pool.autoscaler, "max_replicas", 0) or 0)
+            for name, pool in scenario.pools.items()}
+    if sum(most.values()) > MAX_FLEET_REPLICAS:
+        problems.append((("pools",), f"the pools may hold {sum(most.values()):,} replicas "
+                         f"together (each its replicas or its autoscaler's max_replicas); "
+                         f"the most simulated at once is {MAX_FLEET_REPLICAS:,}"))
+    each = [run_s / pool.autoscaler.tick for pool in scenario.pools.values()
+            if getattr(pool.autoscaler, "tick", None)]
+    ticks = sum(each)
+    if ticks > MAX_TICKS and all(n <= MAX_TICKS for n in each):   # one pool: said there
+        problems.append((("pools",), f"{ticks:.3g} autoscaler decisions over duration + drain,"
+                         f" all pools together; the most is {MAX_TICKS:,}: raise the "
+                         "autoscalers' tick"))
+    losses = sum(pool.spot.preemptions_per_hour * most[name] * run_s / 3600.0
+                 for name, pool in scenario.pools.items() if pool.spot is not None)
+    if losses > MAX_SPOT_LOSSES:
+        problems.append((("pools",), f"about {losses:.3g} spot preemptions over the run "
+                         f"(preemptions_per_hour x replicas x hours, all pools); the most is "
+                         f"{MAX_SPOT_LOSSES:,}: fewer replicas, a lower rate or a shorter run"))
+    return problems
+
+
 def _check_closed_loop(here: Loc, scenario: Scenario, stream: StreamConfig
                        ) -> list[tuple[Loc, str]]:
     """A client's pause longer than the stream's window: each client would send one request
@@ -92,11 +122,13 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
         problems.append((("sample_interval",), f"sample interval ({scenario.sample_interval:g}"
                          f" s) is longer than the run's duration ({duration_s:g} s): the time "
                          "series would have no sample inside it"))
-    elif run_s / scenario.sample_interval > MAX_SAMPLES:
-        problems.append((("sample_interval",), f"{run_s / scenario.sample_interval:.3g} "
-                         f"time-series samples over duration + drain ({run_s:g} s); the most "
-                         f"is {MAX_SAMPLES:,}: raise sample_interval to at least "
-                         f"{run_s / MAX_SAMPLES:.3g} s"))
+    elif len(scenario.pools) * run_s / scenario.sample_interval > MAX_SAMPLES:
+        rows = len(scenario.pools) * run_s / scenario.sample_interval
+        problems.append((("sample_interval",), f"{rows:.3g} time-series samples (one per pool"
+                         f" per interval over duration + drain, {run_s:g} s); the most is "
+                         f"{MAX_SAMPLES:,}: raise sample_interval to at least "
+                         f"{rows / MAX_SAMPLES * scenario.sample_interval:.3g} s"))
+    problems.extend(_fleet_size(scenario, run_s))
     total = 0.0
     for name, stream in scenario.workload.streams.items():
         here = ("workload", "streams", name)

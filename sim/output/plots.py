@@ -73,7 +73,7 @@ def _cdf_figure(results, column: str, label: str) -> Figure:
         v = done.loc[done["pool"].astype(str) == pool, column].to_numpy(dtype=np.float64)
         if len(v):
             ax.step(*_ecdf(v), where="post", color=colours[pool], label=f"pool {pool}")
-    teams = sorted(pd.unique(done["team"].astype(str)))
+    teams = _busiest_teams(done)
     if len(teams) > 1:
         for i, team in enumerate(teams):
             v = done.loc[done["team"].astype(str) == team, column].to_numpy(dtype=np.float64)
@@ -156,12 +156,27 @@ def replicas_figure(results) -> Figure:
     return fig
 
 
+# a figure shows at most this many teams (the ones with the most requests): a line or a
+# bar each, past which a plot is unreadable and slow to draw
+MAX_PLOTTED_TEAMS = 20
+
+
+def _busiest_teams(req: pd.DataFrame) -> list[str]:
+    """The teams of ``req`` by name, at most :data:`MAX_PLOTTED_TEAMS` of them (those with
+    the most requests)."""
+    counts = req["team"].astype(str).value_counts()
+    if len(counts) > MAX_PLOTTED_TEAMS:
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        counts = dict(ranked[:MAX_PLOTTED_TEAMS])
+    return sorted(str(team) for team in counts.keys())
+
+
 def teams_figure(results) -> Figure:
     """Per team: TTFT p50 and p99 of completed requests, and rejections by reason."""
     fig = Figure(figsize=(FIGSIZE[0], FIGSIZE[1] * 1.3))
     top, bottom = fig.subplots(2, 1)
     req = results.requests
-    teams = sorted(str(t) for t in pd.unique(req["team"].astype(str))) if len(req) else []
+    teams = _busiest_teams(req) if len(req) else []
     if not teams:
         _note(top, "no requests")
         _note(bottom, "no requests")

@@ -31,6 +31,12 @@ def parse_value(text: str, flag: str = "--set") -> Any:
     """A value as a scenario file would read it (YAML 1.2 scalars: ``on`` is a string)."""
     from sim.config.yamlio import MAX_DEPTH, depth_of
     try:
+        # an alias repeats a value without writing it: a short --set could expand to
+        # millions (a YAML alias bomb), so a value on the command line has none
+        if any(isinstance(event, yaml.AliasEvent)
+               for event in yaml.parse(text, Loader=SafeLineLoader)):
+            raise ScenarioError("a value on the command line cannot hold YAML aliases "
+                                "(*name): write it out", field=flag)
         value = yaml.load(text, Loader=SafeLineLoader)
     except yaml.YAMLError:
         return text
