@@ -190,3 +190,15 @@ def test_size_max_rate_writes_its_answer_to_out(tmp_path, capsys):
     # the base load is about 4 requests a second: the rate found scales it
     assert written[0]["requests_per_s"] == pytest.approx(4 * written[0]["rate_scale"],
                                                          rel=0.2)
+
+
+@pytest.mark.parametrize("command", ["run", "lint", "schema", "profiles", "import-model",
+                                     "size", "sweep", "compare", "check", "calibrate",
+                                     "validate"])
+def test_every_commands_help_prints(command, capsys):
+    """argparse formats help strings with %: a bare % in one crashed `check --help`."""
+    from sim.cli import main
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    assert "usage: fleetsim" in capsys.readouterr().out

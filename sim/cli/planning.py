@@ -213,7 +213,8 @@ def add_planning(sub) -> None:
     check_p.add_argument("--baseline", type=path_arg, required=True)
     check_p.add_argument("--slo", action="append", metavar="METRIC=VALUE")
     check_p.add_argument("--tolerance", type=tolerance_arg, default=None,
-                         help=f"how far a figure may drift (default {DEFAULT_TOLERANCE:.0%})")
+                         help=f"how far a figure may drift (default "
+                              f"{100 * DEFAULT_TOLERANCE:.0f}%%)")
     check_p.add_argument("--update", action="store_true", help="rewrite the baseline")
     add_allow_path(check_p)
     check_p.set_defaults(func=_cmd_drift_check)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import matplotlib
 from matplotlib.figure import Figure
 
 from sim.core.request import Status
@@ -222,15 +223,21 @@ FIGURES = {
 def save_figure(fig: Figure, path: Path) -> Path:
     """Write ``fig`` as a reproducible PNG and release its drawing state."""
     _tight(fig)
-    fig.savefig(path, **_SAVE_KW)
+    with matplotlib.rc_context(PLAIN_TEXT):
+        fig.savefig(path, **_SAVE_KW)
     fig.clear()
     return path
+
+
+# names (teams, pools, models) are drawn as written: a "$" would otherwise start
+# matplotlib's mathtext, and a name such as "$\\frac" fails to draw
+PLAIN_TEXT = {"text.parse_math": False}
 
 
 def _tight(fig: Figure) -> None:
     """``tight_layout``, quietly: a figure with hundreds of series may not fit its margins,
     and is drawn as it is (a warning would break ``--quiet``)."""
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), matplotlib.rc_context(PLAIN_TEXT):
         warnings.filterwarnings("ignore", message="Tight layout not applied",
                                 category=UserWarning)
         fig.tight_layout()

@@ -10,8 +10,11 @@ import base64
 import html
 import io
 
+import matplotlib
 import yaml
 from matplotlib.figure import Figure
+
+from sim.output.plots import PLAIN_TEXT, _tight
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;
@@ -40,7 +43,8 @@ def _table(header: list[str], rows: list[list]) -> str:
 
 def _png(fig: Figure) -> str:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    with matplotlib.rc_context(PLAIN_TEXT):
+        fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
     data = base64.b64encode(buf.getvalue()).decode("ascii")
     return f'<img alt="plot" src="data:image/png;base64,{data}">'
 
@@ -143,7 +147,7 @@ def sweep_figure(table, x: str = SWEEP_X, ys: tuple[str, ...] = SWEEP_Y) -> Figu
         ax.grid(True, alpha=0.3)
         if groups[0][0] is not None:
             ax.legend(fontsize=8)
-    fig.tight_layout()
+    _tight(fig)
     return fig
 
 

@@ -71,8 +71,8 @@ def parse_vary(spec: str) -> tuple[str, list[Any]]:
         if inc <= 0 or hi < lo:
             raise ScenarioError(f"--vary {spec!r}: the range is empty", field="--vary")
         points = range(lo, hi + 1, inc)
-        if len(points) > MAX_GRID_POINTS:
-            raise ScenarioError(f"--vary {spec!r}: {len(points):,} values; a sweep runs at "
+        if (hi - lo) // inc + 1 > MAX_GRID_POINTS:      # len() fails past 2**63 values
+            raise ScenarioError(f"--vary {spec!r}: {(hi - lo) // inc + 1:,} values; a sweep runs at "
                                 f"most {MAX_GRID_POINTS:,} scenarios: widen the step",
                                 field="--vary")
         return path, list(points)

@@ -236,3 +236,21 @@ def test_idle_capacity_is_its_own_cost_line_and_teams_plus_it_make_the_total():
     teams = sum(t["cost_usd"] for t in res.summary["teams"].values())
     assert idle > 0 and cost["unattributed_usd"] == pytest.approx(idle, rel=1e-9)
     assert teams + cost["unattributed_usd"] == pytest.approx(cost["total_usd"], rel=1e-9)
+
+
+def test_names_with_dollar_signs_are_drawn_as_written(tmp_path):
+    """A team or pool name holding "$" would start matplotlib's mathtext (and "$\\frac"
+    fails to draw): the plots and the report draw names as plain text."""
+    from sim.cli import main
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: dollars\nseed: 1\nduration: 5s\nworkload:\n  streams:\n    chat:\n"
+        "      team: 'a$\\frac{b'\n      model: llama-3.1-8b\n"
+        "      arrival: {type: poisson, rate: 4/s}\n      prompt_tokens: 100\n"
+        "      output_tokens: 10\n    other:\n      team: '$x$'\n      model: llama-3.1-8b\n"
+        "      arrival: {type: poisson, rate: 4/s}\n      prompt_tokens: 100\n"
+        "      output_tokens: 10\npools:\n  '$p$': {model: llama-3.1-8b, hardware: H100-SXM}\n",
+        encoding="utf-8")
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    assert (tmp_path / "out" / "plots" / "teams.png").stat().st_size > 0
+    assert (tmp_path / "out" / "report.html").stat().st_size > 0
