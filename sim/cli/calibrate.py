@@ -117,6 +117,14 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                            max_tokens=args.max_tokens, echo=None if args.quiet else print)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
+    except (MemoryError, RuntimeError) as exc:
+        # torch's allocator reports a failed allocation as a RuntimeError
+        if not isinstance(exc, MemoryError) and "allocate" not in str(exc):
+            raise
+        raise ScenarioError(f"the model's layers do not fit in this machine's memory "
+                            f"({type(exc).__name__} while allocating them): calibrate a "
+                            "smaller model (its shape is what is timed) or a larger --tp",
+                            field="--model") from None
     print(f"held-back relative error ({result.yaml_path}):")
     for term, err in result.errors.items():
         if err["points"]:
