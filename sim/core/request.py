@@ -88,6 +88,7 @@ class Request:
         self.num_blocks = 0
         self.admitted_s = math.nan
         self.first_token_s = math.nan
+        self.finish_s = math.nan               # an escalated attempt's end is not this one's
         self.replica = -1
 
     @property

@@ -125,3 +125,18 @@ def test_a_cascades_first_attempts_are_paid_by_their_own_team():
     assert res.summary["teams"]["beta"]["cost_usd"] == pytest.approx(expected, rel=1e-6)
     assert res.requests["cost_usd"].sum() == pytest.approx(res.summary["cost"]["total_usd"],
                                                            rel=1e-9)
+
+
+def test_an_escalated_request_cut_off_has_no_finish_of_its_first_attempt():
+    """A cascade's second attempt still running when the run ends: unfinished, with no
+    finish time (its first attempt's end is not its own), so no negative TPOT."""
+    scenario = make_scenario(
+        streams={"a": poisson_stream(rate=40, prompt_tokens=500, output_tokens=200) | {
+            "model": "auto"}},
+        pools={"small": make_pool(), "large": make_pool()}, duration=10, drain=0,
+        gateway={"models": {"auto": {"cascade": {"first": "small", "then": "large",
+                                                 "escalation": 0.9}}}})
+    req = sim.run(scenario).requests
+    cut = req[(req["status"] == "unfinished") & (req["attempts"] == 2)]
+    assert len(cut) > 0 and cut["finish_s"].isna().all()
+    assert not (req["tpot_s"] < 0).any() and not (req["e2e_s"] < 0).any()
