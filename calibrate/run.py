@@ -56,7 +56,11 @@ def device_slug(device: str) -> str:
 
 
 def profile_stem(model_name: str, tp: int) -> str:
-    return model_name if tp == 1 else f"{model_name}-tp{tp}"
+    """The profile's file name (no suffix): a safe slug of the model's name, never a path
+    (a model file's ``name: ../../x`` stays inside the output folder)."""
+    from sim.output.output_names import slug
+    name = slug(model_name)
+    return name if tp == 1 else f"{name}-tp{tp}"
 
 
 class RunLog:

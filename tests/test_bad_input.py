@@ -868,6 +868,14 @@ CASES += [
         ("sample_interval: 1s", "sample_interval: 2ms")) + (SECOND_POOL % "llama-3.1-8b")
          + (SECOND_POOL.replace("second", "third") % "llama-3.1-8b"), 4, "sample_interval",
          ["one per pool per interval", "the most is 2,000,000"]),
+    Case("a-team-name-with-a-trailing-space", edit(("      team: search\n",
+                                                    "      team: 'search '\n")), 8,
+         f"{STREAM}.team", ["may not start or end with spaces"]),
+    Case("an-inline-model-of-no-weights", after_duration(
+        "models:\n  m0:\n    name: m0\n    num_layers: 2\n    hidden_size: 64\n"
+        "    num_heads: 4\n    num_kv_heads: 4\n    head_dim: 16\n    ffn_size: 128\n"
+        "    vocab_size: 100\n    weights: 0"), 14, "models.m0.weights",
+         ["greater than 0"]),
     Case("a-calibrated-profile-nested-20000-deep", append_to_pool(
         "    cost_model: {type: calibrated, profile: p.yaml}\n"), 27,
          "pools.main.cost_model.profile", ["p.yaml is nested too deeply"], files={"p.yaml": "model: " + "[" * 20000 + "]" * 20000 + "\n"}),
@@ -1264,6 +1272,10 @@ ARGV_CASES = [
     ("run-set-a-yaml-alias-bomb", ["run", "{s}", "--set",
                                    "description=[&a [1, 1, 1], [*a, *a], [*a, *a]]",
                                    "--out", "{d}/o"], ["cannot hold YAML aliases"]),
+    ("size-a-pool-twice", ["size", "{s}", "--slo", "ttft_p99=2s", "--pool", "main",
+                           "--pool", "main"], ["--pool main: given twice"]),
+    ("sweep-one-value-in-two-spellings", ["sweep", "{s}", "--vary", "workload.rate_scale=1,1.0",
+                                          "--out", "{d}/o"], ["listed more than once"]),
     ("calibrate-engine-without-kernels", ["calibrate", "--model", "tiny-llama", "--engine",
                                           "sglang", "--quick",
                                           "--out", "{d}/o"],

@@ -25,6 +25,10 @@ def _cmd_size(args: argparse.Namespace) -> int:
     if not slos:
         raise ScenarioError("give at least one --slo, e.g. --slo ttft_p99=2s", field="--slo")
     pools = args.pool or None
+    twice = sorted({p for p in pools or [] if pools.count(p) > 1})
+    if twice:
+        raise ScenarioError(f"--pool {twice[0]}: given twice; name each pool once",
+                            field="--pool")
     for p in pools or []:
         if p not in scenario.pools:
             raise ScenarioError(f"--pool: unknown pool '{p}'; pools: {', '.join(scenario.pools)}",

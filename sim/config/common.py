@@ -101,6 +101,9 @@ def _script(ch: str) -> str | None:
 
 
 def _printable(name: str) -> str:
+    if name != name.strip():
+        raise ValueError("a name may not start or end with spaces (\"search \" would be "
+                         "another team than \"search\")")
     if not name.isprintable():
         raise ValueError("a name must be printable: no control characters, NUL, line breaks "
                          "or invisible formatting characters")

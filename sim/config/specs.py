@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from sim.config.common import (Bytes, BytesPerS, Flag, FlopsPerS, PositiveBytes,
+from sim.config.common import (BytesPerS, Flag, FlopsPerS, PositiveBytes,
                                Name, PositiveInt, Seconds, StrictModel, UsdPerGpuHour)
 
 DType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
@@ -100,7 +100,7 @@ class ModelSpec(StrictModel):
     experts_per_token: PositiveInt = Field(1, description="Routed experts per token (top-k)")
     tied_embeddings: Flag = Field(False, description="LM head shares the embedding matrix")
     max_model_len: PositiveInt = Field(131072, description="Longest context in tokens")
-    weights: Bytes | None = Field(
+    weights: PositiveBytes | None = Field(
         None, description="bf16 weight size, e.g. 141GB, instead of the one computed from the shape")
 
     @model_validator(mode="after")

@@ -43,6 +43,26 @@ def remove(path: Path) -> None:
         shutil.rmtree(path)
 
 
+# What a killed run may have left in its temporary folder before its marker listed the
+# files (the marker is written first): the outputs of fleetsim's commands, by name
+_OUTPUT_NAMES = {"data", "summary.json", "requests.parquet", "requests.csv", "timeseries.csv",
+                 "steps.csv", "scenario.yaml", "report.html", "plots", "size.csv", "size.json",
+                 "max-rate.json", "replications.json", "replications.csv"}
+
+
+def _only_ours(folder: Path) -> bool:
+    """True if ``folder`` holds only what its marker lists, or (a marker with no list
+    yet) only names fleetsim's commands write: a user's file in it is never removed."""
+    if unlisted(folder) is None:
+        return True
+    try:
+        top = {p.split("/", 1)[0] for p in listed_files(folder)}
+    except OSError:
+        return False
+    return top <= _OUTPUT_NAMES and all(
+        not p.startswith("plots/") or p.endswith(".png") for p in listed_files(folder))
+
+
 def remove_stale(parent: Path, name: str) -> list[Path]:
     """Remove the temporary siblings that killed runs left in ``parent``.
 
@@ -67,7 +87,7 @@ def remove_stale(parent: Path, name: str) -> list[Path]:
         if (own and match["name"] != name) or (not own and _alive(pid)):
             continue
         path = Path(entry.path)
-        if not has_marker(path):
+        if not has_marker(path) or not _only_ours(path):
             continue
         try:
             remove(path)

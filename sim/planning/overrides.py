@@ -97,7 +97,8 @@ def check_grid(varies: list[tuple[str, list[Any]]], fixed: Iterable[str] = ()) -
         if path in fixed:
             raise ScenarioError(f"--vary {path} and --set {path} both give it; give one",
                                 field="--vary")
-        keys = [json.dumps(v, sort_keys=True) for v in values]
+        keys = [json.dumps(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
+                           else v, sort_keys=True) for v in values]
         twice = next((v for v, k in zip(values, keys) if keys.count(k) > 1), None)
         if twice is not None:
             raise ScenarioError(f"--vary {path}: the value {twice!r} is listed more than "

@@ -307,3 +307,13 @@ def test_machine_speed_needs_points_the_profile_measured():
     from calibrate.check import machine_speed
     with pytest.raises(ValueError, match=r"no dense point at \[2\] tokens"):
         machine_speed({"measured": {"dense": [[1, 0.1], [4, 0.2]]}}, tokens=(1, 2))
+
+
+@pytest.mark.parametrize("name", ["../../escaped-model", "/tmp/abs-escape", ".hidden", "a/b"])
+def test_a_profile_file_name_is_never_a_path(name):
+    """The file name comes from the model's name, which a model file may set to anything
+    printable: it is reduced to one safe name inside the output folder."""
+    from calibrate.run import profile_stem
+    for tp in (1, 2):
+        stem = profile_stem(name, tp)
+        assert "/" not in stem and not stem.startswith(".") and stem not in ("", "..")

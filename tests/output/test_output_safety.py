@@ -528,6 +528,26 @@ def test_a_users_file_named_like_a_stale_temporary_survives(tmp_path):
         [mine.name, unmarked.name, "t.csv"])
 
 
+def test_a_marked_stale_folder_holding_a_users_file_survives(tmp_path):
+    """A folder named like a killed run's and holding a marker is still left alone when it
+    holds a file fleetsim never writes (a marker vouches for what it lists, or for
+    fleetsim's own output names while it lists nothing yet)."""
+    from sim.output.atomic_write import write_file
+    from sim.output.output_names import write_marker
+    pid = dead_pid()
+    kept = []
+    for name, files in ((f".t.csv.tmp-{pid}-abcdefgh", []),
+                        (f".keep.tmp-{pid}", ["summary.json"]),
+                        (f".keep.old-{pid}", None)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "thesis.tex").write_text("precious")
+        write_marker(folder, "run", files)
+        kept.append(folder)
+    write_file(tmp_path / "t.csv", "a\n1\n")
+    assert all((folder / "thesis.tex").read_text() == "precious" for folder in kept)
+
+
 def test_calibrate_replaces_only_its_own_profiles(tmp_path, capsys):
     from sim.cli.calibrate import check_profile_files, is_profile
     from sim.config.errors import ScenarioError
