@@ -876,6 +876,10 @@ CASES += [
         "    num_heads: 4\n    num_kv_heads: 4\n    head_dim: 16\n    ffn_size: 128\n"
         "    vocab_size: 100\n    weights: 0"), 14, "models.m0.weights",
          ["greater than 0"]),
+    Case("a-gpu-profile-measured-on-another-gpu", append_to_pool(
+        "    cost_model: {type: calibrated, profile: "
+        "calibrated/gpu/h200/vllm/llama-3.1-8b-tp1-bf16.yaml}\n"), 27,
+         "pools.main.cost_model.profile", ["measured on H200", "hardware is H100-SXM"]),
     Case("a-calibrated-profile-nested-20000-deep", append_to_pool(
         "    cost_model: {type: calibrated, profile: p.yaml}\n"), 27,
          "pools.main.cost_model.profile", ["p.yaml is nested too deeply"], files={"p.yaml": "model: " + "[" * 20000 + "]" * 20000 + "\n"}),

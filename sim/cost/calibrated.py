@@ -88,6 +88,15 @@ class CalibratedConfig(StrictModel):
             check_profile(data, model, pool.tp, f"calibrated profile {path}")
         except (OSError, ValueError) as exc:
             return [(loc, str(exc))]
+        made_on = data.get("device_name")
+        source = data.get("source") if isinstance(data.get("source"), dict) else {}
+        if source.get("gpu") and isinstance(made_on, str) and \
+                made_on.lower() != str(pool.hardware).lower():
+            # built from kernels measured on one GPU: its times are that GPU's
+            return [(loc, f"calibrated profile {path} was built from kernels measured on "
+                          f"{made_on}, but the pool's hardware is {pool.hardware}; use the "
+                          f"profile under calibrated/gpu/{str(pool.hardware).lower()}/ or "
+                          f"set hardware: {made_on}")]
         engine = data.get("engine") or {}
         if engine and not pool.scheduler.engine_terms_apply:
             return [(loc, f"calibrated profile {path} carries the terms of the engine "
