@@ -73,11 +73,12 @@ def _cmd_import_model(args: argparse.Namespace) -> int:
 
 def _is_model_profile(path) -> bool:
     """True if ``path`` reads as a model profile (one this command may replace)."""
+    from sim.config.errors import ScenarioError
     from sim.config.specs import ModelSpec
     from sim.config.yamlio import load_model
     try:
         load_model(path, ModelSpec, kind="model profile")
-    except Exception:
+    except ScenarioError:
         return False
     return True
 

@@ -104,6 +104,23 @@ def _check_closed_loop(here: Loc, scenario: Scenario, stream: StreamConfig
              f"{arrival.requests:,} asked for; shorten think_time")]
 
 
+def request_budget(requests: float, max_requests: int, remedy: str,
+                   max_remedy: str = "") -> str | None:
+    """What is wrong with a run of ``requests`` requests, as the rest of a sentence that
+    gave their number: more than ``max_requests``, or more than three quarters of this
+    machine's memory at BYTES_PER_REQUEST each; None when they fit."""
+    if requests > max_requests:
+        return (f"; the most is max_requests = {max_requests:,} (raise it at the scenario's "
+                "top level if the machine has the memory: about "
+                f"{BYTES_PER_REQUEST} bytes per request){max_remedy}")
+    memory = memory_bytes()
+    need = requests * BYTES_PER_REQUEST
+    if memory is not None and need > 0.75 * memory:
+        return (f", about {need / 2 ** 30:.1f} GiB; this machine has "
+                f"{memory / 2 ** 30:.1f} GiB: {remedy}")
+    return None
+
+
 def memory_bytes() -> float | None:
     try:
         return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
@@ -170,18 +187,10 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
     problems.extend(_names_told_apart(scenario))
     problems.extend(_check_pool_policies(scenario))
     problems.extend(_check_teams(scenario))
-    if total > scenario.max_requests:
+    over = request_budget(total, scenario.max_requests, "shorten the run or lower the rates")
+    if over is not None:
         problems.append((("workload",), f"the streams would send up to {total:.3g} "
-                         f"requests; the most is max_requests = {scenario.max_requests:,} "
-                         "(raise it at the scenario's top level if the machine has the memory: about "
-                         f"{BYTES_PER_REQUEST} bytes per request)"))
-    else:
-        memory = memory_bytes()
-        need = total * BYTES_PER_REQUEST
-        if memory is not None and need > 0.75 * memory:
-            problems.append((("workload",), f"the streams would send up to {total:.3g} "
-                             f"requests, about {need / 2 ** 30:.1f} GiB; this machine has "
-                             f"{memory / 2 ** 30:.1f} GiB: shorten the run or lower the rates"))
+                         f"requests{over}"))
     return problems
 
 

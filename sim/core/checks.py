@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sim.config.gateway import GatewayConfig
-from sim.config.sanity import BYTES_PER_REQUEST, memory_bytes
+from sim.config.sanity import request_budget
 from sim.config.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -111,13 +111,7 @@ def check_request_count(scenario: Scenario, arrivals: RequestArrivals) -> None:
     where = ("workload", "streams", arrivals.stream_names[top])
     sent = f"the streams send {n:,} requests (stream '{arrivals.stream_names[top]}' " \
            f"{int(counts[top]):,})"
-    if n > scenario.max_requests:
-        raise RunRefused(where, f"{sent}; the most is max_requests = "
-                                f"{scenario.max_requests:,} (raise it at the scenario's top "
-                                "level if the machine has the memory: about "
-                                f"{BYTES_PER_REQUEST} bytes per request), or cut the trace")
-    memory = memory_bytes()
-    need = n * BYTES_PER_REQUEST
-    if memory is not None and need > 0.75 * memory:
-        raise RunRefused(where, f"{sent}, about {need / 2 ** 30:.1f} GiB; this machine has "
-                                f"{memory / 2 ** 30:.1f} GiB: shorten the run or cut the trace")
+    over = request_budget(n, scenario.max_requests, "shorten the run or cut the trace",
+                          max_remedy=", or cut the trace")
+    if over is not None:
+        raise RunRefused(where, sent + over)

@@ -96,6 +96,12 @@ class Request:
         return self.prompt_tokens + self.num_output_tokens
 
     @property
+    def computed_tokens(self) -> int:
+        """Tokens its current attempt had computed: prompt less cache hits, plus output
+        (the work a pool's cost is shared by)."""
+        return self.prompt_tokens - self.cached_prompt_tokens + self.num_output_tokens
+
+    @property
     def total_tokens(self) -> int:
         """Tokens the sequence holds when it finishes."""
         return self.prompt_tokens + self.max_output_tokens

@@ -108,8 +108,7 @@ class Simulation:
         source = self.pools[req.pool]
         # the prefill pool computed the prompt (less cache hits) and the first token
         req.earlier_pool = req.pool
-        req.earlier_tokens = req.carried_tokens = (
-            req.prompt_tokens - req.cached_prompt_tokens + req.num_output_tokens)
+        req.earlier_tokens = req.carried_tokens = req.computed_tokens
         kv_bytes = req.num_computed_tokens * source.spec.model.kv_bytes_per_token(
             source.cfg.kv_dtype)
         req.kv_transfer_s = link.link_latency + kv_bytes / link.link_bandwidth
@@ -139,8 +138,7 @@ class Simulation:
                 # starts over (the client waits through both)
                 req.attempts += 1
                 req.earlier_pool = req.pool      # its first attempt's work, then a fresh one
-                req.earlier_tokens = (req.prompt_tokens - req.cached_prompt_tokens
-                                      + req.num_output_tokens)
+                req.earlier_tokens = req.computed_tokens
                 req.carried_tokens = 0
                 req.restart()
                 req.pool = after.pool

@@ -56,11 +56,11 @@ def _only_ours(folder: Path) -> bool:
     if unlisted(folder) is None:
         return True
     try:
-        top = {p.split("/", 1)[0] for p in listed_files(folder)}
+        held = listed_files(folder)
     except OSError:
         return False
-    return top <= _OUTPUT_NAMES and all(
-        not p.startswith("plots/") or p.endswith(".png") for p in listed_files(folder))
+    return all(p.split("/", 1)[0] in _OUTPUT_NAMES
+               and (not p.startswith("plots/") or p.endswith(".png")) for p in held)
 
 
 def remove_stale(parent: Path, name: str) -> list[Path]:

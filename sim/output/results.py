@@ -60,7 +60,7 @@ def _request_table(run: RunAccount) -> tuple[pd.DataFrame, EarlierWork]:
     out["e2e_s"] = finish - arrival
     out["queue_s"] = raw["admitted_s"] - arrival
     out["cost_usd"] = np.zeros(len(gaps))  # filled in by summarise (a share of its pool's cost)
-    earlier = EarlierWork(pool=np.asarray(out["earlier_pool"], dtype=object),
+    earlier = EarlierWork(pool=out["earlier_pool"],
                           tokens=raw["earlier_tokens"], carried=raw["carried_tokens"])
     return pd.DataFrame({name: out[name] for name in REQUEST_TABLE_COLUMNS}, copy=False), \
         earlier

@@ -30,7 +30,7 @@ class EarlierWork:
     """Per request (in the table's order): a pool that worked on it before its last ("" if
     none), the tokens computed there, and how many of those its own totals still hold."""
 
-    pool: np.ndarray            # object: pool names
+    pool: pd.Categorical        # pool names, compared by code
     tokens: np.ndarray          # int64
     carried: np.ndarray         # int64
 
@@ -51,7 +51,8 @@ def attribute_cost(requests: pd.DataFrame, pool_cost: dict[str, float],
     out = np.zeros(len(requests))
     for name, cost in pool_cost.items():
         here = (pools == name).to_numpy()
-        there = (earlier.pool == name) if earlier is not None else np.zeros(len(out), bool)
+        there = np.asarray(earlier.pool == name) if earlier is not None \
+            else np.zeros(len(out), bool)
         total = work[here].sum() + before[there].sum()
         if total > 0:
             out[here] += cost * work[here] / total

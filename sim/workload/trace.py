@@ -105,7 +105,7 @@ def open_data(path: pathlib.Path):
                                      MAX_DATA_BYTES))
 
 
-def _scan_text(path: pathlib.Path) -> bool:
+def scan_text(path: pathlib.Path) -> bool:
     """Refuse a file with NUL bytes or a line over MAX_CSV_LINE_BYTES before pandas reads it
     (a 2 GB file of one line would be held whole, several times over). Returns whether
     the file holds a double quote (a quoted field may span lines)."""
@@ -163,7 +163,7 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...],
     memory grows with the numbers kept, not with the text.
     """
     try:
-        quoted = _scan_text(path)
+        quoted = scan_text(path)
     except InputFileError as exc:
         message = "file not found" if exc.message == "not found" else exc.message
         raise WorkloadDataError(path, message) from None

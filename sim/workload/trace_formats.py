@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.config.workload import TraceArrivalConfig
-from sim.workload.trace import (MAX_CSV_ROWS, WorkloadDataError, _scan_text,
+from sim.workload.trace import (MAX_CSV_ROWS, WorkloadDataError, scan_text,
                                 check_token_counts, open_data, read_csv_columns)
 
 # What each format names its three fields, and the unit of its times
@@ -99,7 +99,7 @@ def read_jsonl_fields(path: pathlib.Path, fields: tuple[str, ...]
                       ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The named numeric fields of a file of one JSON object a line (blank lines skipped),
     as float64 arrays, with each object's line."""
-    _scan_text(path)                # no NUL bytes, no line over 64 KiB
+    scan_text(path)                # no NUL bytes, no line over 64 KiB
     out: dict[str, list[float]] = {f: [] for f in fields}
     lines: list[int] = []
     try:
