@@ -440,6 +440,10 @@ CASES += [
          ["must end before the arrivals do"]),
     Case("warmup-equal-to-run", after_duration("warmup: 20s"), 4, "warmup",
          ["every request would be left out"]),
+    Case("warmup-after-the-last-arrival",
+         edit(("duration: 20s\n", "duration: 20s\nwarmup: 15s\n"),
+              ("      team: search\n", "      team: search\n      end: 5s\n")), 4, "warmup",
+         ["no request arrives after the warm-up (15 s", "shorten the warm-up"]),
     Case("stream-starts-after-run", after_team("start: 1h"), 9, f"{STREAM}.start",
          ["after the run's arrivals end", "send nothing"]),
     Case("stream-starts-at-run-end", after_team("start: 20s"), 9, f"{STREAM}.start",
@@ -1271,6 +1275,22 @@ ARGV_CASES = [
      ["not a `fleetsim check` baseline", "at least 0"]),
     ("compare-summary-holding-nan", ["compare", "{d}/nanrun", "{d}/nanrun"],
      ["not a summary.json that `fleetsim run` wrote"]),
+    ("compare-summary-of-a-negative-latency", ["compare", "{d}/negrun", "{d}/nanrun"],
+     ["negrun/summary.json", "figure ttft_p99_s is -3, below zero"]),
+    ("compare-summary-of-a-string-figure", ["compare", "{d}/strrun", "{d}/strrun"],
+     ["figure requests_per_s is a str, not a number"]),
+    ("run-set-a-block-and-a-field-inside-it",
+     ["run", "{s}", "--set", "pools.main.replicas=4", "--set",
+      "pools.main={{model: llama-3.1-8b, hardware: H100-SXM}}", "--out", "{d}/o"],
+     ["--set pools.main and --set pools.main.replicas: one holds the other"]),
+    ("sweep-set-a-block-vary-a-field-inside-it",
+     ["sweep", "{s}", "--set", "pools.main.scheduler={{type: continuous}}", "--vary",
+      "pools.main.scheduler.max_num_batched_tokens=2048,4096", "--out", "{d}/o"],
+     ["--vary pools.main.scheduler.max_num_batched_tokens and --set pools.main.scheduler"]),
+    ("sweep-vary-a-block-and-a-field-inside-it",
+     ["sweep", "{s}", "--vary", "pools.main.replicas=1,2", "--vary",
+      "pools.main={{model: llama-3.1-8b, hardware: H100-SXM}}", "--out", "{d}/o"],
+     ["--vary pools.main and --vary pools.main.replicas: one holds the other"]),
     ("run-a-scenario-path-that-is-not-there", ["run", "{d}/nowhere/quickstart.yaml", "--out",
                                                "{d}/o"], ["not found"]),
     ("run-set-a-yaml-alias-bomb", ["run", "{s}", "--set",
@@ -1309,6 +1329,12 @@ def test_a_bad_command_line_is_refused_before_any_work(tmp_path, capsys, argv, f
     (tmp_path / "nanrun" / "summary.json").write_text(
         '{"pools": {"main": {}}, "latency_s": {}, "throughput": {"requests_per_s": NaN}}',
         encoding="utf-8")
+    for name, throughput, latency in (("negrun", {}, {"ttft": {"p99": -3}}),
+                                      ("strrun", {"requests_per_s": "aws_secret_key"}, {})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps({
+            "pools": {"main": {}}, "latency_s": latency, "throughput": throughput}),
+            encoding="utf-8")
     (tmp_path / "sw.csv").write_text(
         "pools.main.replicas,arrived,output_tokens_per_s,ttft_p99_s,tpot_p99_s\n"
         "1,40,100.5,,\n2,40,210,soon,0.02\n", encoding="utf-8")

@@ -115,3 +115,9 @@ def check_request_count(scenario: Scenario, arrivals: RequestArrivals) -> None:
                           max_remedy=", or cut the trace")
     if over is not None:
         raise RunRefused(where, sent + over)
+    if scenario.warmup > 0 and arrivals.num_timed == n \
+            and not (arrivals.arrival_s >= scenario.warmup).any():
+        raise RunRefused(("warmup",), (
+            f"no request arrives after the warm-up ({scenario.warmup:g} s; the last of "
+            f"{n:,} arrives at {float(arrivals.arrival_s[-1]):.6g} s): every request would be "
+            "left out of the latency figures: shorten the warm-up"))

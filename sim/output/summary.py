@@ -111,9 +111,11 @@ def summarise(run: RunAccount, requests: pd.DataFrame, ts: pd.DataFrame,
     # share of the pool's GPU work. Teams' costs are the sums of their requests'.
     requests["cost_usd"] = attribute_cost(requests, pool_cost, earlier)
     teams: dict[str, dict] = {}
+    warmup_s = run.scenario.warmup
     for team, rows in requests.groupby("team", observed=True, sort=True):
         st = rows["status"]
         ok = rows[st == Status.COMPLETED]
+        measured = ok[ok["arrival_s"] >= warmup_s]      # latencies leave out the warm-up
         reasons = rows.loc[st == Status.REJECTED, "reject_reason"].astype(str).value_counts()
         teams[str(team)] = {
             "requests": int(len(rows)),
@@ -122,11 +124,12 @@ def summarise(run: RunAccount, requests: pd.DataFrame, ts: pd.DataFrame,
             "rejected_by_reason": {str(k): int(v) for k, v in reasons.sort_index().items()},
             "input_tokens": int(ok["prompt_tokens"].sum()),
             "output_tokens": int(ok["output_tokens"].sum()),
-            "ttft_p99_s": _num(float(np.percentile(ok["ttft_s"], 99))) if len(ok) else None,
+            "ttft_p99_s": _num(float(np.percentile(measured["ttft_s"], 99)))
+            if len(measured) else None,
             "cost_usd": float(rows["cost_usd"].sum()),
         }
 
-    steady = done[done["arrival_s"] >= run.scenario.warmup]
+    steady = done[done["arrival_s"] >= warmup_s]
     out_tokens = int(done["output_tokens"].sum())
     in_tokens = int(done["prompt_tokens"].sum())
     return {

@@ -57,6 +57,17 @@ def _read_summary(path: Path) -> dict:
             or not isinstance(data.get("latency_s"), dict)
             or not isinstance(data.get("throughput"), dict)):
         raise ScenarioError("not a summary.json that `fleetsim run` wrote", file=shown(path))
+    for figure, value in summary_row(data).items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            what = type(value).__name__
+            raise ScenarioError(f"figure {figure} is a {what}, not a number: not a "
+                                "summary.json that `fleetsim run` wrote", file=shown(path))
+        if value < 0:
+            raise ScenarioError(f"figure {figure} is {value:g}, below zero (no count, "
+                                "latency, rate or cost is): not a summary.json that "
+                                "`fleetsim run` wrote", file=shown(path))
     return data
 
 

@@ -85,6 +85,13 @@ def parse_vary(spec: str) -> tuple[str, list[Any]]:
     return path, listed
 
 
+def nested_in(path: str, others: Iterable[str]) -> str | None:
+    """One of ``others`` that holds ``path`` or lies inside it (``pools.main`` and
+    ``pools.main.replicas``): giving both, one would silently undo the other."""
+    return next((o for o in others if o != path and (o.startswith(path + ".")
+                                                      or path.startswith(o + "."))), None)
+
+
 def check_grid(varies: list[tuple[str, list[Any]]], fixed: Iterable[str] = ()) -> None:
     """The whole grid (every combination of the --vary values) within MAX_GRID_POINTS,
     each field varied once, with distinct values, and not also fixed (``--set``)."""
@@ -97,6 +104,15 @@ def check_grid(varies: list[tuple[str, list[Any]]], fixed: Iterable[str] = ()) -
         if path in fixed:
             raise ScenarioError(f"--vary {path} and --set {path} both give it; give one",
                                 field="--vary")
+        inner = nested_in(path, fixed)
+        if inner is not None:
+            raise ScenarioError(f"--vary {path} and --set {inner}: one holds the other, and "
+                                "the outer value would replace the inner; give one",
+                                field="--vary")
+        inner = nested_in(path, seen)
+        if inner is not None:
+            raise ScenarioError(f"--vary {path} and --vary {inner}: one holds the other; "
+                                "vary one", field="--vary")
         keys = [json.dumps(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
                            else v, sort_keys=True) for v in values]
         twice = next((v for v, k in zip(values, keys) if keys.count(k) > 1), None)

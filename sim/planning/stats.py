@@ -15,15 +15,17 @@ def t975(dof: int) -> float:
     return _T975[dof - 1] if dof <= len(_T975) else 1.96
 
 
-def mean_ci(values) -> dict[str, float | None]:
-    """{mean, ci95_low, ci95_high, half_width, n} of the finite values."""
+def mean_ci(values, floor: float | None = None) -> dict[str, float | None]:
+    """{mean, ci95_low, ci95_high, half_width, n} of the finite values; ``floor`` bounds
+    the interval below for a figure that cannot be lower (a latency is never negative)."""
     v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
     n = len(v)
     if n == 0:
         return {"mean": None, "ci95_low": None, "ci95_high": None, "half_width": None, "n": 0}
     mean = float(v.mean())
     half = float(t975(n - 1) * v.std(ddof=1) / math.sqrt(n)) if n > 1 else math.inf
-    return {"mean": mean, "ci95_low": mean - half, "ci95_high": mean + half,
+    low = mean - half if floor is None else max(mean - half, floor)
+    return {"mean": mean, "ci95_low": low, "ci95_high": mean + half,
             "half_width": half if math.isfinite(half) else None, "n": n}
 
 
@@ -39,8 +41,13 @@ def flatten(summary: dict, prefix: str = "") -> dict[str, float]:
     return out
 
 
+# numbers of a summary that name the run rather than measure it
+IDENTIFIERS = ("seed",)
+
+
 def aggregate(summaries: list[dict]) -> dict[str, dict]:
-    """Every numeric figure of the summaries as a mean with its 95% CI."""
+    """Every figure of the summaries (counts, latencies, rates, costs: none of them can be
+    negative) as a mean with its 95% CI, bounded below by 0; the seed is no figure."""
     flat = [flatten(s) for s in summaries]
-    keys = list(dict.fromkeys(k for f in flat for k in f))
-    return {k: mean_ci([f.get(k) for f in flat]) for k in keys}
+    keys = [k for k in dict.fromkeys(k for f in flat for k in f) if k not in IDENTIFIERS]
+    return {k: mean_ci([f.get(k) for f in flat], floor=0.0) for k in keys}

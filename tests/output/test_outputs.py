@@ -254,3 +254,21 @@ def test_names_with_dollar_signs_are_drawn_as_written(tmp_path):
     assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 0
     assert (tmp_path / "out" / "plots" / "teams.png").stat().st_size > 0
     assert (tmp_path / "out" / "report.html").stat().st_size > 0
+
+
+def test_each_teams_latency_leaves_out_the_warm_up_as_the_overall_figures_do():
+    """A team's ttft_p99_s is over its completed requests that arrived after the warm-up,
+    like latency_s; its counts and cost take in every request."""
+    from tests.simfactories import make_pool, make_scenario, poisson_stream
+    res = sim.run(make_scenario(streams={"s": {**poisson_stream(rate=20.0), "team": "a"}},
+                                pools={"main": make_pool(replicas=1)}, duration=30.0,
+                                warmup=10.0))
+    req = res.requests
+    done = req[(req["status"] == "completed") & (req["team"] == "a")]
+    measured = done[done["arrival_s"] >= 10.0]
+    assert 0 < len(measured) < len(done)
+    team = res.summary["teams"]["a"]
+    assert team["ttft_p99_s"] == pytest.approx(measured["ttft_s"].quantile(0.99), rel=1e-12)
+    assert team["ttft_p99_s"] != pytest.approx(done["ttft_s"].quantile(0.99), rel=1e-6)
+    assert team["completed"] == len(done)
+    assert res.summary["latency_s"]["ttft"]["p99"] == pytest.approx(team["ttft_p99_s"])

@@ -181,3 +181,15 @@ def test_drift_from_a_zero_latency_names_the_change_without_dividing_by_it():
     now = {"pools": {"p": {"required_replicas": 1, "slo_met_as_configured": True}},
            "latency_s": {"ttft_p99": 0.25, "tpot_p99": 0.0}}
     assert drift(base, now, 0.05) == ["ttft_p99: 0 s -> 0.25 s"]
+
+
+def test_replication_figures_leave_out_the_seed_and_never_go_below_zero():
+    """The seed names a run, it is no figure to average; a wide interval around a small
+    mean stops at 0, since no count, latency or cost is negative."""
+    summaries = [{"seed": 3, "latency_s": {"queue": {"mean": x}}} for x in (0.0, 0.0, 0.9)]
+    figures = aggregate(summaries)
+    assert "seed" not in figures
+    queue = figures["latency_s.queue.mean"]
+    assert queue["mean"] == pytest.approx(0.3)
+    assert queue["ci95_low"] == 0.0 and queue["ci95_high"] > 0.9
+    assert queue["half_width"] > queue["mean"]      # the interval's width is kept as it is
