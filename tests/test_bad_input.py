@@ -338,7 +338,7 @@ CASES = [
     Case("stream-model-not-served",
          edit(("      model: llama-3.1-8b\n", "      model: llama-3.1-70b\n")),
          9, "workload.streams.chat.model",
-         ["no pool serves model 'llama-3.1-70b'", "served models: llama-3.1-8b"]),
+         ["no pool serves model 'llama-3.1-70b'", "pools' models: llama-3.1-8b"]),
     Case("stream-unknown-pool", edit(("      model: llama-3.1-8b\n", "      pool: mian\n")),
          9, "workload.streams.chat.pool", ["unknown pool 'mian'", "pools: main"]),
     Case("gateway-budget-two-limits", edit((
@@ -440,6 +440,11 @@ CASES += [
          ["must end before the arrivals do"]),
     Case("warmup-equal-to-run", after_duration("warmup: 20s"), 4, "warmup",
          ["every request would be left out"]),
+    Case("alias-of-an-alias", BASE.replace("pools:\n  main:", "  models:\n    llama:\n"
+                                           "      pools: {main: 1}\n  aliases:\n"
+                                           "    x: y\n    y: llama\npools:\n  main:"),
+         21, "gateway.aliases.x", ["alias target 'y' is an alias itself (of 'llama')",
+                                     "write x: llama"]),
     Case("warmup-after-the-last-arrival",
          edit(("duration: 20s\n", "duration: 20s\nwarmup: 15s\n"),
               ("      team: search\n", "      team: search\n      end: 5s\n")), 4, "warmup",

@@ -233,7 +233,11 @@ def _one_pool_twice(loc: Loc, first: str, second: str, roles: str, why: str
 def _check_gateway(scenario: Scenario, problems: list[tuple[Loc, str]]) -> None:
     gw = scenario.gateway
     for alias, target in gw.aliases.items():
-        if target not in gw.models:
+        if target in gw.aliases and gw.aliases[target] in gw.models:
+            problems.append((("gateway", "aliases", alias), f"alias target '{target}' is an "
+                             f"alias itself (of '{gw.aliases[target]}'), and aliases do not "
+                             f"chain: write {alias}: {gw.aliases[target]}"))
+        elif target not in gw.models:
             problems.append((("gateway", "aliases", alias), f"alias target '{target}' is not a "
                              f"served model; served: {_choices(gw.models) or 'none'}"))
         elif alias in gw.models:
@@ -333,10 +337,17 @@ def _route_streams(scenario: Scenario, problems: list[tuple[Loc, str]]) -> dict[
                    if cfg.model.lower() == stream.model.lower()]
         if len(serving) == 1:
             routes[sname] = serving[0]
+        elif stream.model in gw.aliases:
+            continue        # an alias to no served model: reported at the alias
         elif not serving:
             models = {cfg.model for cfg in scenario.pools.values()}
+            names = f"pools' models: {_choices(models)}"
+            if gw.models or gw.aliases:
+                names = (f"the gateway's served names: {_choices(gw.models) or 'none'}"
+                         + (f", aliases: {_choices(gw.aliases)}" if gw.aliases else "")
+                         + "; " + names)
             problems.append((here + ("model",), f"no pool serves model '{stream.model}'; "
-                             f"served models: {_choices(models)}"))
+                             f"{names}"))
         else:
             problems.append((here + ("model",), f"model '{stream.model}' is served by pools "
                              f"{_choices(serving)}; pick one with `pool:`"))

@@ -129,24 +129,39 @@ def check_sweep_table(table, where: str) -> None:
                                 file=where, line=row + 2, field=column)
 
 
+MAX_SWEEP_LINES = 12     # more values of the first varied field: points coloured by it
+
+
 def sweep_figure(table, x: str = SWEEP_X, ys: tuple[str, ...] = SWEEP_Y) -> Figure:
     """Throughput against latency over a sweep's points: one line per value of the
-    first varied field when two or more were varied, else one line."""
+    first varied field when two or more were varied (past :data:`MAX_SWEEP_LINES`
+    values, one scatter coloured by it), else one line. Latency is on a log scale when
+    any is above zero."""
+    import numpy as np
+    import pandas as pd
+
     varied = sweep_varied(table)
     fig = Figure(figsize=(5.2 * len(ys), 3.8))
     groups = ([(f"{varied[0]} = {key}", part) for key, part in table.groupby(varied[0], sort=True)]
               if len(varied) > 1 else [(None, table)])
     for i, y in enumerate(ys):
         ax = fig.add_subplot(1, len(ys), i + 1)
-        for label, part in groups:
-            part = part.sort_values(x)
-            ax.plot(part[x], part[y], "o-", label=label)
+        if len(groups) > MAX_SWEEP_LINES:
+            codes = pd.factorize(table[varied[0]], sort=True)[0]
+            dots = ax.scatter(table[x], table[y], c=codes, s=8, cmap="viridis")
+            fig.colorbar(dots, ax=ax, label=f"{varied[0]} (rank of {len(groups)} values)")
+        else:
+            for label, part in groups:
+                part = part.sort_values(x)
+                ax.plot(part[x], part[y], "o-", label=label)
+            if groups[0][0] is not None:
+                ax.legend(fontsize=8)
         ax.set_xlabel(x.replace("_", " "))
         ax.set_ylabel(y.replace("_", " "))
-        ax.set_yscale("log")
+        values = pd.to_numeric(table[y], errors="coerce").to_numpy(dtype=np.float64)
+        if (values > 0).any():
+            ax.set_yscale("log")        # points at 0 (none finished that fast) are left off
         ax.grid(True, alpha=0.3)
-        if groups[0][0] is not None:
-            ax.legend(fontsize=8)
     _tight(fig)
     return fig
 

@@ -59,6 +59,31 @@ def test_sweep_curves_draw_one_line_per_value_of_the_first_varied_field():
     assert xs == sorted(table.loc[table["pools.p.replicas"] == 1, "output_tokens_per_s"])
 
 
+def test_a_sweep_of_many_values_is_one_scatter_and_zero_latencies_warn_nothing():
+    """Past MAX_SWEEP_LINES values of the first varied field, one scatter coloured by it
+    (5,000 lines and a 5,000-entry legend took minutes); a column of zeros stays on a
+    linear scale instead of warning that it cannot be log-scaled."""
+    import warnings
+
+    import pandas as pd
+
+    from sim.output.report import MAX_SWEEP_LINES, sweep_figure
+    n = MAX_SWEEP_LINES + 1
+    table = pd.DataFrame({"a": [i for i in range(n) for _ in (0, 1)],
+                          "b": [0, 1] * n, "arrived": 10,
+                          "output_tokens_per_s": [float(i) for i in range(2 * n)],
+                          "ttft_p99_s": [0.5 + i for i in range(2 * n)], "tpot_p99_s": 0.0})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = sweep_figure(table)
+    ttft_ax, tpot_ax = fig.axes[:2]
+    assert len(ttft_ax.lines) == 0 and len(ttft_ax.collections) == 1
+    assert len(ttft_ax.collections[0].get_offsets()) == 2 * n
+    assert ttft_ax.get_yscale() == "log" and tpot_ax.get_yscale() == "linear"
+    few = sweep_figure(table[table["a"] < 3])
+    assert len(few.axes[0].lines) == 3 and few.axes[0].get_legend() is not None
+
+
 def test_cli_run_with_a_sweep_table_and_sweep_report(tmp_path, capsys):
     from sim.cli import main
     scn_path = tmp_path / "s.yaml"
