@@ -17,6 +17,7 @@ import pandas as pd
 import sim
 from sim.config.scenario import Scenario
 from sim.planning.overrides import with_values
+from sim.config.resolve import resolve
 from sim.planning.slo import Slo, margins, measure, met
 
 
@@ -132,6 +133,11 @@ def max_rate(scenario: Scenario, slos: list[Slo], pool: str, *, precision: float
         if hi > hi_scale:
             return {"rate_scale": lo, "feasible": True,
                     "note": f"still within the SLOs at {lo}x"}
+        _, refused = resolve(with_values(scenario, {"workload.rate_scale": hi}))
+        if refused:             # more requests than max_requests or this machine's memory
+            return {"rate_scale": lo, "feasible": True,
+                    "note": f"still within the SLOs at {lo:g}x; {hi:g}x would be refused: "
+                            f"{'.'.join(map(str, refused[0][0]))}: {refused[0][1]}"}
     while hi - lo > precision * max(hi, 1e-9):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)

@@ -193,3 +193,16 @@ def test_replication_figures_leave_out_the_seed_and_never_go_below_zero():
     assert queue["mean"] == pytest.approx(0.3)
     assert queue["ci95_low"] == 0.0 and queue["ci95_high"] > 0.9
     assert queue["half_width"] > queue["mean"]      # the interval's width is kept as it is
+
+
+def test_max_rate_stops_where_a_larger_load_would_be_refused():
+    """Doubling the load past max_requests ended the search in an error about the
+    scenario; it now stops there and says how far it got and why."""
+    from sim.planning.overrides import with_values
+    from sim.planning.size import max_rate
+    from sim.planning.slo import parse_slo
+    scenario = with_values(chat(duration=20, rate=4), {"max_requests": 400})
+    row = max_rate(scenario, [parse_slo("ttft_p99=1000s")], "p")
+    assert row["feasible"] and row["rate_scale"] in (1.0, 2.0, 4.0)
+    assert f"{row['rate_scale'] * 2:g}x would be refused" in row["note"]
+    assert "max_requests = 400" in row["note"]
