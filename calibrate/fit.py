@@ -23,6 +23,7 @@ import statistics
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.optimize
 
 TERMS = ("dense", "attn_prefill", "attn_decode", "lm_head", "tp_comm")
 MIN_SECONDS = 1e-9
@@ -147,49 +148,10 @@ def terms_seconds(tables: dict[str, list[list[float]]], num_layers: int, num_tok
     return num_layers * per_layer + evaluate(tables["lm_head"], num_seqs)
 
 
-def nnls_small(design: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """Non-negative least squares for a handful of columns (tries every support)."""
-    k = design.shape[1]
-    best, best_cost = np.zeros(k), float(target @ target)
-    for mask in range(1, 1 << k):
-        cols = [c for c in range(k) if mask >> c & 1]
-        sol, *_ = np.linalg.lstsq(design[:, cols], target, rcond=None)
-        if np.any(sol < 0):
-            continue
-        coef = np.zeros(k)
-        coef[cols] = sol
-        cost = float(np.sum((target - design @ coef) ** 2))
-        if cost < best_cost:
-            best, best_cost = coef, cost
-    return best
-
-
-def nnls(design: np.ndarray, target: np.ndarray, max_iter: int = 500) -> np.ndarray:
-    """Non-negative least squares, Lawson-Hanson active set (any number of columns)."""
-    a, b = np.asarray(design, dtype=np.float64), np.asarray(target, dtype=np.float64)
-    n = a.shape[1]
-    x = np.zeros(n)
-    passive = np.zeros(n, dtype=bool)
-    scale = np.abs(a).max() * max(np.abs(b).max(), 1e-300)
-    tol = 1e-12 * max(scale, 1e-300) * len(b)
-    for _ in range(max_iter):
-        grad = a.T @ (b - a @ x)
-        free = ~passive & (grad > tol)
-        if not free.any():
-            break
-        passive[np.argmax(np.where(free, grad, -np.inf))] = True
-        while True:
-            z = np.zeros(n)
-            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
-            if (z[passive] > 0).all():
-                x = z
-                break
-            neg = passive & (z <= 0)
-            alpha = np.min(x[neg] / (x[neg] - z[neg]))
-            x = x + alpha * (z - x)
-            passive &= x > 1e-15
-            x[~passive] = 0.0
-    return x
+def nnls(design: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Non-negative least squares (SciPy's active-set solver): the coefficients only."""
+    return scipy.optimize.nnls(np.asarray(design, dtype=np.float64),
+                               np.asarray(target, dtype=np.float64))[0]
 
 
 def fit_overhead(measured: np.ndarray, terms: np.ndarray, num_seqs: np.ndarray
@@ -197,7 +159,7 @@ def fit_overhead(measured: np.ndarray, terms: np.ndarray, num_seqs: np.ndarray
     """(constant_s, per_seq_s) ≥ 0 minimising the relative error of terms + overhead."""
     w = 1.0 / np.maximum(measured, MIN_SECONDS)
     design = np.stack([np.ones_like(num_seqs), num_seqs], axis=1) * w[:, None]
-    const, slope = nnls_small(design, (measured - terms) * w)
+    const, slope = nnls(design, (measured - terms) * w)
     return float(const), float(slope)
 
 
@@ -214,7 +176,7 @@ def split_per_seq(batch: np.ndarray, kv_tokens: np.ndarray, seconds: np.ndarray
     """
     w = 1.0 / np.maximum(seconds, MIN_SECONDS)
     design = np.stack([batch, kv_tokens, np.ones_like(batch)], axis=1) * w[:, None]
-    alpha = float(nnls_small(design, np.ones_like(seconds))[0])
+    alpha = float(nnls(design, np.ones_like(seconds))[0])
     return alpha, np.maximum(seconds - alpha * batch, 0.05 * seconds)
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calibrate.fit import nnls_small
+from calibrate.fit import nnls
 from calibrate.from_kernels import MIN_PREFILL_TOKENS, PREFILL_MAX_BATCH, layer_gemms
 from calibrate.gpu_profiles import MODELS, TPS
 from calibrate.kernel_db import KernelDb, KernelDbError
@@ -71,7 +71,7 @@ def round_sig(x: float, digits: int = 2) -> float:
 def _relative_lstsq(columns: list[np.ndarray], t: np.ndarray) -> np.ndarray:
     """Non-negative coefficients c minimising Σ((Σ c_j·col_j − t) / t)²."""
     a = np.column_stack(columns) / t[:, None]
-    return np.asarray(nnls_small(a, np.ones_like(t)), dtype=np.float64)
+    return np.asarray(nnls(a, np.ones_like(t)), dtype=np.float64)
 
 
 # -- points from the database ---------------------------------------------------------------

@@ -16,6 +16,7 @@ def test_wheel_runs_shipped_scenario_from_another_directory(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheel_dir),
                     str(ROOT)], check=True, capture_output=True, timeout=300)
     wheel = next(wheel_dir.glob("fleetsim-*.whl"))
+    _check_metadata(wheel)
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
                     str(site), str(wheel)], check=True, capture_output=True, timeout=300)
     work = tmp_path / "elsewhere"
@@ -29,3 +30,50 @@ def test_wheel_runs_shipped_scenario_from_another_directory(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert (work / "out" / "summary.json").is_file()
+
+
+def _check_metadata(wheel: Path) -> None:
+    """One version (sim/__init__.py's), the licence as an SPDX expression with its file,
+    and Dask only for those who ask for cluster sweeps."""
+    import email
+    import zipfile
+
+    import sim
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        meta = email.message_from_bytes(zf.read(next(n for n in names
+                                                     if n.endswith(".dist-info/METADATA"))))
+    assert meta["Version"] == sim.__version__
+    assert meta["License-Expression"] == "Apache-2.0"
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    requires = meta.get_all("Requires-Dist")
+    dask = [r for r in requires if r.startswith("dask")]
+    assert dask and all("extra ==" in r for r in dask), dask
+    assert any(r.startswith("scipy") and "extra" not in r for r in requires)
+
+
+def test_version_flag_prints_the_package_version(capsys):
+    import importlib.metadata
+
+    import pytest
+
+    from sim.cli import main
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.strip() == f"fleetsim {importlib.metadata.version('fleetsim')}"
+
+
+def test_a_dask_sweep_without_dask_says_what_to_install(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    from sim.cli import main
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "distributed" else real(name, *a))
+    code = main(["sweep", str(ROOT / "scenarios" / "quickstart.yaml"), "--vary", "seed=1,2",
+                 "--executor", "dask", "--out", str(tmp_path / "t.csv")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--executor" in err and "fleetsim[cluster]" in err
+    assert not (tmp_path / "t.csv").exists()

@@ -12,6 +12,7 @@ import argparse
 import re
 import sys
 
+from sim import __version__
 from sim.cli.calibrate import add_calibrate
 from sim.cli.inspect import add_inspect
 from sim.cli.planning import add_planning
@@ -34,6 +35,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="fleetsim", description="Discrete-event capacity planner for LLM serving fleets.")
+    parser.add_argument("--version", action="version", version=f"fleetsim {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=_Parser)
     add_run(sub)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 from pathlib import Path
 
@@ -84,6 +85,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.scheduler is not None and args.executor != "dask":
         raise ScenarioError("--scheduler names a Dask scheduler: add --executor dask",
                             field="--scheduler")
+    if args.executor == "dask" and importlib.util.find_spec("distributed") is None:
+        raise ScenarioError("--executor dask needs Dask, which local sweeps do without: "
+                            "pip install 'fleetsim[cluster]'", field="--executor")
     scenario = load_from_args(args)
     varies = [parse_vary(v) for v in args.vary]
     check_grid(varies, fixed=[s.partition("=")[0] for s in args.set or []])

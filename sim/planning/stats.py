@@ -4,15 +4,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
-# two-sided 97.5% quantiles of Student's t for 1..30 degrees of freedom
-_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-         2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+import scipy.stats
 
 
 def t975(dof: int) -> float:
-    return _T975[dof - 1] if dof <= len(_T975) else 1.96
+    """The two-sided 95% quantile of Student's t with ``dof`` degrees of freedom."""
+    return float(scipy.stats.t.ppf(0.975, dof))
 
 
 def mean_ci(values, floor: float | None = None) -> dict[str, float | None]:

@@ -242,20 +242,6 @@ def test_fit_measures_a_machine_slower_than_at_calibration():
     assert fit.all_steps["max"] < 1e-3
 
 
-def test_nnls_finds_the_constrained_optimum():
-    """Lawson-Hanson against trying every support: the same residual, never negative."""
-    from calibrate.fit import nnls, nnls_small
-    rng = np.random.default_rng(3)
-    for _ in range(30):
-        a = rng.random((40, 6))
-        b = rng.random(40) - 0.4
-        x = nnls(a, b)
-        assert (x >= 0).all()
-        best = nnls_small(a, b)
-        assert np.sum((a @ x - b) ** 2) == pytest.approx(np.sum((a @ best - b) ** 2),
-                                                         rel=1e-9, abs=1e-12)
-
-
 def test_fit_drops_step_sizes_it_never_saw():
     """Knots of the per-key table with no step near them are left out, not set to zero."""
     from calibrate.engine_fit import fit_rows

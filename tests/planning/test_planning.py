@@ -206,3 +206,11 @@ def test_max_rate_stops_where_a_larger_load_would_be_refused():
     assert row["feasible"] and row["rate_scale"] in (1.0, 2.0, 4.0)
     assert f"{row['rate_scale'] * 2:g}x would be refused" in row["note"]
     assert "max_requests = 400" in row["note"]
+
+
+def test_t_quantiles_past_thirty_degrees_of_freedom_are_not_the_normal_ones():
+    """1.96 for every n > 31 made intervals up to 4% too narrow (t at 31 dof is 2.040)."""
+    from sim.planning.stats import t975
+    assert t975(1) == pytest.approx(12.706, abs=1e-3)
+    assert t975(31) == pytest.approx(2.0395, abs=1e-4)
+    assert t975(120) == pytest.approx(1.9799, abs=1e-4)
