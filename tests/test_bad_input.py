@@ -1280,6 +1280,7 @@ ARGV_CASES = [
      ["not a `fleetsim check` baseline", "at least 0"]),
     ("compare-summary-holding-nan", ["compare", "{d}/nanrun", "{d}/nanrun"],
      ["not a summary.json that `fleetsim run` wrote"]),
+    ("compare-one-run", ["compare", "{d}/negrun"], ["give 2 to 16 runs", "not 1"]),
     ("compare-summary-of-a-negative-latency", ["compare", "{d}/negrun", "{d}/nanrun"],
      ["negrun/summary.json", "figure ttft_p99_s is -3, below zero"]),
     ("compare-summary-of-a-string-figure", ["compare", "{d}/strrun", "{d}/strrun"],

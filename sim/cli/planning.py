@@ -144,12 +144,22 @@ def _is_sweep_page(path: Path) -> bool:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from sim.planning.compare import compare, load_summary
+    from sim.planning.compare import MAX_RUNS, compare, labels_for, load_summary, render
 
+    if len(args.runs) < 2 or len(args.runs) > MAX_RUNS:
+        raise ScenarioError(f"give 2 to {MAX_RUNS} runs (result folders or scenarios), "
+                            f"not {len(args.runs)}", field="compare")
     allowed = allowed_paths(args)
-    table = compare(load_summary(args.a, allowed), load_summary(args.b, allowed))
-    # a figure only one side has, or a change from 0: no number to show
-    with_pd_options(lambda: print(table.to_string(index=False, na_rep="-")))
+    labels = labels_for(args.runs)
+    table = compare({label: load_summary(path, allowed)
+                     for label, path in zip(labels, args.runs)})
+    if args.json:
+        records = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
+                   for r in table.to_dict(orient="records")]
+        print(json.dumps({"runs": dict(zip(labels, args.runs)), "figures": records},
+                         indent=2))
+    else:
+        print(render(table))
     return 0
 
 
@@ -210,9 +220,14 @@ def add_planning(sub) -> None:
     add_allow_path(sweep_p)
     sweep_p.set_defaults(func=_cmd_sweep)
 
-    cmp_p = sub.add_parser("compare", help="two scenarios or result folders side by side")
-    cmp_p.add_argument("a")
-    cmp_p.add_argument("b")
+    cmp_p = sub.add_parser(
+        "compare", help="result folders or scenarios side by side",
+        description="Key figures of two or more runs side by side, with each later run's "
+                    "change from the first in percent. Example: fleetsim compare "
+                    "results/base results/bigger-pool")
+    cmp_p.add_argument("runs", nargs="+", metavar="RUN",
+                       help="a result folder (its summary.json) or a scenario (run now)")
+    cmp_p.add_argument("--json", action="store_true", help="print the table as JSON")
     add_allow_path(cmp_p)
     cmp_p.set_defaults(func=_cmd_compare)
 

@@ -71,12 +71,55 @@ def _read_summary(path: Path) -> dict:
     return data
 
 
-def compare(a: dict, b: dict) -> pd.DataFrame:
-    ra, rb = summary_row(a), summary_row(b)
-    rows = []
-    for key in dict.fromkeys(list(ra) + list(rb)):
-        va, vb = ra.get(key), rb.get(key)
-        diff = vb - va if isinstance(va, (int, float)) and isinstance(vb, (int, float)) else None
-        rel = diff / va if diff is not None and va else None
-        rows.append({"figure": key, "A": va, "B": vb, "B - A": diff, "change": rel})
-    return pd.DataFrame(rows)
+MAX_RUNS = 16
+
+
+def labels_for(paths: list[str]) -> list[str]:
+    """A short name per run (its folder's or scenario file's name), told apart where two
+    runs share one."""
+    names = [Path(p).name if Path(p).is_dir() else Path(p).stem for p in paths]
+    names = [n or str(p) for n, p in zip(names, paths)]
+    return [f"{n} ({i + 1})" if names.count(n) > 1 else n for i, n in enumerate(names)]
+
+
+def compare(summaries: dict[str, dict]) -> pd.DataFrame:
+    """One row per figure, one column per run, and each later run's change from the
+    first in percent (none where a side has no number or the first is 0)."""
+    rows = {label: summary_row(s) for label, s in summaries.items()}
+    labels = list(rows)
+    first = labels[0]
+    table = []
+    for key in dict.fromkeys(k for r in rows.values() for k in r):
+        row: dict = {"figure": key}
+        for label in labels:
+            v = rows[label].get(key)
+            row[label] = float(v) if isinstance(v, (int, float)) else None
+        base = row[first]
+        for label in labels[1:]:
+            v = row[label]
+            row[f"{label} vs {first} %"] = ((v - base) / base * 100.0
+                                            if v is not None and base else None)
+        table.append(row)
+    return pd.DataFrame(table, columns=["figure", *labels,
+                                        *(f"{lb} vs {first} %" for lb in labels[1:])])
+
+
+def render(table: pd.DataFrame) -> str:
+    """The table as text: four significant figures, thousands separated, changes signed,
+    '-' where there is no number."""
+    def cell(column: str, value) -> str:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "-"
+        if column.endswith(" %"):
+            return f"{value:+,.1f}%"
+        return f"{value:,.4g}" if abs(value) < 1e5 else f"{value:,.0f}"
+
+    columns = list(table.columns)
+    cells = [[str(v) if c == "figure" else cell(c, v) for c, v in zip(columns, row)]
+             for row in table.itertuples(index=False)]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(columns, widths)))]
+    lines += ["  ".join(v.ljust(w) if i == 0 else v.rjust(w)
+                        for i, (v, w) in enumerate(zip(r, widths))) for r in cells]
+    return "\n".join(lines)

@@ -147,8 +147,9 @@ def test_replications_cli_writes_intervals(tmp_path, capsys):
     assert fig["n"] == 3 and fig["ci95_low"] <= fig["mean"] <= fig["ci95_high"]
 
 
-def test_compare_two_result_folders(tmp_path, capsys):
-    """compare shows both runs' figures and their difference."""
+def test_compare_result_folders(tmp_path, capsys):
+    """compare shows each run's figures and each later run's change from the first, as
+    text or JSON."""
     for name, rate in (("a", "1"), ("b", "2")):
         assert main(["run", str(ROOT / "scenarios" / "v2-continuous.yaml"), "--duration", "10s",
                      "--set", f"workload.rate_scale={rate}", "--out", str(tmp_path / name),
@@ -156,7 +157,17 @@ def test_compare_two_result_folders(tmp_path, capsys):
     capsys.readouterr()
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     out = capsys.readouterr().out
-    assert "requests_per_s" in out and "B - A" in out
+    assert "requests_per_s" in out and "b vs a %" in out and "NaN" not in out
+    rejected = next(line for line in out.splitlines() if line.startswith("rejected "))
+    assert rejected.split()[-1] == "-"          # a change from 0: no number
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "a"),
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert list(data["runs"]) == ["a (1)", "b", "a (3)"]
+    row = next(r for r in data["figures"] if r["figure"] == "arrived")
+    assert row["a (3) vs a (1) %"] == 0.0
+    assert row["b vs a (1) %"] == pytest.approx((row["b"] - row["a (1)"]) / row["a (1)"] * 100)
+    assert row["b"] > row["a (1)"]
 
 
 @pytest.mark.parametrize("argv, fragment", [
