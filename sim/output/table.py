@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 _NONE = "-"
@@ -151,7 +152,21 @@ def summary_table(summary: dict) -> list[Table]:
 
 
 def print_summary(summary: dict, console: Console | None = None) -> None:
-    """Print :func:`summary_table` to ``console`` (standard output by default)."""
+    """Print :func:`summary_table` to ``console`` (standard output by default). A figure
+    is never cut: on a terminal a narrow column folds its cells onto more lines; into a
+    file or a CI log (no width to respect) each table takes the width it needs."""
     console = console or Console()
     for table in summary_table(summary):
-        console.print(table)
+        for column in table.columns:
+            column.overflow = "fold"
+        if console.is_terminal:
+            console.print(table)
+        else:
+            needed = Measurement.get(console, console.options.update_width(10_000),
+                                     table).maximum
+            width = console.width
+            console.width = max(needed, width)      # print's own width is capped by it
+            try:
+                console.print(table)
+            finally:
+                console.width = width

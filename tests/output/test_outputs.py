@@ -272,3 +272,19 @@ def test_each_teams_latency_leaves_out_the_warm_up_as_the_overall_figures_do():
     assert team["ttft_p99_s"] != pytest.approx(done["ttft_s"].quantile(0.99), rel=1e-6)
     assert team["completed"] == len(done)
     assert res.summary["latency_s"]["ttft"]["p99"] == pytest.approx(team["ttft_p99_s"])
+
+
+def test_tables_into_a_file_never_cut_a_figure():
+    """Into a file or a CI log rich assumed 80 columns and cut a team's cost to
+    '$1,299.…'; every figure is now written whole, whatever the width."""
+    teams = {f"team-with-a-rather-long-name-{i}": {
+        "requests": 123456789, "completed": 123456789, "rejected": 0,
+        "input_tokens": 98765432101, "output_tokens": 12345678901, "cost_usd": 1299.8765}
+        for i in range(3)}
+    console = Console(file=io.StringIO(), width=40)
+    assert not console.is_terminal
+    print_summary({"latency_s": {}, "cost": {}, "teams": teams}, console)
+    text = console.file.getvalue()
+    assert "…" not in text and "..." not in text
+    assert text.count("98,765,432,101") == 3 and text.count("team-with-a-rather-long-name-2") == 1
+    assert "$1,299" in text
