@@ -201,4 +201,23 @@ def test_every_commands_help_prints(command, capsys):
     with pytest.raises(SystemExit) as done:
         main([command, "--help"])
     assert done.value.code == 0
-    assert "usage: fleetsim" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "usage: fleetsim" in out and f"examples:\n  fleetsim {command}" in out
+
+
+def test_every_example_in_the_help_parses_and_names_files_that_ship():
+    """The examples in --help are commands that parse; the shipped scenarios they name
+    exist."""
+    import shlex
+
+    from sim.cli import EXAMPLES, build_parser
+    parser = build_parser()
+    assert set(EXAMPLES) == set(parser._subparsers._group_actions[0].choices)
+    for command, examples in EXAMPLES.items():
+        for example in examples:
+            words = shlex.split(example.split(" > ")[0])
+            assert words[:2] == ["fleetsim", command]
+            parser.parse_args(words[1:])
+            for word in words:
+                if word.startswith("scenarios/") and "*" not in word:
+                    assert (ROOT / word).is_file(), word

@@ -43,7 +43,37 @@ def build_parser() -> argparse.ArgumentParser:
     add_inspect(sub)
     add_calibrate(sub)
     add_validate(sub)
+    for name, command in sub.choices.items():
+        command.formatter_class = argparse.RawDescriptionHelpFormatter
+        command.epilog = "examples:\n" + "\n".join(f"  {e}" for e in EXAMPLES[name])
     return parser
+
+
+# what each command's --help ends with (each parses: tests/test_cli.py)
+EXAMPLES = {
+    "run": ["fleetsim run scenarios/quickstart.yaml",
+            "fleetsim run scenarios/quickstart.yaml --duration 10min --seed 3 --out results/q",
+            "fleetsim run scenarios/quickstart.yaml --replications 8 --workers 2 --warmup 60s",
+            "fleetsim run scenarios/quickstart.yaml --set pools.main.replicas=4"],
+    "size": ["fleetsim size scenarios/chat-70b.yaml --slo ttft_p99=2s --slo tpot_p99=50ms",
+             "fleetsim size scenarios/quickstart.yaml --slo ttft_p99=1s --max-rate"],
+    "sweep": ["fleetsim sweep scenarios/quickstart.yaml --vary pools.main.replicas=1..4 "
+              "--vary workload.rate_scale=1,2 --workers 2 --report sweep.html"],
+    "compare": ["fleetsim compare results/quickstart results/quickstart-bigger",
+                "fleetsim compare a.yaml b.yaml c.yaml --json"],
+    "check": ["fleetsim check scenarios/quickstart.yaml --baseline baseline.json "
+              "--slo ttft_p99=2s --update",
+              "fleetsim check scenarios/quickstart.yaml --baseline baseline.json "
+              "--slo ttft_p99=2s --tolerance 5%"],
+    "schema": ["fleetsim schema > fleetsim.schema.json"],
+    "lint": ["fleetsim lint scenarios/*.yaml"],
+    "profiles": ["fleetsim profiles"],
+    "import-model": ["fleetsim import-model config.json --name my-model "
+                     "--out profiles/models/my-model.yaml"],
+    "calibrate": ["fleetsim calibrate --model tiny-llama --quick"],
+    "validate": ["fleetsim validate scenarios/validate/*.yaml",
+                 "fleetsim validate --engine vllm --from-logs tests/data/vllm-recorded"],
+}
 
 
 # Commands whose only product is what they print: a reader that goes away early
