@@ -197,13 +197,19 @@ def inputs_of(args: argparse.Namespace, scenario=None) -> list[str]:
 
 
 def slos_from_args(args: argparse.Namespace) -> list:
-    from sim.planning.slo import parse_slo
+    from sim.config.slos import parse_slo
     slos = [parse_slo(text) for text in args.slo or []]
     metrics = [s.metric for s in slos]
     for metric in dict.fromkeys(m for m in metrics if metrics.count(m) > 1):
         raise ScenarioError(f"--slo {metric}: given twice; give each metric one target",
                             field="--slo")
     return slos
+
+
+def scenario_slos(scenario) -> list:
+    """The fleet-wide SLOs of the scenario's ``slos:`` block (none without one)."""
+    from sim.config.slos import targets
+    return targets(scenario.slos) if scenario.slos is not None else []
 
 
 def with_pd_options(fn) -> None:

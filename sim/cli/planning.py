@@ -10,7 +10,7 @@ from sim.config.errors import ScenarioError
 from sim.output.output_paths import slug
 from sim.cli.common import (path_arg, count_arg, tolerance_arg, MAX_WORKERS, count_bar,
                             load_from_args, allowed_paths, add_allow_path, inputs_of,
-                            slos_from_args, with_pd_options)
+                            scenario_slos, slos_from_args, with_pd_options)
 
 
 def _cmd_size(args: argparse.Namespace) -> int:
@@ -22,9 +22,11 @@ def _cmd_size(args: argparse.Namespace) -> int:
         raise ScenarioError("--force replaces an output folder, and size writes none "
                             "without --out", field="--force")
     scenario = load_from_args(args)
-    slos = slos_from_args(args)
+    slos = slos_from_args(args) or scenario_slos(scenario)
     if not slos:
-        raise ScenarioError("give at least one --slo, e.g. --slo ttft_p99=2s", field="--slo")
+        raise ScenarioError("give at least one --slo, e.g. --slo ttft_p99=2s, or an `slos:` "
+                            "block in the scenario (its fleet-wide objectives: size sizes "
+                            "each pool for all the requests it serves)", field="--slo")
     pools = args.pool or None
     twice = sorted({p for p in pools or [] if pools.count(p) > 1})
     if twice:
@@ -167,6 +169,8 @@ DEFAULT_TOLERANCE = 0.05
 
 
 def _cmd_drift_check(args: argparse.Namespace) -> int:
+    from sim.output.atomic_write import write_file
+    from sim.output.junit import is_junit_report, junit_xml
     from sim.output.output_paths import check_file
     from sim.planning.check import check, is_baseline
 
@@ -177,13 +181,32 @@ def _cmd_drift_check(args: argparse.Namespace) -> int:
                             field="--tolerance")
     if args.tolerance is None:
         args.tolerance = DEFAULT_TOLERANCE
+    if args.update and (args.junit or args.json):
+        raise ScenarioError("--update records the baseline and compares nothing: there is "
+                            "no verdict to write", field="--junit" if args.junit else "--json")
     if args.update:     # before any work: never an input, never a file check did not write
         check_file(baseline, kind="a `fleetsim check` baseline", is_kind=is_baseline,
                    inputs=inputs_of(args))
-    code, lines = check(args.scenarios, baseline, slos_from_args(args), args.tolerance,
-                        args.update, allow_paths=allowed_paths(args))
-    for line in lines:
-        print(line)
+    if args.junit:
+        check_file(Path(args.junit), kind="a JUnit report `fleetsim check` wrote",
+                   is_kind=is_junit_report, inputs=inputs_of(args))
+        if Path(args.junit).resolve() == baseline.resolve():
+            raise ScenarioError("the report would replace the baseline; name another file",
+                                field="--junit")
+    code, lines, verdicts = check(args.scenarios, baseline, slos_from_args(args),
+                                  args.tolerance, args.update,
+                                  allow_paths=allowed_paths(args))
+    if args.junit:
+        write_file(Path(args.junit), junit_xml(((v.scenario, v.problems) for v in verdicts),
+                                               str(baseline)))
+    if args.json:
+        print(json.dumps({"ok": code == 0, "baseline": str(baseline),
+                          "scenarios": [{"scenario": v.scenario, "ok": not v.problems,
+                                         "problems": v.problems} for v in verdicts]},
+                         indent=2))
+    else:
+        for line in lines:
+            print(line)
     return code
 
 
@@ -239,5 +262,9 @@ def add_planning(sub) -> None:
                          help=f"how far a figure may drift (default "
                               f"{100 * DEFAULT_TOLERANCE:.0f}%%)")
     check_p.add_argument("--update", action="store_true", help="rewrite the baseline")
+    check_p.add_argument("--junit", type=path_arg, metavar="XML",
+                         help="also write the verdicts as JUnit XML (one case per scenario)")
+    check_p.add_argument("--json", action="store_true",
+                         help="print the verdicts as JSON instead of lines")
     add_allow_path(check_p)
     check_p.set_defaults(func=_cmd_drift_check)

@@ -14,6 +14,7 @@ import numpy as np
 from sim.autoscalers.base import DEFAULT_TICK_S
 from sim.config.lengths import least_request
 from sim.config.scenario import Scenario
+from sim.config.slos import targets
 from sim.config.workload import ClosedArrivalConfig, StreamConfig, TraceArrivalConfig
 from sim.workload.rates import build_rate
 
@@ -187,6 +188,7 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
     problems.extend(_names_told_apart(scenario))
     problems.extend(_check_pool_policies(scenario))
     problems.extend(_check_teams(scenario))
+    problems.extend(_check_slos(scenario))
     over = request_budget(total, scenario.max_requests, "shorten the run or lower the rates")
     if over is not None:
         problems.append((("workload",), f"the streams would send up to {total:.3g} "
@@ -313,6 +315,30 @@ def _limits_pass_a_request(scenario: Scenario) -> list[tuple[Loc, str]]:
                                      f"smallest request of stream '{sname}' ({least:,} tokens"
                                      f", prompt + output): {held} never lets one through; "
                                      f"give at least {least:,}"))
+    return problems
+
+
+def _check_slos(scenario: Scenario) -> list[tuple[Loc, str]]:
+    """An SLO block that sets nothing, or a team's SLOs for a team no stream sends for."""
+    slos = scenario.slos
+    if slos is None:
+        return []
+    problems: list[tuple[Loc, str]] = []
+    if not targets(slos) and not slos.teams:
+        problems.append((("slos",), "sets no objective; give e.g. ttft_p99: 2s, or remove "
+                         "the block"))
+    gw = scenario.gateway
+    sending = set()
+    for stream in scenario.workload.streams.values():
+        key = gw.keys.get(stream.api_key) if stream.api_key is not None else None
+        sending.add(key.team if key is not None and stream.team == "default" else stream.team)
+    for team, block in slos.teams.items():
+        if team not in sending:
+            problems.append((("slos", "teams", team), f"no stream sends for team '{team}'; "
+                             f"teams: {', '.join(sorted(sending))}"))
+        elif not targets(block):
+            problems.append((("slos", "teams", team), "sets no objective; give e.g. "
+                             "ttft_p99: 2s, or remove the team"))
     return problems
 
 

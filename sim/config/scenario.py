@@ -14,6 +14,7 @@ from sim.config.common import (Bytes, BytesPerS, Flag, Fraction, Name, PositiveB
                                PositiveInt, PositiveSeconds, ReplicaCount, Seconds, StrictModel,
                                UsdPerGpuHour)
 from sim.config.gateway import GatewayConfig
+from sim.config.slos import SlosConfig
 from sim.config.specs import DType, HardwareSpec, ModelSpec
 from sim.config.workload import WorkloadConfig
 from sim.cost import COST_MODELS, CostModelConfig
@@ -152,6 +153,10 @@ class Scenario(StrictModel):
     gateway: GatewayConfig = Field(default_factory=GatewayConfig,
                                    description="Auth, team limits, model registry and routes")
     pools: dict[Name, PoolConfig] = Field(min_length=1, description="Pool name -> pool")
+    slos: SlosConfig | None = Field(
+        None, description="Service-level objectives: summary.json, the terminal summary and "
+                          "the report give each one's verdict; `size` and `check` size "
+                          "against them unless --slo is given")
 
     # Where the scenario was read from: relative paths in it resolve against this.
     _source: str | None = PrivateAttr(default=None)

@@ -60,6 +60,7 @@ def build_report(results, sweep=None) -> str:
              f"<title>fleetsim: {_e(s['scenario'])}</title><style>{CSS}</style></head><body>",
              f"<h1>{_e(s['scenario'])}</h1>",
              f"<p>{_e(results.scenario.description)}</p>" if results.scenario.description else "",
+             *_slo_section(s.get("slo")),
              "<h2>Summary</h2>",
              _table(["requests", "value"], [
                  ["arrived", s["requests"]["arrived"]], ["completed", s["requests"]["completed"]],
@@ -95,6 +96,31 @@ def build_report(results, sweep=None) -> str:
              f"<pre>{_e(yaml.safe_dump(results.scenario.model_dump(mode='json'), sort_keys=False))}"
              "</pre></body></html>"]
     return "\n".join(p for p in parts if p)
+
+
+def _slo_section(slo: dict | None) -> list[str]:
+    """The SLO verdict first: each objective's target, measured value and margin, and
+    the goodput, fleet-wide and per team."""
+    if not slo:
+        return []
+    verdict = "all met" if slo.get("met") else "MISSED"
+    rows = []
+    scopes = ([("all requests", slo["fleet"])] if slo.get("fleet") else []) + \
+        [(f"team {team}", v) for team, v in (slo.get("teams") or {}).items()]
+    for scope, part in scopes:
+        for o in part["objectives"]:
+            unit = 1.0 if o["metric"] == "attainment" else 1e3
+            margin = o.get("margin")
+            rows.append([scope, o["metric"] + ("" if o["metric"] == "attainment" else " (ms)"),
+                         o["target"] * unit,
+                         None if o.get("measured") is None else o["measured"] * unit,
+                         None if margin is None else f"{margin * 100:+.1f}%",
+                         "met" if o["met"] else "MISSED"])
+        rows.append([scope, "goodput (req/s)", None, part.get("goodput_requests_per_s"),
+                     None, f"{part.get('within_every_bound', 0):,} of "
+                           f"{part.get('requests', 0):,} within every bound"])
+    return [f"<h2>SLOs: {verdict}</h2>",
+            _table(["scope", "objective", "target", "measured", "margin", "verdict"], rows)]
 
 
 SWEEP_X = "output_tokens_per_s"

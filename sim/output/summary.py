@@ -9,6 +9,7 @@ import pandas as pd
 
 from sim.core.request import Status
 from sim.output.accounts import RunAccount
+from sim.output.slo import slo_section
 
 PERCENTILES = (50, 90, 99)
 
@@ -132,8 +133,11 @@ def summarise(run: RunAccount, requests: pd.DataFrame, ts: pd.DataFrame,
     steady = done[done["arrival_s"] >= warmup_s]
     out_tokens = int(done["output_tokens"].sum())
     in_tokens = int(done["prompt_tokens"].sum())
+    slo = (slo_section(requests, run.scenario.slos, warmup_s, end_s)
+           if run.scenario.slos is not None else None)
     return {
         "scenario": run.scenario.name,
+        **({"slo": slo} if slo is not None else {}),
         "seed": run.scenario.seed,
         "duration_s": run.scenario.duration,
         "end_s": end_s,

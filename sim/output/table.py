@@ -146,9 +146,41 @@ def _teams(s: dict) -> Table:
     return t
 
 
+def _target(metric: str, value: float | None) -> str:
+    if value is None:
+        return _NONE
+    return _pct(value) if metric == "attainment" else fmt_seconds(value)
+
+
+def _slo(s: dict) -> Table | None:
+    """The SLO verdict: one row per objective (fleet-wide, then each team's), with the
+    measured value and the margin, and the goodput."""
+    slo = s.get("slo")
+    if not slo:
+        return None
+    title = "SLOs: " + ("all met" if slo.get("met") else "MISSED")
+    t = _new(title, "objective", "target", "measured", "margin", "verdict")
+    scopes = ([("", slo["fleet"])] if slo.get("fleet") else []) + \
+        [(f"{team}: ", v) for team, v in (slo.get("teams") or {}).items()]
+    for prefix, scope in scopes:
+        for o in scope.get("objectives", []):
+            margin = o.get("margin")
+            t.add_row(prefix + o["metric"], _target(o["metric"], o.get("target")),
+                      _target(o["metric"], o.get("measured")),
+                      _NONE if margin is None else f"{margin * 100:+.1f}%",
+                      "met" if o.get("met") else "MISSED")
+        goodput = scope.get("goodput_requests_per_s")
+        t.add_row(prefix + "goodput", "", f"{_num(goodput, 2)} req/s", "",
+                  f"{_pct(scope.get('attainment'))} within every bound")
+    return t
+
+
 def summary_table(summary: dict) -> list[Table]:
-    """The summary as four tables: overview, latency, pools, teams."""
-    return [_overview(summary), _latency(summary), _pools(summary), _teams(summary)]
+    """The summary as tables: the SLO verdict (when the scenario sets SLOs), overview,
+    latency, pools, teams."""
+    slo = _slo(summary)
+    return ([slo] if slo is not None else []) + [
+        _overview(summary), _latency(summary), _pools(summary), _teams(summary)]
 
 
 def print_summary(summary: dict, console: Console | None = None) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from dataclasses import dataclass
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -16,14 +18,19 @@ import sim
 from sim.config.errors import ScenarioError
 from sim.config.inputs import InputFileError, read_bytes, shown
 from sim.planning.size import evaluate, min_replicas
-from sim.planning.slo import Slo
+from sim.config.slos import Slo, targets
 
 LATENCY_KEYS = ("ttft_p99", "tpot_p99", "e2e_p99")
 
 
 def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = ()) -> dict:
+    """Required replicas per pool and the run's latencies, against ``slos`` or, when none
+    are given, the scenario's own fleet-wide ``slos:``; the SLOs used are recorded."""
     scenario = sim.load_scenario(path, allow_paths=allow_paths)
-    out: dict = {"pools": {}, "latency_s": {}, "slo_met": True}
+    if not slos and scenario.slos is not None:
+        slos = targets(scenario.slos)
+    out: dict = {"pools": {}, "latency_s": {}, "slo_met": True,
+                 "slos": {s.metric: s.target for s in slos}}
     summary = sim.run(scenario).summary
     for key in LATENCY_KEYS:
         name, stat = key.split("_")
@@ -40,6 +47,11 @@ def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = ()
 
 def drift(base: dict, now: dict, tolerance: float) -> list[str]:
     problems = []
+    if "slos" in base and base["slos"] != now["slos"]:
+        shown_slos = lambda d: ", ".join(f"{k}={v:g}" for k, v in sorted(d.items())) or "none"
+        return [f"SLOs differ from the baseline's ({shown_slos(now['slos'])} against "
+                f"{shown_slos(base['slos'])}): required replicas are not comparable; check "
+                "with the baseline's SLOs or record it anew with --update"]
     for pool, fig in now["pools"].items():
         old = base.get("pools", {}).get(pool, {}).get("required_replicas")
         new = fig["required_replicas"]
@@ -89,6 +101,10 @@ def _baseline_shape_error(data) -> str | None:
                    f"a number (at least 0) or null"
         if not isinstance(latency, dict) or not all(map(_number, latency.values())):
             return f"{where}: latency_s: must be an object of numbers (at least 0) or nulls"
+        slos = entry.get("slos", {})
+        if not isinstance(slos, dict) or not all(
+                isinstance(k, str) and _number(v) and v is not None for k, v in slos.items()):
+            return f"{where}: slos: must be an object of metric names and numbers (at least 0)"
     return None
 
 
@@ -136,8 +152,26 @@ def is_baseline(path: Path) -> bool:
                               for e in data.values())
 
 
+@dataclass(frozen=True)
+class Verdict:
+    scenario: str                  # its key in the baseline
+    problems: list[str]            # empty: within the baseline
+
+
+def baseline_key(path: str, baseline: Path) -> str:
+    """A scenario's key in a baseline: its path relative to the baseline's folder, with
+    '/' (the same whether typed as ./s.yaml, s.yaml or an absolute path, from any
+    working directory)."""
+    try:
+        return Path(os.path.relpath(Path(path).resolve(),
+                                    baseline.parent.resolve())).as_posix()
+    except ValueError:             # another drive: no relative path
+        return Path(path).resolve().as_posix()
+
+
 def check(paths: list[str], baseline: Path, slos: list[Slo], tolerance: float,
-          update: bool, allow_paths: Iterable[str] = ()) -> tuple[int, list[str]]:
+          update: bool, allow_paths: Iterable[str] = ()
+          ) -> tuple[int, list[str], list[Verdict]]:
     """Measure ``paths`` and compare them with ``baseline``; with ``update``, write
     the baseline instead (the caller has checked it may be written: see
     :func:`sim.output.output_paths.check_file`)."""
@@ -146,17 +180,17 @@ def check(paths: list[str], baseline: Path, slos: list[Slo], tolerance: float,
         raise ScenarioError("no such baseline; make it with --update (it records today's "
                             "figures)", file=shown(baseline), field="--baseline")
     stored = {} if update else read_baseline(baseline)
-    current = {str(p): measure_scenario(p, slos, allow_paths) for p in paths}
+    current = {baseline_key(p, baseline): measure_scenario(p, slos, allow_paths)
+               for p in paths}
     if update:
         write_file(baseline, json.dumps(current, indent=2, sort_keys=True) + "\n")
-        return 0, [f"wrote {baseline} ({len(current)} scenarios)"]
-    lines, failed = [], False
-    for path, now in current.items():
-        if path not in stored:
-            lines.append(f"{path}: not in the baseline (run with --update)")
-            failed = True
-            continue
-        problems = drift(stored[path], now, tolerance)
-        failed |= bool(problems)
-        lines += [f"{path}: {p}" for p in problems] or [f"{path}: ok"]
-    return (1 if failed else 0), lines
+        return 0, [f"wrote {baseline} ({len(current)} scenarios)"], []
+    results = []
+    for (key, now), typed in zip(current.items(), paths):
+        entry = stored.get(key, stored.get(str(typed)))    # (older baselines: as typed)
+        if entry is None:
+            results.append(Verdict(key, ["not in the baseline (run with --update)"]))
+        else:
+            results.append(Verdict(key, drift(entry, now, tolerance)))
+    lines = [f"{v.scenario}: {p}" for v in results for p in v.problems or ["ok"]]
+    return (1 if any(v.problems for v in results) else 0), lines, results

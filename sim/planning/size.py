@@ -18,7 +18,8 @@ import sim
 from sim.config.scenario import Scenario
 from sim.planning.overrides import with_values
 from sim.config.resolve import resolve
-from sim.planning.slo import Slo, margins, measure, met
+from sim.config.slos import Slo
+from sim.output.slo import margins, measure, met
 
 
 @dataclass

@@ -16,7 +16,7 @@ from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.planning.overrides import parse_vary, with_values
 from sim.planning.runner import run_many
 from sim.planning.size import evaluate, size
-from sim.planning.slo import parse_slo
+from sim.config.slos import parse_slo
 from sim.planning.stats import aggregate
 from sim.planning.sweep import sweep
 
@@ -211,7 +211,7 @@ def test_max_rate_stops_where_a_larger_load_would_be_refused():
     scenario; it now stops there and says how far it got and why."""
     from sim.planning.overrides import with_values
     from sim.planning.size import max_rate
-    from sim.planning.slo import parse_slo
+    from sim.config.slos import parse_slo
     scenario = with_values(chat(duration=20, rate=4), {"max_requests": 400})
     row = max_rate(scenario, [parse_slo("ttft_p99=1000s")], "p")
     assert row["feasible"] and row["rate_scale"] in (1.0, 2.0, 4.0)

@@ -1,0 +1,86 @@
+"""Service-level objectives: in a scenario's ``slos:`` block, or on the command line as
+``--slo ttft_p99=2s``, ``--slo tpot_p99=50ms``, ``--slo attainment=0.99``.
+
+A latency SLO bounds a statistic (mean or a percentile) of TTFT, TPOT, end-to-end
+latency or queueing delay over the completed requests that arrived after the warm-up;
+``attainment`` is the least share of all those arrivals that must complete within every
+percentile and mean bound given beside it.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass
+
+from pydantic import Field, create_model
+
+from sim.config import units
+from sim.config.common import Name, PositiveFraction, PositiveSeconds, StrictModel
+from sim.config.errors import ScenarioError
+
+LATENCIES = ("ttft", "tpot", "e2e", "queue")
+STATS = ("mean", "p50", "p90", "p95", "p99")
+METRICS = [f"{m}_{s}" for m in LATENCIES for s in STATS] + ["attainment"]
+WHAT = {"ttft": "time to first token", "tpot": "time per output token",
+        "e2e": "end-to-end latency", "queue": "time queued before the first step"}
+
+
+@dataclass(frozen=True)
+class Slo:
+    metric: str
+    target: float            # seconds, or a fraction for attainment
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric == "attainment"
+
+
+def parse_slo(text: str) -> Slo:
+    """``METRIC=VALUE`` from the command line."""
+    if "=" not in text:
+        raise ScenarioError(f"--slo {text!r}: write METRIC=VALUE, e.g. ttft_p99=2s",
+                            field="--slo")
+    metric, value = text.split("=", 1)
+    if metric not in METRICS:
+        close = difflib.get_close_matches(metric, METRICS, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ScenarioError(f"--slo: unknown metric '{metric}'; valid: {', '.join(METRICS)}"
+                            f"{hint}", field="--slo")
+    try:
+        target = float(value) if metric == "attainment" else units.seconds(value)
+    except ValueError as exc:
+        raise ScenarioError(f"--slo {text!r}: {exc}", field="--slo") from None
+    if metric == "attainment" and not 0 < target <= 1:
+        raise ScenarioError(f"--slo {text!r}: attainment is a fraction in (0, 1]",
+                            field="--slo")
+    if metric != "attainment" and not 0 < target < math.inf:
+        raise ScenarioError(f"--slo {text!r}: a latency target is a time greater than 0, "
+                            "e.g. 2s or 50ms", field="--slo")
+    return Slo(metric, target)
+
+
+def _targets_model(name: str, doc: str):
+    fields = {f"{m}_{s}": (PositiveSeconds | None, Field(
+        None, description=f"{s} of {WHAT[m]} at most this, e.g. 2s or 50ms"))
+        for m in LATENCIES for s in STATS}
+    fields["attainment"] = (PositiveFraction | None, Field(
+        None, description="least share of requests (arrivals after the warm-up) completed "
+                          "within every percentile and mean bound given beside it"))
+    return create_model(name, __base__=StrictModel, __doc__=doc, **fields)
+
+
+TeamSlos = _targets_model("TeamSlos", "One team's SLOs (its requests only).")
+_FleetTargets = _targets_model("FleetTargets", "SLOs over every request.")
+
+
+class SlosConfig(_FleetTargets):
+    """SLOs over every request, and a team's own over its requests."""
+
+    teams: dict[Name, TeamSlos] = Field(
+        default_factory=dict, description="Team -> SLOs over that team's requests")
+
+
+def targets(block) -> list[Slo]:
+    """The SLOs a block (fleet or team) sets, in METRICS order."""
+    return [Slo(m, float(getattr(block, m))) for m in METRICS
+            if getattr(block, m, None) is not None]

@@ -1,0 +1,149 @@
+"""SLOs in the scenario: the verdict in summary.json, the terminal and the report; size
+and check read the same block; check's baseline, JSON and JUnit output."""
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from xml.etree import ElementTree
+
+import numpy as np
+import pytest
+import yaml
+from rich.console import Console
+
+import sim
+from sim.cli import main
+from sim.output.table import print_summary
+from tests.simfactories import make_pool, make_scenario, poisson_stream
+
+
+def _scenario(**top):
+    return make_scenario(streams={"s": {**poisson_stream(rate=20.0), "team": "a"},
+                                  "t": {**poisson_stream(rate=4.0), "team": "b"}},
+                         pools={"main": make_pool(replicas=1)}, duration=30.0, warmup=5.0,
+                         **top)
+
+
+@pytest.fixture(scope="module")
+def plain():
+    return sim.run(_scenario())
+
+
+def _measured(requests, team=None):
+    r = requests[(requests["arrival_s"] >= 5.0) & (requests["status"] == "completed")]
+    return r if team is None else r[r["team"] == team]
+
+
+def test_slo_verdict_has_the_known_margins(plain):
+    """Targets set from a run without SLOs (which the block does not change): TTFT p99 at
+    twice its value is met by a margin of exactly 50%; TPOT p50 at half its value is
+    missed by 100%; team b's E2E p95 at its value is met with margin 0."""
+    done = _measured(plain.requests)
+    ttft_p99 = float(np.percentile(done["ttft_s"], 99))
+    tpot_p50 = float(np.percentile(done["tpot_s"].dropna(), 50))
+    e2e_b = float(np.percentile(_measured(plain.requests, "b")["e2e_s"], 95))
+    res = sim.run(_scenario(slos={"ttft_p99": 2 * ttft_p99, "tpot_p50": tpot_p50 / 2,
+                                  "teams": {"b": {"e2e_p95": e2e_b}}}))
+    assert res.requests.equals(plain.requests)
+    slo = res.summary["slo"]
+    assert slo["met"] is False
+    ttft, tpot = slo["fleet"]["objectives"]
+    assert ttft["metric"] == "ttft_p99" and ttft["met"] and ttft["margin"] == pytest.approx(0.5)
+    assert tpot["metric"] == "tpot_p50" and not tpot["met"]
+    assert tpot["margin"] == pytest.approx(-1.0)
+    team = slo["teams"]["b"]
+    assert team["met"] and team["objectives"][0]["margin"] == pytest.approx(0.0, abs=1e-12)
+    # goodput: requests after the warm-up completed within both bounds, per second measured
+    within = ((done["ttft_s"] <= 2 * ttft_p99) & ~(done["tpot_s"] > tpot_p50 / 2)).sum()
+    arrived = int((plain.requests["arrival_s"] >= 5.0).sum())
+    assert slo["fleet"]["within_every_bound"] == within
+    assert slo["fleet"]["attainment"] == pytest.approx(within / arrived)
+    assert slo["fleet"]["goodput_requests_per_s"] == pytest.approx(
+        within / (res.summary["end_s"] - 5.0))
+    console = Console(file=io.StringIO(), width=200)
+    print_summary(res.summary, console)
+    text = console.file.getvalue()
+    assert text.index("SLOs: MISSED") < text.index("arrived")
+    assert "+50.0%" in text and "-100.0%" in text and "b: e2e_p95" in text
+
+
+def test_attainment_counts_every_arrival_after_the_warm_up(plain):
+    done = _measured(plain.requests)
+    bound = float(np.percentile(done["ttft_s"], 80))
+    res = sim.run(_scenario(slos={"ttft_p90": 10.0, "attainment": 0.5}))
+    assert res.summary["slo"]["met"]
+    res = sim.run(_scenario(slos={"ttft_p99": bound, "attainment": 0.95}))
+    fleet = res.summary["slo"]["fleet"]
+    arrived = int((plain.requests["arrival_s"] >= 5.0).sum())
+    share = int((done["ttft_s"] <= bound).sum()) / arrived
+    attainment = next(o for o in fleet["objectives"] if o["metric"] == "attainment")
+    assert attainment["measured"] == pytest.approx(share) and share < 0.95
+    assert not attainment["met"] and res.summary["slo"]["met"] is False
+
+
+def test_report_opens_with_the_verdict(plain, tmp_path):
+    from sim.output.report import build_report
+    res = sim.run(_scenario(slos={"ttft_p99": 100.0}))
+    page = build_report(res)
+    assert page.index("SLOs: all met") < page.index("<h2>Summary</h2>")
+    assert "goodput (req/s)" in page
+
+
+def _write(tmp_path: Path, name: str, **top) -> Path:
+    path = tmp_path / name
+    data = _scenario(**top).model_dump(mode="json", exclude_none=True)
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def test_size_reads_the_scenarios_slos_and_a_flag_overrides_them(tmp_path, capsys):
+    with_block = _write(tmp_path, "b.yaml", slos={"ttft_p99": "150ms"})
+    without = _write(tmp_path, "n.yaml")
+    assert main(["size", str(with_block)]) in (0, 1)
+    from_block = capsys.readouterr().out
+    assert main(["size", str(without), "--slo", "ttft_p99=150ms"]) in (0, 1)
+    assert capsys.readouterr().out == from_block
+    assert main(["size", str(with_block), "--slo", "ttft_p99=10s"]) == 0
+    assert capsys.readouterr().out != from_block
+
+
+def test_check_baseline_records_slos_and_normalised_paths(tmp_path, capsys, monkeypatch):
+    scenario = _write(tmp_path, "s.yaml", slos={"ttft_p99": "2s"})
+    baseline = tmp_path / "ci" / "baseline.json"
+    baseline.parent.mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "./s.yaml", "--baseline", str(baseline), "--update"]) == 0
+    stored = json.loads(baseline.read_text())
+    assert list(stored) == ["../s.yaml"] and stored["../s.yaml"]["slos"] == {"ttft_p99": 2.0}
+    capsys.readouterr()
+    # the same scenario typed otherwise, from elsewhere: found; its SLOs from the block
+    monkeypatch.chdir(baseline.parent)
+    junit = tmp_path / "ci" / "check.xml"
+    assert main(["check", str(scenario), "--baseline", "baseline.json", "--junit",
+                 str(junit), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out == {"ok": True, "baseline": "baseline.json",
+                   "scenarios": [{"scenario": "../s.yaml", "ok": True, "problems": []}]}
+    root = ElementTree.parse(junit).getroot()
+    assert root.get("tests") == "1" and root.get("failures") == "0"
+    # other SLOs than the baseline's: not comparable, a failure with its reason
+    assert main(["check", str(scenario), "--baseline", "baseline.json", "--slo",
+                 "ttft_p99=1s", "--junit", str(junit)]) == 1
+    assert "SLOs differ from the baseline's" in capsys.readouterr().out
+    case = ElementTree.parse(junit).getroot().find("testsuite/testcase")
+    assert case.get("name") == "../s.yaml"
+    assert "SLOs differ" in case.find("failure").get("message")
+
+
+def test_junit_never_replaces_a_file_check_did_not_write(tmp_path, capsys):
+    scenario = _write(tmp_path, "s.yaml", slos={"ttft_p99": "2s"})
+    baseline = tmp_path / "b.json"
+    assert main(["check", str(scenario), "--baseline", str(baseline), "--update"]) == 0
+    mine = tmp_path / "results.xml"
+    mine.write_text("<?xml version='1.0'?><testsuites name='pytest'/>", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["check", str(scenario), "--baseline", str(baseline),
+                 "--junit", str(mine)]) == 2
+    assert "not a JUnit report `fleetsim check` wrote" in capsys.readouterr().err
+    assert mine.read_text().endswith("name='pytest'/>")
