@@ -47,7 +47,8 @@ class Simulation:
         self.recorder = Recorder(record_steps=scenario.record_steps)
         workload_seq, pools_seq, self._gateway_seq = np.random.SeedSequence(scenario.seed).spawn(3)
         self.arrivals: RequestArrivals = generate_arrivals(
-            scenario.workload, scenario.duration, workload_seq, base_dir)
+            scenario.workload, scenario.duration, workload_seq, base_dir,
+            max_requests=scenario.max_requests)
         check_request_count(scenario, self.arrivals)
         pool_rngs = [np.random.default_rng(s) for s in pools_seq.spawn(len(resolved.pools))]
         team_weights = {t: cfg.weight for t, cfg in scenario.gateway.teams.items()}

@@ -6,6 +6,7 @@ lets different fleet designs be compared on exactly the same requests.
 """
 from __future__ import annotations
 
+import math
 import pathlib
 from dataclasses import dataclass
 
@@ -65,7 +66,8 @@ def stream_seed_seqs(seed_seq: np.random.SeedSequence, n_streams: int
 
 
 def _stream_requests(stream: StreamConfig, duration_s: float, rate_scale: float,
-                     seed_seq: np.random.SeedSequence, base_dir: DataFiles
+                     seed_seq: np.random.SeedSequence, base_dir: DataFiles,
+                     max_requests: int | None = None
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(arrival_s, prompt_tokens, output_tokens, prefix_group) of one stream, by time.
 
@@ -85,8 +87,12 @@ def _stream_requests(stream: StreamConfig, duration_s: float, rate_scale: float,
                                 base_dir)
     elif isinstance(stream.arrival, TraceArrivalConfig):
         path = resolve_path(stream.arrival.path, base_dir)
-        arrival_s, prompt, output = replay_trace(stream.arrival, load_trace(path, stream.arrival), path,
-                                                 start_s, stop_s, rate_scale)
+        # the rows up to the run's end only: looped too, a trace that reaches past the
+        # end plays once (its period is longer than the run)
+        horizon_s = (stop_s - start_s) * rate_scale / stream.arrival.time_scale
+        trace = load_trace(path, stream.arrival, horizon_s=horizon_s, max_requests=max_requests)
+        arrival_s, prompt, output = replay_trace(stream.arrival, trace, path, start_s, stop_s,
+                                                 rate_scale)
     else:
         arrival_s = process_arrival_times(stream.arrival, np.random.default_rng(arrival_seq),
                                           start_s, stop_s, rate_scale)
@@ -106,19 +112,21 @@ def _stream_requests(stream: StreamConfig, duration_s: float, rate_scale: float,
 
 def generate_arrivals(workload: WorkloadConfig, duration_s: float,
                       seed_seq: np.random.SeedSequence,
-                      base_dir: DataFiles | pathlib.Path) -> RequestArrivals:
+                      base_dir: DataFiles | pathlib.Path,
+                      max_requests: int | None = None) -> RequestArrivals:
     """Generate every stream's requests in [start, min(end, duration_s)) and merge them
     (a closed-loop stream's with no time yet: see :class:`RequestArrivals`).
 
     Stream i draws from child i of ``seed_seq`` (see :func:`stream_seed_seqs`);
     relative file paths are read from ``base_dir`` (the scenario's folder; a
     :class:`~sim.config.inputs.DataFiles` also bounds where they may lie).
-    Same inputs give bit-identical arrays.
+    Same inputs give bit-identical arrays. A trace with more rows before the run's end
+    than ``max_requests`` is refused as it is read.
     """
     names = tuple(workload.streams)
     seqs = stream_seed_seqs(seed_seq, len(names))
     parts = [_stream_requests(stream, float(duration_s), workload.rate_scale, seq,
-                              as_data_files(base_dir))
+                              as_data_files(base_dir), max_requests)
              for stream, seq in zip(workload.streams.values(), seqs)]
     arrival_s = np.concatenate([p[0] for p in parts]).astype(np.float64, copy=False)
     order = np.argsort(arrival_s, kind="stable")

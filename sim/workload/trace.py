@@ -16,6 +16,7 @@ import io
 import pathlib
 import warnings
 import zlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Optional
 
 import numpy as np
@@ -152,7 +153,10 @@ def _record_lines(path: pathlib.Path) -> np.ndarray:
 
 
 def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...],
-                     datetimes: tuple[str, ...] = ()
+                     datetimes: tuple[str, ...] = (),
+                     enough: Callable[[dict[str, np.ndarray]], int | None] | None = None,
+                     max_rows: int | None = None,
+                     too_many: str | None = None
                      ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Read the named numeric columns of a CSV file as float64 arrays (those named in
     ``datetimes`` as dates and times: int64 nanoseconds since 1970).
@@ -160,7 +164,9 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...],
     Returns the columns and, for each row, its 1-based line number in the
     file, so later checks can point at the offending line. Rows that are
     entirely empty are skipped. The file is read a million rows at a time, so
-    memory grows with the numbers kept, not with the text.
+    memory grows with the numbers kept, not with the text. ``enough``, given a chunk's
+    columns, may say how many of its rows are the last wanted: reading stops there. More
+    than ``max_rows`` rows wanted is an error (``too_many``, when given, is its message).
     """
     try:
         quoted = scan_text(path)
@@ -169,6 +175,7 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...],
         raise WorkloadDataError(path, message) from None
     except OSError as exc:
         raise WorkloadDataError(path, f"cannot read: {exc.strerror or exc}") from None
+    max_rows = MAX_CSV_ROWS if max_rows is None else max_rows
     record_lines = None         # exact lines when a quoted field may span several
     if quoted:
         try:
@@ -193,15 +200,21 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...],
                 lines = np.arange(rows, rows + len(frame), dtype=np.int64) + 2
                 if record_lines is not None and rows + len(frame) <= len(record_lines):
                     lines = record_lines[rows:rows + len(frame)]
+                last = enough(_lenient(frame, columns[0], datetimes)) \
+                    if enough is not None else None
+                if last is not None:            # the rows after it are neither read nor checked
+                    frame, lines = frame.iloc[:last], lines[:last]
+                if rows + len(frame) > max_rows:
+                    raise WorkloadDataError(path, too_many or f"more than {max_rows:,} rows; "
+                                                  "split the file or keep the rows the run "
+                                                  "needs", line=int(lines[max_rows - rows]))
                 rows += len(frame)
-                if rows > MAX_CSV_ROWS:
-                    raise WorkloadDataError(path, f"more than {MAX_CSV_ROWS:,} rows; split "
-                                                  "the file or keep the rows the run needs",
-                                            line=MAX_CSV_ROWS + 2)
                 values, lines = _numeric_columns(path, frame, columns, lines, datetimes)
                 for name in columns:
                     parts[name].append(values[name])
                 line_parts.append(lines)
+                if last is not None:
+                    break
     except pd.errors.ParserWarning:
         import csv
         with open_data(path) as raw, \
@@ -251,6 +264,23 @@ def _check_header(path: pathlib.Path, frame: pd.DataFrame, columns: tuple[str, .
                                       f"{', '.join(map(repr, twice))} more than once", line=1)
 
 
+def _lenient(frame: pd.DataFrame, name: str, datetimes: tuple[str, ...]
+             ) -> dict[str, np.ndarray]:
+    """One column of a chunk as numbers (dates and times as float nanoseconds), whatever
+    does not read as one NaN: to find where the wanted rows end before checking them."""
+    text = frame[name].str.strip()
+    if name in datetimes:
+        try:
+            when = pd.to_datetime(text, errors="coerce", format="ISO8601", utc=True)
+            values = when.to_numpy(dtype="datetime64[ns]").astype(np.int64).astype(np.float64)
+            values[when.isna().to_numpy()] = np.nan
+        except (ValueError, OverflowError, TypeError):
+            values = np.full(len(text), np.nan)
+    else:
+        values = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64)
+    return {name: values}
+
+
 def _numeric_columns(path: pathlib.Path, frame: pd.DataFrame, columns: tuple[str, ...],
                      lines: np.ndarray, datetimes: tuple[str, ...] = ()
                      ) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -262,7 +292,12 @@ def _numeric_columns(path: pathlib.Path, frame: pd.DataFrame, columns: tuple[str
     out: dict[str, np.ndarray] = {}
     for name in columns:
         if name in datetimes:
-            when = pd.to_datetime(text[name], errors="coerce", format="ISO8601")
+            try:        # times with a UTC offset are converted to UTC; those without are UTC
+                when = pd.to_datetime(text[name], errors="coerce", format="ISO8601", utc=True)
+            except (ValueError, OverflowError, TypeError):
+                raise WorkloadDataError(path, f"column {name!r}: dates and times that do not "
+                                              "read as one time line (YYYY-MM-DD "
+                                              "HH:MM:SS[.fraction][+HH:MM])") from None
             bad = when.isna().to_numpy()
             if bad.any():
                 i = int(np.argmax(bad))

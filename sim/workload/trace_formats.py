@@ -36,9 +36,14 @@ class Trace:
 MAX_TIMESTAMP_S = 10 * 365 * 86400.0     # the longest run a scenario may ask for
 
 
-def load_trace(path: pathlib.Path, cfg: TraceArrivalConfig | None = None) -> Trace:
+def load_trace(path: pathlib.Path, cfg: TraceArrivalConfig | None = None,
+               horizon_s: float = math.inf, max_requests: int | None = None) -> Trace:
     """Read and check a trace in ``cfg``'s format (default: a CSV with columns
-    ``timestamp`` in seconds, ``prompt_tokens``, ``output_tokens``)."""
+    ``timestamp`` in seconds, ``prompt_tokens``, ``output_tokens``). Rows timed past
+    ``horizon_s`` (in the trace's own seconds) are not read, but for the first of them:
+    a run that ends there needs none, and a long file costs no more than the run. Each
+    row before it is a request: more than ``max_requests`` of them are refused as they
+    are read (a file of millions of rows costs no memory before)."""
     fmt = cfg.format if cfg is not None else "csv"
     if fmt == "csv":
         cols = cfg.columns if cfg is not None and cfg.columns is not None else None
@@ -47,15 +52,47 @@ def load_trace(path: pathlib.Path, cfg: TraceArrivalConfig | None = None) -> Tra
         unit = (cfg.timestamp_unit if cfg is not None else None) or "s"
     else:
         names, unit = LAYOUTS[fmt]
+    limit = {}
+    if max_requests is not None and max_requests + 1 < MAX_CSV_ROWS:
+        limit = {"max_rows": max_requests + 1,     # (and the first row past the run's end)
+                 "too_many": f"more than {max_requests:,} rows before the run's end: each is "
+                             f"a request, and the most is max_requests = {max_requests:,} "
+                             "(raise it at the scenario's top level, shorten the run or cut "
+                             "the trace)"}
     if fmt == "mooncake":
-        values, lines = read_jsonl_fields(path, names)
+        values, lines = read_jsonl_fields(path, names, horizon=horizon_s / UNIT_S[unit],
+                                          **limit)
     else:
         values, lines = read_csv_columns(path, names,
-                                         datetimes=(names[0],) if unit == "datetime" else ())
+                                         datetimes=(names[0],) if unit == "datetime" else (),
+                                         enough=_past(names[0], unit, horizon_s), **limit)
     if len(lines) == 0:
         raise WorkloadDataError(path, "trace has no rows")
     ts = _seconds(path, names[0], values[names[0]], lines, unit)
     return _checked(path, names, ts, values, lines)
+
+
+def _past(name: str, unit: str, horizon_s: float):
+    """For :func:`read_csv_columns`: in a chunk, the count of rows up to and including the
+    first timed at or past ``horizon_s`` (dates and times: from the first row's), or None
+    while every row is before it."""
+    if not math.isfinite(horizon_s):
+        return None
+    first_ns: list[float] = []
+
+    def enough(values: dict[str, np.ndarray]) -> int | None:
+        raw = values[name]          # NaN where a row does not read (checked if wanted)
+        if unit == "datetime":
+            if not first_ns and np.isfinite(raw).any():
+                first_ns.append(float(raw[np.isfinite(raw)][0]))
+            if not first_ns:
+                return None
+            seconds = (raw - first_ns[0]) / 1e9
+        else:
+            seconds = raw * UNIT_S[unit]
+        past = np.flatnonzero(seconds >= horizon_s)
+        return int(past[0]) + 1 if len(past) else None
+    return enough
 
 
 def _seconds(path: pathlib.Path, name: str, raw: np.ndarray, lines: np.ndarray,
@@ -95,11 +132,15 @@ def _checked(path: pathlib.Path, names: tuple[str, str, str], ts: np.ndarray,
                  check_token_counts(path, output, values[output], lines))
 
 
-def read_jsonl_fields(path: pathlib.Path, fields: tuple[str, ...]
+def read_jsonl_fields(path: pathlib.Path, fields: tuple[str, ...],
+                      horizon: float = math.inf, max_rows: int | None = None,
+                      too_many: str | None = None
                       ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The named numeric fields of a file of one JSON object a line (blank lines skipped),
-    as float64 arrays, with each object's line."""
+    as float64 arrays, with each object's line; reading stops after the first object
+    whose first field is at or past ``horizon``."""
     scan_text(path)                # no NUL bytes, no line over 64 KiB
+    max_rows = MAX_CSV_ROWS if max_rows is None else max_rows
     out: dict[str, list[float]] = {f: [] for f in fields}
     lines: list[int] = []
     try:
@@ -107,9 +148,9 @@ def read_jsonl_fields(path: pathlib.Path, fields: tuple[str, ...]
             for number, line in enumerate(text, start=1):
                 if not line.strip():
                     continue
-                if len(lines) >= MAX_CSV_ROWS:
-                    raise WorkloadDataError(path, f"more than {MAX_CSV_ROWS:,} rows; split "
-                                                  "the file", line=number)
+                if len(lines) >= max_rows:
+                    raise WorkloadDataError(path, too_many or f"more than {max_rows:,} "
+                                                  "rows; split the file", line=number)
                 try:
                     row = json.loads(line)
                 except (ValueError, RecursionError):
@@ -132,6 +173,8 @@ def read_jsonl_fields(path: pathlib.Path, fields: tuple[str, ...]
                                                 line=number)
                     out[field].append(number_value)
                 lines.append(number)
+                if out[fields[0]][-1] >= horizon:
+                    break
     except UnicodeDecodeError:
         raise WorkloadDataError(path, "cannot read: not UTF-8 text") from None
     except OSError as exc:

@@ -29,6 +29,49 @@ def test_replay_matches_file(tmp_path):
     assert out.stream_names == ("replay",) and np.all(out.stream_index == 0)
 
 
+@pytest.mark.parametrize("name, fmt, rows", [
+    ("trace.csv", "csv", HEADER + "0,1,1\n5,2,2\n20,3,3\n100,4,4\n" + "0,x,1\n" * 3),
+    ("trace.csv.gz", "csv", HEADER + "0,1,1\n5,2,2\n20,3,3\n100,4,4\n" + "0,x,1\n" * 3),
+    ("m.jsonl", "mooncake", "".join(f'{{"timestamp": {t}, "input_length": 1, '
+                                    f'"output_length": 1}}\n' for t in (0, 5000, 20000,
+                                                                        100000))
+     + "not json\n"),
+    ("a.csv", "azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+     "2023-11-16 18:00:00,1,1\n2023-11-16 18:00:05,2,2\n2023-11-16 18:00:20,3,3\n"
+     "2023-11-16 18:01:40,4,4\nyesterday,1,1\n"),
+])
+def test_a_trace_is_read_only_as_far_as_the_run_needs(tmp_path, name, fmt, rows):
+    """Rows timed past the run's end are never read (a 49-million-row gzip bomb took 80 s
+    and 4.7 GB before): what follows them, broken or not, costs nothing, looped or not
+    (a trace reaching past the run's end plays once); a run long enough to need the
+    broken row finds it."""
+    import gzip
+    data = rows.encode()
+    (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    once = trace_workload(name, format=fmt)
+    out = run(tmp_path, once, duration_s=10.0)
+    np.testing.assert_array_equal(out.arrival_s, [0.0, 5.0])
+    doubled = trace_workload(name, format=fmt, time_scale=0.25)   # the third row at 5 s
+    assert len(run(tmp_path, doubled, duration_s=10.0)) == 3
+    looped = trace_workload(name, format=fmt, loop=True)
+    np.testing.assert_array_equal(run(tmp_path, looped, duration_s=10.0).arrival_s, [0, 5])
+    with pytest.raises(WorkloadDataError, match=f"{name}:(5|6)"):
+        run(tmp_path, looped, duration_s=300.0)
+
+
+def test_a_trace_of_more_rows_than_max_requests_is_refused_as_it_is_read(tmp_path):
+    """Rows all at one instant compress a thousandfold: a small gzip of millions of them
+    is refused at the row past max_requests, located, not after reading them all."""
+    import gzip
+    (tmp_path / "t.csv.gz").write_bytes(gzip.compress((HEADER + "0,1,1\n" * 5000).encode()))
+    with pytest.raises(WorkloadDataError, match=r"t\.csv\.gz:1003: more than 1,000 rows "
+                                                r"before the run's end.*max_requests = 1,000"):
+        generate_arrivals(trace_workload("t.csv.gz"), 10.0, np.random.SeedSequence(0),
+                          tmp_path, max_requests=1000)
+    assert len(generate_arrivals(trace_workload("t.csv.gz"), 10.0, np.random.SeedSequence(0),
+                                 tmp_path, max_requests=5000)) == 5000
+
+
 def test_replay_is_cut_at_duration_and_shifted_by_start(tmp_path):
     (tmp_path / "trace.csv").write_text(HEADER + "0,1,1\n5,2,2\n10,3,3\n")
     out = run(tmp_path, trace_workload(), duration_s=10.0)
@@ -184,6 +227,16 @@ def test_azure_dates_become_offsets_from_the_first_request(tmp_path):
     bad = text.replace(b"2023-11-16 18:16:00.0000000", b"yesterday")
     with pytest.raises(WorkloadDataError, match=r"a\.csv:4: column 'TIMESTAMP': not a date"):
         _load(tmp_path, "a.csv", bad, format="azure")
+
+
+def test_dates_with_utc_offsets_are_read_on_one_time_line(tmp_path):
+    """Times with offsets, mixed with each other and with times without one (read as
+    UTC), used to end in pandas' traceback ('Mixed timezones detected')."""
+    text = (b"TIMESTAMP,ContextTokens,GeneratedTokens\n"
+            b"2023-11-16 18:00:00+02:00,10,1\n2023-11-16 16:00:05,10,1\n"
+            b"2023-11-16 17:00:10+01:00,10,1\n")
+    tr = _load(tmp_path, "a.csv", text, format="azure")
+    np.testing.assert_allclose(tr.timestamp_s, [0.0, 5.0, 10.0], atol=1e-9)
 
 
 def test_mooncake_jsonl_with_errors_located_by_line(tmp_path):
