@@ -3,10 +3,11 @@
 * :func:`write_file` writes a file in a fresh hidden folder beside it
   (``tempfile.mkdtemp``: created exclusively, never through a link; it holds
   the marker) and renames it into place.
-* :func:`write_folder` builds a folder as a hidden sibling ``.NAME.tmp-PID``
-  and renames it into place; an earlier folder it replaces is moved aside to
-  ``.NAME.old-PID`` and removed only once it is known to be the very folder
-  that was checked, still holding the marker.
+* :func:`write_folder` builds a folder as a fresh hidden sibling
+  ``.NAME.tmp-PID-RANDOM`` and renames it into place; an earlier folder it replaces
+  is moved aside to a fresh ``.NAME.old-PID-RANDOM`` and removed only once it is
+  known to be the very folder that was checked, still holding the marker. Nothing
+  already there is ever removed for carrying one of these names.
 * :func:`remove_stale` removes what a killed run left behind.
 """
 from __future__ import annotations
@@ -149,17 +150,14 @@ def write_folder(write, out_dir: Path, *, force: bool = False, inputs=(),
     inputs = list(inputs)
     out_dir = check_folder(out_dir, force=force, inputs=inputs)
     parent = out_dir.parent
-    tmp = parent / f".{out_dir.name}.tmp-{os.getpid()}"
-    old = parent / f".{out_dir.name}.old-{os.getpid()}"
     try:
         parent.mkdir(parents=True, exist_ok=True)
         remove_stale(parent, out_dir.name)
-        for stale in (tmp, old):   # left by an earlier, interrupted write in this process
-            if os.path.lexists(stale):
-                remove(stale)
-        tmp.mkdir()
+        # fresh names, never a folder already there (a user's, named like ours, stays)
+        tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out_dir.name}.tmp-{os.getpid()}-"))
     except OSError as exc:
         raise os_error(exc, out_dir, started=True) from None
+    old = None
     try:
         write_marker(tmp, command)  # first, so that a killed run's leftover is known as ours
         written = write(tmp)
@@ -172,7 +170,11 @@ def write_folder(write, out_dir: Path, *, force: bool = False, inputs=(),
         checked = _identity(out_dir)
         if checked is not None:
             was_empty = not os.listdir(out_dir)
-            os.replace(out_dir, old)   # out_dir is a folder here: empty, or ours and force
+            # out_dir is a folder here: empty, or ours and force; it replaces an empty
+            # folder of a fresh name
+            old = Path(tempfile.mkdtemp(dir=parent,
+                                        prefix=f".{out_dir.name}.old-{os.getpid()}-"))
+            os.replace(out_dir, old)
             if _identity(old) != checked or not (
                     (was_empty and not os.listdir(old))
                     or (has_marker(old) and unlisted(old) is None)):
@@ -183,7 +185,7 @@ def write_folder(write, out_dir: Path, *, force: bool = False, inputs=(),
         try:
             os.replace(tmp, out_dir)
         except BaseException:
-            if os.path.lexists(old):
+            if old is not None and os.path.lexists(old):
                 os.replace(old, out_dir)
             raise
     except OSError as exc:
@@ -192,7 +194,7 @@ def write_folder(write, out_dir: Path, *, force: bool = False, inputs=(),
     except BaseException:
         _discard(tmp)
         raise
-    if os.path.lexists(old):
+    if old is not None and os.path.lexists(old):
         _discard(old)
     return [out_dir / p.relative_to(tmp) for p in written]
 

@@ -345,7 +345,7 @@ def test_a_run_killed_while_writing_is_cleaned_up_by_the_next(tmp_path):
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
-    left = tmp_path / "results" / f".run.tmp-{child.pid}"
+    [left] = (tmp_path / "results").glob(f".run.tmp-{child.pid}-*")
     assert left.is_dir() and has_marker(left) and not out.exists()
     assert run_main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["run"]
@@ -526,6 +526,28 @@ def test_a_users_file_named_like_a_stale_temporary_survives(tmp_path):
     assert not ours.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [mine.name, unmarked.name, "t.csv"])
+
+
+def test_folders_named_like_this_processs_temporaries_survive_a_run(tmp_path):
+    """A user's folders named .NAME.tmp-PID and .NAME.old-PID with this very process's
+    PID (a PID is easy to guess) were removed unchecked before the results were
+    written; the run now works under fresh names and leaves them be."""
+    from sim.output.outputs import write_folder
+    out = tmp_path / "res"
+    planted = [tmp_path / f".res.tmp-{os.getpid()}", tmp_path / f".res.old-{os.getpid()}"]
+    for folder in planted:
+        folder.mkdir()
+        (folder / "thesis.tex").write_text("precious")
+
+    def write(folder: Path) -> list[Path]:
+        (folder / "summary.json").write_text("{}")
+        return [folder / "summary.json"]
+
+    write_folder(write, out, force=False, command="run")
+    write_folder(write, out, force=True, command="run")          # and replacing it
+    assert all((folder / "thesis.tex").read_text() == "precious" for folder in planted)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["res", *(folder.name for folder in planted)])
 
 
 def test_a_marked_stale_folder_holding_a_users_file_survives(tmp_path):
