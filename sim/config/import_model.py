@@ -51,8 +51,10 @@ def read_config(path: Path) -> dict:
 def profile_from_config(data: dict, name: str, file: str) -> dict:
     """The model profile (as the shipped YAML files hold it) a config describes."""
     kind = data.get("model_type")
-    if kind not in KNOWN:
-        raise ScenarioError(f"model_type {kind!r} is not one fleetsim reads; it reads "
+    if not isinstance(kind, str) or kind not in KNOWN:
+        given = repr(kind) if isinstance(kind, str) or kind is None else \
+            f"of type {type(kind).__name__}"
+        raise ScenarioError(f"model_type {given} is not one fleetsim reads; it reads "
                             f"{', '.join(sorted(KNOWN))} (or write the profile by hand: "
                             "see profiles/models/)", file=file, field="model_type")
     moe = KNOWN[kind]
@@ -61,36 +63,61 @@ def profile_from_config(data: dict, name: str, file: str) -> dict:
     if missing:
         raise ScenarioError(f"missing field(s) {', '.join(missing)} for a {kind} model",
                             file=file)
+    optional = ("num_key_value_heads", "head_dim", "max_position_embeddings")
+    for field in [*dict.fromkeys(needed), *(f for f in optional if data.get(f) is not None)]:
+        value = data[field]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ScenarioError(f"expected a whole number, got a {type(value).__name__}",
+                                file=file, field=field)
+    tied = data.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):
+        raise ScenarioError(f"expected true or false, got a {type(tied).__name__}",
+                            file=file, field="tie_word_embeddings")
     heads = data["num_attention_heads"]
+    kv_heads = data.get("num_key_value_heads")
+    head_dim = data.get("head_dim")
+    sources = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size",
+               "num_heads": "num_attention_heads",
+               "num_kv_heads": "num_key_value_heads" if kv_heads is not None
+               else "num_attention_heads",
+               "head_dim": "head_dim" if head_dim is not None else "hidden_size",
+               "ffn_size": moe[2] if moe else "intermediate_size", "vocab_size": "vocab_size",
+               "max_model_len": "max_position_embeddings"}
     profile = {
         "name": name,
         "num_layers": data["num_hidden_layers"],
         "hidden_size": data["hidden_size"],
         "num_heads": heads,
-        "num_kv_heads": data.get("num_key_value_heads") or heads,
-        "head_dim": data.get("head_dim") or _whole(data["hidden_size"], heads, file),
+        "num_kv_heads": heads if kv_heads is None else kv_heads,
+        "head_dim": head_dim if head_dim is not None else _whole(data["hidden_size"], heads,
+                                                                 file),
         "ffn_size": data[moe[2]] if moe else data["intermediate_size"],
         "vocab_size": data["vocab_size"],
     }
     if moe:
         profile["num_experts"] = data[moe[0]]
         profile["experts_per_token"] = data[moe[1]]
-    if data.get("tie_word_embeddings"):
+        sources.update(num_experts=moe[0], experts_per_token=moe[1])
+    if tied:
         profile["tied_embeddings"] = True
-    if data.get("max_position_embeddings"):
+    if data.get("max_position_embeddings") is not None:
         profile["max_model_len"] = data["max_position_embeddings"]
     try:
         ModelSpec.model_validate(profile)
     except pydantic.ValidationError as exc:
         err = exc.errors()[0]
-        raise ScenarioError(f"the config gives {'.'.join(map(str, err['loc']))}: "
-                            f"{err['msg']}", file=file) from None
+        message = str(err["msg"]).removeprefix("Value error, ")
+        loc = err["loc"]
+        field = sources.get(str(loc[0])) if loc else None
+        if field is None:
+            raise ScenarioError(f"the config's fields do not make a model: {message}",
+                                file=file) from None
+        raise ScenarioError(message, file=file, field=field) from None
     return profile
 
 
-def _whole(hidden: object, heads: object, file: str) -> int:
-    if not (isinstance(hidden, int) and isinstance(heads, int) and heads > 0
-            and hidden % heads == 0):
+def _whole(hidden: int, heads: int, file: str) -> int:
+    if heads <= 0 or hidden % heads != 0:
         raise ScenarioError("no head_dim, and hidden_size is not a whole multiple of "
                             "num_attention_heads", file=file, field="head_dim")
     return hidden // heads

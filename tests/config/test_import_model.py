@@ -62,8 +62,19 @@ def test_moe_sizes_gqa_and_a_head_size_from_hidden_over_heads(tmp_path, capsys):
     ({"model_type": "mixtral", "hidden_size": 4096},
      ["missing field(s) num_hidden_layers", "num_local_experts", "num_experts_per_tok"]),
     ({**LLAMA_31_8B, "num_attention_heads": 0}, ["not a whole multiple of num_attention_heads"]),
-    ({**LLAMA_31_8B, "num_hidden_layers": -1}, ["the config gives num_layers"]),
+    ({**LLAMA_31_8B, "num_hidden_layers": -1}, ["num_hidden_layers: ", "greater than 0"]),
     ([1, 2], ["the top level must be an object"]),
+    ({**LLAMA_31_8B, "model_type": ["llama"]}, ["model_type of type list is not one"]),
+    ({**LLAMA_31_8B, "model_type": {"a": 1}}, ["model_type of type dict is not one"]),
+    ({**LLAMA_31_8B, "tie_word_embeddings": "false"},
+     ["tie_word_embeddings: expected true or false, got a str"]),
+    ({**LLAMA_31_8B, "num_key_value_heads": 0}, ["num_key_value_heads: "]),
+    ({**LLAMA_31_8B, "hidden_size": 4096.0}, ["hidden_size: expected a whole number, got a "
+                                              "float"]),
+    ({**LLAMA_31_8B, "num_hidden_layers": True}, ["num_hidden_layers: expected a whole "
+                                                  "number, got a bool"]),
+    ({**MIXTRAL_8X7B, "num_experts_per_tok": 9}, ["the config's fields do not make a model",
+                                                  "experts"]),
 ])
 def test_a_config_fleetsim_cannot_read_is_a_located_error(tmp_path, capsys, config, fragments):
     assert run(tmp_path, config) == 2
