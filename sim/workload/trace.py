@@ -216,7 +216,6 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...],
                 if last is not None:
                     break
     except pd.errors.ParserWarning:
-        import csv
         with open_data(path) as raw, \
                 io.TextIOWrapper(raw, newline="", encoding="utf-8") as text:
             reader = csv.reader(text)
@@ -254,7 +253,6 @@ def _check_header(path: pathlib.Path, frame: pd.DataFrame, columns: tuple[str, .
         raise WorkloadDataError(path, f"missing column(s) {', '.join(map(repr, missing))}: "
                                       f"line 1 must be a header naming them; it has "
                                       f"{len(names)} column(s){hint}", line=1)
-    import csv
     with open_data(path) as raw, \
             io.TextIOWrapper(raw, newline="", encoding="utf-8") as header_text:
         header = [h.strip() for h in next(csv.reader(header_text), [])]

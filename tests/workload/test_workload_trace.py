@@ -316,3 +316,11 @@ def test_numbers_and_dates_past_any_trace_are_located(tmp_path):
         _load(tmp_path, "a.csv", dates, format="azure")
     with pytest.raises(WorkloadDataError, match=r"m\.jsonl:1: holds NUL bytes"):
         _load(tmp_path, "m.jsonl", '{"timestamp": 0}'.encode("utf-16"), format="mooncake")
+
+
+def test_a_quoted_field_with_a_byte_that_is_not_utf8_is_located(tmp_path):
+    """A quote sends the reader through the csv module for exact line numbers; a byte
+    that is not UTF-8 then ended in an UnboundLocalError traceback."""
+    (tmp_path / "trace.csv").write_bytes(HEADER.encode() + b'"0",1,1\n1,\xe9,2\n')
+    with pytest.raises(WorkloadDataError, match=r"trace\.csv: cannot read as CSV: not UTF-8"):
+        run(tmp_path, trace_workload())
