@@ -1259,7 +1259,13 @@ ARGV_CASES = [
                                              "{d}/b.json", "--out", "{d}/o"],
      ["--sweep", "does not go with --replications"]),
     ("run-sweep-table-of-words", ["run", "{s}", "--sweep", "{d}/sw.csv", "--out", "{d}/o"],
-     ["sw.csv:3: ttft_p99_s: 'soon' is not a figure a sweep writes"]),
+     ["sw.csv:3: ttft_p99_s: not a figure a sweep writes"]),
+    ("run-sweep-table-of-a-header-only", ["run", "{s}", "--sweep", "{d}/sw0.csv", "--out",
+                                          "{d}/o"], ["sw0.csv is a sweep table of no points"]),
+    ("run-sweep-table-twice-a-column", ["run", "{s}", "--sweep", "{d}/sw2.csv", "--out",
+                                        "{d}/o"], ["names column 'ttft_p99_s' twice"]),
+    ("lint-allow-path-empty", ["lint", "{s}", "--allow-path", ""], ["--allow-path",
+                                                                    "an empty path"]),
     ("run-set-a-field-twice", ["run", "{s}", "--set", "pools.main.replicas=1", "--set",
                                "pools.main.replicas=3", "--out", "{d}/o"],
      ["--set pools.main.replicas: given twice"]),
@@ -1350,6 +1356,12 @@ def test_a_bad_command_line_is_refused_before_any_work(tmp_path, capsys, argv, f
         (tmp_path / name / "summary.json").write_text(json.dumps({
             "pools": {"main": {}}, "latency_s": latency, "throughput": throughput}),
             encoding="utf-8")
+    (tmp_path / "sw0.csv").write_text(
+        "pools.main.replicas,arrived,output_tokens_per_s,ttft_p99_s,tpot_p99_s\n",
+        encoding="utf-8")
+    (tmp_path / "sw2.csv").write_text(
+        "pools.main.replicas,arrived,output_tokens_per_s,ttft_p99_s,tpot_p99_s,ttft_p99_s\n"
+        "1,40,100.5,0.1,0.01,0.2\n", encoding="utf-8")
     (tmp_path / "sw.csv").write_text(
         "pools.main.replicas,arrived,output_tokens_per_s,ttft_p99_s,tpot_p99_s\n"
         "1,40,100.5,,\n2,40,210,soon,0.02\n", encoding="utf-8")

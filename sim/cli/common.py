@@ -172,6 +172,9 @@ def allowed_paths(args: argparse.Namespace) -> list[str]:
     """Folders given with --allow-path, each an existing folder."""
     found = list(getattr(args, "allow_path", None) or [])
     for folder in found:
+        if not folder.strip():
+            raise ScenarioError("an empty path (an unset variable?) would allow the working "
+                                "folder; name the folder", field="--allow-path")
         if not Path(folder).expanduser().is_dir():
             raise ScenarioError(f"{folder!r} is not a folder", field="--allow-path")
     return found

@@ -138,6 +138,10 @@ def check_sweep_table(table, where: str) -> None:
     import pandas as pd
 
     from sim.config.errors import ScenarioError
+    for column in map(str, table.columns):    # pandas renames a second 'x' to 'x.1'
+        stem, dot, number = column.rpartition(".")
+        if dot and number.isdigit() and stem in table.columns:
+            raise ScenarioError(f"{where} names column {stem!r} twice", file=where, line=1)
     missing = [c for c in (SWEEP_X, *SWEEP_Y) if c not in table.columns]
     if missing or not sweep_varied(table):
         raise ScenarioError(f"{where} is not a `fleetsim sweep` table (missing "
@@ -150,9 +154,11 @@ def check_sweep_table(table, where: str) -> None:
         bad = (given.notna().to_numpy() & ~(np.isfinite(values) & (values >= 0)))
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
-            raise ScenarioError(f"{str(given.iloc[row])[:40]!r} is not a figure "
-                                "a sweep writes (a finite number, at least 0, or empty)",
-                                file=where, line=row + 2, field=column)
+            raise ScenarioError("not a figure a sweep writes (a finite number, at least "
+                                "0, or empty)", file=where, line=row + 2, field=column)
+    if len(table) == 0:
+        raise ScenarioError(f"{where} is a sweep table of no points (a header only)",
+                            file=where)
 
 
 MAX_SWEEP_LINES = 12     # more values of the first varied field: points coloured by it
