@@ -128,6 +128,14 @@ def with_overrides(scenario: Scenario, *, seed: int | None = None,
     return out
 
 
+def cross_check(scenario: Scenario) -> Scenario:
+    """The checks :func:`load_scenario` makes beyond types and ranges (names that exist,
+    pools that fit, sense across fields), for a scenario changed since it was read (an
+    override); ScenarioError names the fields at fault."""
+    _resolve_or_raise(scenario, None, None)
+    return scenario
+
+
 def prepare(scenario: Scenario) -> Simulation:
     """Everything a run does before its first event (resolve the fleet, read the data
     files, generate the arrivals, build the pools) and its checks; raises ScenarioError

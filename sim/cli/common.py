@@ -139,6 +139,7 @@ def count_bar(label: str):
 
 def load_from_args(args: argparse.Namespace):
     import sim
+    from sim.api import cross_check
     from sim.planning.overrides import nested_in, parse_value, with_values
 
     scenario = sim.load_scenario(args.scenario, allow_paths=allowed_paths(args))
@@ -165,7 +166,14 @@ def load_from_args(args: argparse.Namespace):
         sets[path] = parse_value(value)
     if getattr(args, "warmup", None) is not None:
         sets["warmup"] = args.warmup
-    return with_values(scenario, sets) if sets else scenario
+    if not sets:
+        return scenario
+    try:        # the whole scenario's checks again: an override may break any of them
+        return cross_check(with_values(scenario, sets))
+    except ScenarioError as exc:
+        from sim.config.errors import Problem
+        raise ScenarioError.many([Problem(f"with --set: {p.message}", field=p.field)
+                                  for p in exc.problems]) from None
 
 
 def allowed_paths(args: argparse.Namespace) -> list[str]:
