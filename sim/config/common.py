@@ -6,21 +6,90 @@ a silently ignored field. Quantities with units are parsed by the
 """
 from __future__ import annotations
 
+import types
 import unicodedata
-from typing import Annotated
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict,
-                      StringConstraints)
+                      StringConstraints, ValidationError, model_validator)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from sim.config import units
 
 
 class StrictModel(BaseModel):
-    """Base for every config block: unknown keys are errors, values are frozen."""
+    """Base for every config block: unknown keys are errors, values are frozen, and true
+    or false is a number nowhere (pydantic's lax mode reads true as 1: `seed: true`,
+    `gpu_memory_utilization: true`)."""
 
     # no number is infinite or NaN: each one drives work, memory or a figure
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True,
                               allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _true_or_false_only_where_a_flag_is(cls, data):
+        if not isinstance(data, dict):
+            return data
+        errors = []
+        for key, value in data.items():
+            if not isinstance(value, (bool, dict, list)):
+                continue
+            field = cls.model_fields.get(key) if isinstance(key, str) else None
+            if field is None:
+                field = next((f for f in cls.model_fields.values() if f.alias == key), None)
+            if field is None or _takes_bool(field.annotation):
+                continue
+            if isinstance(value, bool):
+                errors.append(_not_a_flag((key,), value))
+                continue
+            inner = _items_type(field.annotation)
+            if inner is None or _takes_bool(inner):
+                continue
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            errors += [_not_a_flag((key, k), v) for k, v in items if isinstance(v, bool)]
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        return data
+
+
+def _not_a_flag(loc: tuple, value: bool) -> InitErrorDetails:
+    return InitErrorDetails(type=PydanticCustomError(
+        "not_a_flag", "expected a number or a setting, got {value}: true and false are for "
+        "yes/no fields only", {"value": str(value).lower()}), loc=loc, input=value)
+
+
+def _strip(annotation):
+    """``annotation`` without Annotated's metadata."""
+    while get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    return annotation
+
+
+def _takes_bool(annotation) -> bool:
+    """True if a field of this type may hold true or false."""
+    annotation = _strip(annotation)
+    if annotation is bool or annotation is Any or annotation is object:
+        return True
+    if get_origin(annotation) in (Union, types.UnionType):
+        return any(_takes_bool(a) for a in get_args(annotation))
+    if get_origin(annotation) is Literal:
+        return any(isinstance(a, bool) for a in get_args(annotation))
+    return False
+
+
+def _items_type(annotation):
+    """The type of a dict's values or a list's items; None for anything else."""
+    annotation = _strip(annotation)
+    if get_origin(annotation) in (Union, types.UnionType):
+        found = [t for t in map(_items_type, get_args(annotation)) if t is not None]
+        return found[0] if len(found) == 1 else None
+    args = get_args(annotation)
+    if get_origin(annotation) is dict and len(args) == 2:
+        return args[1]
+    if get_origin(annotation) in (list, tuple) and args:
+        return args[0]
+    return None
 
 
 def _positive(x: float) -> float:

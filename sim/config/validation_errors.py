@@ -158,6 +158,8 @@ def _message(err: dict[str, Any], path: tuple[Any, ...], data: Any,
     if kind in ("literal_error", "enum"):
         return msg + f" (got {short_repr(value)})" + \
             _did_you_mean(value, _quoted(str(ctx.get("expected", "")))), path
+    if kind == "not_a_flag":     # it says what it got
+        return msg, path
     if not (isinstance(value, str) and repr(value) in msg):  # units errors quote it already
         msg += f" (got {short_repr(value)})"
     return msg, path
