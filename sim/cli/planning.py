@@ -79,7 +79,7 @@ def _verdict(failed: list[str], what: str) -> int:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from sim.output.atomic_write import write_file
     from sim.output.output_paths import check_file
-    from sim.planning.overrides import check_grid, parse_vary
+    from sim.planning.overrides import check_distinct, check_grid, parse_vary
     from sim.output.outputs import csv_safe
     from sim.planning.runner import DaskSchedulerError
     from sim.planning.sweep import sweep
@@ -93,6 +93,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     scenario = load_from_args(args)
     varies = [parse_vary(v) for v in args.vary]
     check_grid(varies, fixed=[s.partition("=")[0] for s in args.set or []])
+    check_distinct(scenario, varies)
     out = Path(args.out) if args.out else Path("results") / f"{slug(scenario.name)}-sweep.csv"
     inputs = inputs_of(args, scenario)
     out = check_file(out, kind="a `fleetsim sweep` table", is_kind=_is_sweep_table,

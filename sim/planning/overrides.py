@@ -130,6 +130,31 @@ def check_grid(varies: list[tuple[str, list[Any]]], fixed: Iterable[str] = ()) -
                             field="--vary")
 
 
+# fields that change no result: a sweep over them would run one scenario many times
+NOT_VARIED = {"name": "the name labels the results", "description": "a description is text"}
+
+
+def check_distinct(scenario: Scenario, varies: list[tuple[str, list[Any]]]) -> None:
+    """Each varied field's values as the scenario reads them (10, 10s and 10000ms are one
+    duration; 4/s and 240/min one rate): none twice, and no field that changes no
+    result."""
+    for path, values in varies:
+        if path in NOT_VARIED:
+            raise ScenarioError(f"--vary {path}: {NOT_VARIED[path]} and changes no result; "
+                                "every point would be the same run", field="--vary")
+        seen: dict[str, Any] = {}
+        for value in values:
+            read = with_values(scenario, {path: value}).model_dump(mode="json")
+            for key in path.split("."):
+                read = read.get(key) if isinstance(read, dict) else None
+            key = json.dumps(read, sort_keys=True)
+            if key in seen:
+                raise ScenarioError(f"--vary {path}: {value!r} and {seen[key]!r} are the same "
+                                    "value (the sweep would run the same scenario twice)",
+                                    field="--vary")
+            seen[key] = value
+
+
 def apply(data: dict, path: str, value: Any) -> dict:
     """A copy of scenario ``data`` with ``path`` set; the path must exist
     (a typo is an error naming the valid keys), except the last key of a
