@@ -65,6 +65,8 @@ POISSON_LINES = ("      arrival: {type: poisson, rate: 2/s}\n"
                  "      output_tokens: {type: fixed, value: 50}\n")
 TRACE_HEADER = "timestamp,prompt_tokens,output_tokens\n"
 
+TINY_PROFILE = (Path(__file__).resolve().parent.parent / "profiles" / "calibrated" / "cpu"
+                / "tiny-llama.yaml").read_text(encoding="utf-8")
 KNOWN_HARDWARE = ["A100-80GB", "B200", "H100-SXM", "H200", "L40S", "MI300X"]
 KNOWN_MODELS = ["llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b", "mixtral-8x7b",
                 "qwen2.5-72b", "tiny-llama"]
@@ -381,6 +383,21 @@ CASES = [
          + "    cost_model: {type: calibrated, profile: calibrated/cpu/tiny-llama.yaml}\n",
          27, "pools.main.cost_model.profile", ["built for weight_dtype fp32",
                                                 "weight_dtype is bf16", "--dtype bf16"]),
+    *(Case(f"calibrated-profile-{name}",
+           edit(("    model: llama-3.1-8b\n    hardware: H100-SXM", "    model: tiny-llama\n"
+                 "    hardware: H100-SXM\n    weight_dtype: fp32"),
+                ("      model: llama-3.1-8b", "      model: tiny-llama"))
+           + "    cost_model: {type: calibrated, profile: p.yaml}\n",
+           28, "pools.main.cost_model.profile", fragments,
+           files={"p.yaml": TINY_PROFILE.replace(old, new, 1)})
+      for name, old, new, fragments in (
+          ("tp-infinite", "\ntp: 1\n", "\ntp: .inf\n", ["tp must be a whole number, got inf"]),
+          ("layers-in-words", "  num_layers: 8\n", "  num_layers: eight\n",
+           ["model.num_layers must be a whole number, got a str"]),
+          ("layers-nan", "  num_layers: 8\n", "  num_layers: .nan\n",
+           ["model.num_layers must be a whole number, got nan"]),
+          ("dtype-a-list", "\ndtype: fp32\n", "\ndtype: [fp32]\n",
+           ["dtype must be a dtype name such as fp32, got a list"]))),
     Case("calibrated-profile-not-a-profile",
          append_to_pool("    cost_model: {type: calibrated, profile: t.csv}\n"), 27,
          "pools.main.cost_model.profile", ["not a calibrated profile"],

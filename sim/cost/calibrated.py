@@ -109,6 +109,9 @@ class CalibratedConfig(StrictModel):
                 ("kv_dtype", "kv_dtype", pool.kv_dtype,
                  f"use the profile built for {pool.kv_dtype}")):
             made = data.get(key)
+            if made is not None and not isinstance(made, str):
+                return [(loc, f"calibrated profile {path}: {key} must be a dtype name such as "
+                              f"{wanted}, got a {type(made).__name__}")]
             if made is not None and made != wanted:
                 return [(loc, f"calibrated profile {path} was built for {field} {made}, but "
                               f"the pool's {field} is {wanted}; set {field}: {made} or "
@@ -262,8 +265,19 @@ def check_profile(data: dict, model: ModelSpec, tp: int, where: str) -> None:
     table and term reads."""
     try:
         _check_profile(data, model, tp, where)
-    except (TypeError, AttributeError, KeyError) as exc:
+    except (TypeError, AttributeError, KeyError, OverflowError) as exc:
         raise ValueError(f"{where} is malformed ({type(exc).__name__}: {exc})") from None
+
+
+def _whole(value, field: str, where: str) -> int:
+    """A count the profile gives: a whole number (a float of one too), never true/false."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
+        raise ValueError(f"{where}: {field} must be a whole number, got "
+                         f"{value!r}" if isinstance(value, (int, float)) else
+                         f"{where}: {field} must be a whole number, got a "
+                         f"{type(value).__name__}")
+    return int(value)
 
 
 def _check_profile(data: dict, model: ModelSpec, tp: int, where: str) -> None:
@@ -271,16 +285,16 @@ def _check_profile(data: dict, model: ModelSpec, tp: int, where: str) -> None:
         if data.get(block) is not None and not isinstance(data[block], dict):
             raise ValueError(f"{where}: {block} must be a mapping")
     shape = data.get("model") or {}
-    diffs = [f"{f} {shape.get(f)} vs {getattr(model, f)}" for f in SHAPE_FIELDS
-             if f in shape and int(shape[f]) != int(getattr(model, f))]
     missing = [f for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads")
                if f not in shape]
     if missing:
         raise ValueError(f"{where}: the profile's model block lacks {', '.join(missing)}")
+    diffs = [f"{f} {shape.get(f)} vs {getattr(model, f)}" for f in SHAPE_FIELDS
+             if f in shape and _whole(shape[f], f"model.{f}", where) != int(getattr(model, f))]
     if diffs:
         raise ValueError(f"{where} was calibrated for model '{shape.get('name')}', whose shape "
                          f"differs from the pool's model '{model.name}' ({'; '.join(diffs)})")
-    if int(data.get("tp", 1)) != int(tp):
+    if _whole(data.get("tp", 1), "tp", where) != int(tp):
         raise ValueError(f"{where} was calibrated at tp={data.get('tp', 1)} but the pool runs "
                          f"tp={tp}; calibrate with `fleetsim calibrate --tp {tp}`")
     tables = data.get("tables") or {}
