@@ -33,6 +33,11 @@ class ModelShape:
     experts_per_token: int = 1
     max_model_len: int = 131072
 
+    def __post_init__(self) -> None:
+        if self.head_dim % 2:       # rotary embeddings turn pairs of a head's dimensions
+            raise ValueError(f"head_dim {self.head_dim} is odd: the timed layers use rotary "
+                             "position embeddings, which need an even head size")
+
     @classmethod
     def from_mapping(cls, data: dict) -> "ModelShape":
         known = {f for f in cls.__dataclass_fields__}

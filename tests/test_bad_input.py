@@ -1306,6 +1306,9 @@ ARGV_CASES = [
                                      "--out", "{d}/o"], ["'240/min' and '4/s' are the same"]),
     ("sweep-vary-the-name", ["sweep", "{s}", "--vary", "name=a,b", "--out", "{d}/o"],
      ["--vary name: the name labels the results and changes no result"]),
+    ("calibrate-a-model-of-odd-head-size", ["calibrate", "--model", "{d}/odd.yaml", "--quick",
+                                            "--out", "{d}/o"],
+     ["--model: head_dim 1 is odd", "even head size"]),
     ("lint-allow-path-empty", ["lint", "{s}", "--allow-path", ""], ["--allow-path",
                                                                     "an empty path"]),
     ("run-set-a-field-twice", ["run", "{s}", "--set", "pools.main.replicas=1", "--set",
@@ -1384,6 +1387,9 @@ def test_a_bad_command_line_is_refused_before_any_work(tmp_path, capsys, argv, f
         "pools": {"main": {"replicas": 10 ** 400}}, "latency_s": {}, "throughput": {}}),
         encoding="utf-8")
     (tmp_path / "m.yaml").write_text("num_layers: [1, 2]\n", encoding="utf-8")
+    (tmp_path / "odd.yaml").write_text(
+        "name: odd\nnum_layers: 1\nhidden_size: 7\nnum_heads: 7\nnum_kv_heads: 7\n"
+        "head_dim: 1\nffn_size: 1\nvocab_size: 1\n", encoding="utf-8")
     (tmp_path / "k.yaml").write_text("aws_secret_key: 1\n", encoding="utf-8")
     (tmp_path / "neg.json").write_text(json.dumps({str(path): {
         "pools": {"main": {"required_replicas": -5}}, "latency_s": {"ttft_p99": -1}}}),

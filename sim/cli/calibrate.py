@@ -107,7 +107,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     try:
         stem = profile_stem(load_model(args.model).name, args.tp)
     except ValueError as exc:
-        raise ScenarioError(str(exc)) from None
+        raise ScenarioError(str(exc), field="--model") from None
     out = Path(args.out) if args.out else Path("profiles") / "calibrated" / device_slug(
         args.device)
     check_profile_files(out / f"{stem}.yaml", ".png", ".log")
