@@ -210,16 +210,24 @@ def _field(data: dict, key: str, typ: type, where: str, at: str = ""):
     return value
 
 
+# no engine's step holds more tokens, takes longer, or happens past a run's length
+MAX_TOKENS = 10_000_000
+MAX_STEP_S = 60.0
+MAX_RUN_S = 10 * 365 * 86400.0
+
+
 def _int(value, at: str, where: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise EngineLogError(f"{where}: {at}: expected a whole number >= 0, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_TOKENS:
+        raise EngineLogError(f"{where}: {at}: expected a whole number from 0 to "
+                             f"{MAX_TOKENS:,}, got {value!r}"[:300])
     return value
 
 
 def _float(value, at: str, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            not math.isfinite(value):
-        raise EngineLogError(f"{where}: {at}: expected a finite number, got {value!r}")
+            not (math.isfinite(value) and 0 <= value <= MAX_RUN_S):
+        raise EngineLogError(f"{where}: {at}: expected a time from 0 to {MAX_RUN_S:g} s, "
+                             f"got {value!r}"[:300])
     return float(value)
 
 
@@ -229,9 +237,9 @@ def _step(row, at: str, where: str) -> EngineStep:
                              f"[[new tokens, context, is prefill], ...]]")
     start, end = _float(row[0], at, where), _float(row[1], at, where)
     idle = math.inf if row[2] is None else _float(row[2], at, where)
-    if end < start:
-        raise EngineLogError(f"{where}: {at}: the step ends ({end}) before it starts "
-                             f"({start})")
+    if end < start or end - start > MAX_STEP_S:
+        raise EngineLogError(f"{where}: {at}: the step runs from {start} s to {end} s; a "
+                             f"step ends after it starts, within {MAX_STEP_S:g} s")
     seqs = []
     for seq in row[3]:
         if not isinstance(seq, list) or len(seq) != 3 or seq[2] not in (0, 1):

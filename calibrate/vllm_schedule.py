@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,11 +151,40 @@ def _check_ranges(settings: EngineSettings, requests: dict, where: str) -> None:
             raise ServeLogError(f"{where}: engine.{name} is {getattr(settings, name)[:40]!r}; "
                                 f"known: {', '.join(known)}")
     for req in requests.values():
+        if max(req.prompt_tokens, req.output_tokens, req.prefix_tokens) > MAX_TOKENS:
+            raise ServeLogError(f"{where}: request {req.id} has more than {MAX_TOKENS:,} "
+                                "tokens; not a run vLLM served")
         if req.prompt_tokens < 1 or req.output_tokens < 1 or req.prefix_tokens < 0:
             raise ServeLogError(f"{where}: request {req.id} has {req.prompt_tokens} prompt "
                                 f"tokens, max_tokens {req.output_tokens} and "
                                 f"{req.prefix_tokens} prefix tokens; a served request has at "
                                 "least 1 of each (prefix at least 0)")
+
+
+# what one step of a served run can be: no engine step takes a minute, holds more tokens
+# than any context, or happens past a run's length
+MAX_STEP_S = 60.0
+MAX_RUN_S = 10 * 365 * 86400.0
+MAX_TOKENS = 10_000_000
+
+
+def _check_steps(steps: list, arrival: dict, where: str) -> None:
+    for i, step in enumerate(steps):
+        start, end = step["start_s"], step["end_s"]
+        if not (math.isfinite(start) and math.isfinite(end) and 0 <= start <= end <= MAX_RUN_S
+                and end - start <= MAX_STEP_S):
+            raise ServeLogError(f"{where}: steps[{i}]: runs from {start:g} s to {end:g} s; a "
+                                f"served step lies within the run and takes at most "
+                                f"{MAX_STEP_S:g} s")
+        for seq in step.get("seqs") or []:
+            counts = [seq.get(k, 0) for k in ("new", "computed", "known", "prompt")]
+            if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= MAX_TOKENS
+                       for c in counts):
+                raise ServeLogError(f"{where}: steps[{i}]: a sequence's token counts are not "
+                                    f"whole numbers from 0 to {MAX_TOKENS:,}")
+    for rid, t in arrival.items():
+        if not (math.isfinite(t) and 0 <= t <= MAX_RUN_S):
+            raise ServeLogError(f"{where}: request {rid} arrives at {t:g} s; not a served run")
 
 
 def load(plan: dict, log: dict, where: str = "log") -> ServeLog:
@@ -179,6 +209,7 @@ def load(plan: dict, log: dict, where: str = "log") -> ServeLog:
     except (KeyError, TypeError, ValueError) as exc:
         raise ServeLogError(f"{where}: missing or malformed field {exc}") from None
     _check_ranges(settings, requests, where)
+    _check_steps(steps, arrival, where)
     return ServeLog(settings, requests, arrival, steps, list(log["requests"]),
                     dict(log.get("meta") or {}))
 

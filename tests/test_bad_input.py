@@ -1309,6 +1309,12 @@ ARGV_CASES = [
     ("calibrate-a-model-of-odd-head-size", ["calibrate", "--model", "{d}/odd.yaml", "--quick",
                                             "--out", "{d}/o"],
      ["--model: head_dim 1 is odd", "even head size"]),
+    ("validate-vllm-log-of-a-step-of-1e25-tokens",
+     ["validate", "--engine", "vllm", "--from-logs", "{d}/huge", "--out", "{d}/o"],
+     ["steps[0]: a sequence's token counts are not whole numbers from 0 to 10,000,000"]),
+    ("validate-vllm-log-of-a-step-of-1e308-s",
+     ["validate", "--engine", "vllm", "--from-logs", "{d}/long", "--out", "{d}/o"],
+     ["steps[1]: runs from", "takes at most 60 s"]),
     ("lint-allow-path-empty", ["lint", "{s}", "--allow-path", ""], ["--allow-path",
                                                                     "an empty path"]),
     ("run-set-a-field-twice", ["run", "{s}", "--set", "pools.main.replicas=1", "--set",
@@ -1413,6 +1419,16 @@ def test_a_bad_command_line_is_refused_before_any_work(tmp_path, capsys, argv, f
     (tmp_path / "sw.csv").write_text(
         "pools.main.replicas,arrived,output_tokens_per_s,ttft_p99_s,tpot_p99_s\n"
         "1,40,100.5,,\n2,40,210,soon,0.02\n", encoding="utf-8")
+    import gzip
+    recorded = Path(__file__).resolve().parent / "data" / "vllm-recorded" / "vllm-light"
+    for name, edit_log in (("huge", lambda log: log["steps"][0]["seqs"][0].update(new=1e25)),
+                           ("long", lambda log: log["steps"][1].update(end_s=1e308))):
+        folder = tmp_path / name / "vllm-light"
+        folder.mkdir(parents=True)
+        (folder / "plan.json").write_bytes((recorded / "plan.json").read_bytes())
+        log = json.loads(gzip.decompress((recorded / "vllm_log.json.gz").read_bytes()))
+        edit_log(log)
+        (folder / "vllm_log.json").write_text(json.dumps(log), encoding="utf-8")
     run = tmp_path / "runs" / "w"
     run.mkdir(parents=True)
     (run / "plan.json").write_text('{"engine": {"block_size": 0}}', encoding="utf-8")

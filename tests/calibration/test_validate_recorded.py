@@ -184,11 +184,14 @@ def _write_json(path: Path, data) -> Path:
     (lambda d: d.update(kind="batch"), "kind: expected one of continuous, single"),
     (lambda d: d.pop("replays"), "replays: expected a list"),
     (lambda d: d.update(replays=[]), "holds no replay"),
-    (lambda d: d["replays"][0]["requests"][0].__setitem__(1, -1.0),
+    (lambda d: d["replays"][0]["requests"][0].__setitem__(0, 1e6),
      r"replays\[0\].requests\[0\]: expected arrival <= first token <= finish"),
     (lambda d: d["replays"][0]["steps"][0].__setitem__(3, [[1, 2]]),
      r"replays\[0\].steps\[0\]: a sequence is"),
-    (lambda d: d["calibration"][0].__setitem__(2, float("nan")), "expected a finite number"),
+    (lambda d: d["calibration"][0].__setitem__(2, float("nan")), "expected a time from 0"),
+    (lambda d: d["calibration"][0].__setitem__(2, 1e308), "expected a time from 0"),
+    (lambda d: d["replays"][0]["steps"][0][3][0].__setitem__(0, 10 ** 25),
+     r"replays\[0\].steps\[0\]: expected a whole number from 0 to 10,000,000"),
     (lambda d: d["limits"].pop("page_size"), "limits.page_size: expected a whole number"),
 ])
 def test_a_bad_log_is_named_with_its_field(tmp_path, edit, match):
