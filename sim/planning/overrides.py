@@ -11,8 +11,9 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import types
 from collections.abc import Iterable
-from typing import Any
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import pydantic
 import yaml
@@ -176,10 +177,70 @@ def apply(data: dict, path: str, value: Any) -> dict:
     return out
 
 
+def _block_type(keys: list[str]):
+    """The type annotation of the block at ``keys`` below a Scenario (None when the path
+    leaves the models: a free-form mapping)."""
+    annotation: Any = Scenario
+    for key in keys:
+        annotation = _plain(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+            field = annotation.model_fields.get(key)
+            if field is None:
+                return None
+            annotation = field.annotation
+        elif get_origin(annotation) is dict:
+            annotation = get_args(annotation)[1]
+        else:
+            return None
+    return annotation
+
+
+def _plain(annotation):
+    """Without Annotated's metadata, and an optional block as the block."""
+    while True:
+        if get_origin(annotation) is Annotated:
+            annotation = get_args(annotation)[0]
+        elif get_origin(annotation) in (Union, types.UnionType) and \
+                type(None) in get_args(annotation):
+            arms = [a for a in get_args(annotation) if a is not type(None)]
+            if len(arms) != 1:
+                return annotation
+            annotation = arms[0]
+        else:
+            return annotation
+
+
+def _retyped(data: dict, path: str, value: Any) -> dict:
+    """For ``PATH.type=NEW`` on a block of another type: the block without the settings
+    its old type filled in by default (they would be unknown keys of the new type); the
+    settings that differ from them stay, as the user's."""
+    keys = path.split(".")
+    node = data
+    for key in keys[:-1]:
+        node = node.get(key) if isinstance(node, dict) else None
+    if not isinstance(node, dict) or node.get("type") in (None, value):
+        return data
+    try:
+        defaults = pydantic.TypeAdapter(_block_type(keys[:-1])).validate_python(
+            {"type": node["type"]}).model_dump(mode="json")
+    except (pydantic.ValidationError, pydantic.PydanticSchemaGenerationError, TypeError,
+            AttributeError):
+        return data
+    kept = {k: v for k, v in node.items() if k == "type" or defaults.get(k, object()) != v}
+    out = copy.deepcopy(data)
+    parent = out
+    for key in keys[:-2]:
+        parent = parent[key]
+    parent[keys[-2]] = kept
+    return out
+
+
 def with_values(scenario: Scenario, assignments: dict[str, Any]) -> Scenario:
     """The scenario with every ``path: value`` applied, validated again."""
     data = scenario.model_dump(mode="json")
     for path, value in assignments.items():
+        if path.endswith(".type") and path.count(".") >= 1:
+            data = _retyped(data, path, value)
         data = apply(data, path, value)
     try:
         out = Scenario.model_validate(data)

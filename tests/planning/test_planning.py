@@ -225,3 +225,16 @@ def test_t_quantiles_past_thirty_degrees_of_freedom_are_not_the_normal_ones():
     assert t975(1) == pytest.approx(12.706, abs=1e-3)
     assert t975(31) == pytest.approx(2.0395, abs=1e-4)
     assert t975(120) == pytest.approx(1.9799, abs=1e-4)
+
+
+def test_setting_a_blocks_type_drops_the_old_types_defaults_but_not_the_users_settings():
+    """--set pools.p.scheduler.type=single on a pool with the default continuous scheduler
+    gave eight 'unknown key' errors about settings nobody wrote; a setting the user gave
+    the old type is still theirs, and named."""
+    from sim.planning.overrides import with_values
+    plain = chat(duration=10, rate=2)
+    single = with_values(plain, {"pools.p.scheduler.type": "single"})
+    assert single.pools["p"].scheduler.type == "single"
+    tuned = with_values(plain, {"pools.p.scheduler.max_num_batched_tokens": 4096})
+    with pytest.raises(sim.ScenarioError, match="max_num_batched_tokens"):
+        with_values(tuned, {"pools.p.scheduler.type": "single"})
