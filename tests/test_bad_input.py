@@ -365,7 +365,11 @@ CASES = [
          ["the top level must be a mapping", "got a list"]),
     Case("top-level-scalar", "just some words\n", 1, None,
          ["the top level must be a mapping", "got a str"]),
-    Case("non-string-key", edit(("seed: 1", "~: 1")), 1, None, ["Keys should be strings"]),
+    Case("non-string-key", edit(("seed: 1", "~: 1")), 1, None, ["a key that reads as null"]),
+    Case("number-key", edit(("seed: 1", "5: 1")), 2, None,
+         ["the key 5 reads as a number, not a name: quote it (\"5\")"]),
+    Case("boolean-key-of-a-pool", edit(("  main:\n", "  true:\n")), 18, "pools",
+         ["the key True reads as true or false"]),
     # calibrated cost models: the profile exists and describes the pool (line 27)
     Case("calibrated-profile-missing",
          append_to_pool("    cost_model: {type: calibrated, profile: calibrated/cpu/nope.yaml}\n"),

@@ -42,8 +42,17 @@ def from_validation_error(exc: ValidationError, *, file: str | None, line_map: L
         path = _real_path(tuple(err["loc"]), data, line_map, keep_last=kind == "missing",
                           root_model=root_model)
         message, path = _message(err, path, data, root_model)
-        problem = Problem(message, file=file, line=line_map.line_for(path),
-                          field=dotted_path(path) or None)
+        key = err.get("input")
+        line = line_map.line_for(path)
+        if (err["msg"] == "Keys should be strings" or "[key]" in err["loc"]) \
+                and not isinstance(key, str):
+            # a YAML key that reads as a number, a boolean or null: name the key, not an index
+            path = path[:-1] if path and path[-1] == key else path
+            what = {bool: "true or false", type(None): "null"}.get(type(key), "a number")
+            message = (f"the key {short_repr(key)} reads as {what}, not a name: quote it "
+                       f"(\"{key}\")" if key is not None else
+                       "a key that reads as null (~ or nothing), not a name: write the name")
+        problem = Problem(message, file=file, line=line, field=dotted_path(path) or None)
         key = (problem.line, problem.field, problem.message)
         if key not in seen:
             seen.add(key)
