@@ -128,7 +128,8 @@ def import_model(path: Path, name: str | None = None) -> dict:
     name in the config, else the folder holding config.json, else the file's stem)."""
     data = read_config(path)
     if name is None:
-        given = str(data.get("_name_or_path") or "").rstrip("/").split("/")[-1]
+        given = data.get("_name_or_path")
+        given = given.rstrip("/").split("/")[-1] if isinstance(given, str) else ""
         name = given or (path.parent.name if path.stem == "config" else path.stem) or "model"
         name = name.lower()
     return profile_from_config(data, name, shown(path))

@@ -106,3 +106,8 @@ def test_out_writes_a_profile_a_scenario_can_use_and_replaces_only_a_profile(tmp
     data["duration"] = 5.0
     from sim.config.scenario import Scenario
     assert sim.run(Scenario.model_validate(data)).summary["requests"]["completed"] > 0
+
+
+def test_a_model_path_that_is_no_text_does_not_name_the_profile(tmp_path, capsys):
+    assert run(tmp_path, {**LLAMA_31_8B, "_name_or_path": {"x": 1}}) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["name"] == tmp_path.name.lower()
