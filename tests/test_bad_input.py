@@ -486,6 +486,9 @@ CASES += [
     Case("boolean-for-a-lognormal-cv", stream_field(
         "prompt_tokens", "{type: lognormal, mean: 100, cv: true}"), 11,
          f"{STREAM}.prompt_tokens.cv", ["got true"]),
+    Case("sizing-lists-one-gpu-twice", append_to_pool(
+        "    sizing: {hardware: [H100-SXM, h100-sxm]}\n"), 27, "pools.main.sizing.hardware",
+         ["'H100-SXM' is listed twice"]),
     Case("warmup-after-the-last-arrival",
          edit(("duration: 20s\n", "duration: 20s\nwarmup: 15s\n"),
               ("      team: search\n", "      team: search\n      end: 5s\n")), 4, "warmup",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, field_validator
 
 from sim.config.common import (Bytes, BytesPerS, Flag, Fraction, Name, PositiveBytes,
                                PositiveInt, PositiveSeconds, ReplicaCount, Seconds, StrictModel,
@@ -63,6 +63,17 @@ class SizingOptions(StrictModel):
     weight_dtype: list[DType] | None = Field(None, description="Weight precisions to try "
                                              "(the KV cache follows: fp8 weights, fp8 KV)")
     max_replicas: ReplicaCount = Field(64, description="Largest replica count to consider")
+
+    @field_validator("hardware", "tp", "weight_dtype")
+    @classmethod
+    def _each_once(cls, values):
+        if values is not None:
+            keys = [str(v).lower() for v in values]
+            twice = next((v for v, k in zip(values, keys) if keys.count(k) > 1), None)
+            if twice is not None:
+                raise ValueError(f"{twice!r} is listed twice (names are read without case): "
+                                 "size would try it twice")
+        return values
 
 
 class PoolConfig(StrictModel):
