@@ -104,6 +104,7 @@ def write_file(path: Path, data: str | bytes) -> None:
     path = Path(path)
     stage = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale(path.parent, path.name)
         if isinstance(data, str):
             data = data.encode("utf-8")

@@ -199,37 +199,43 @@ def check_file(path: str | os.PathLike, *, kind: str, is_kind: Callable[[Path], 
     return path
 
 
-def probe(folder: Path) -> None:
-    """Create ``folder`` (and its parents) and a file in it, then remove the file."""
+def probe(folder: Path, folder_name: str | None = None) -> None:
+    """Check that files (and a folder named ``folder_name``) can be made in ``folder``:
+    create it and its missing parents, a file in it, then remove all of them again (the
+    write makes them when the work is done: a refused command leaves nothing behind)."""
     existing = folder
     while not os.path.lexists(existing) and existing.parent != existing:
         existing = existing.parent
     if os.path.lexists(existing) and not existing.is_dir():
         raise output_error("this is a file, not a folder: no output can be written "
                            "below it", existing)
+    made = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise os_error(exc, folder, started=False) from None
-    try:
-        fd, name = tempfile.mkstemp(prefix=".fleetsim-probe-", dir=folder)
-        os.close(fd)
-        os.unlink(name)
-    except OSError as exc:
-        exc.filename = None     # name the folder, not the probe
-        raise os_error(exc, folder, started=False) from None
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise os_error(exc, folder, started=False) from None
+        try:
+            fd, name = tempfile.mkstemp(prefix=".fleetsim-probe-", dir=folder)
+            os.close(fd)
+            os.unlink(name)
+            if folder_name is not None and not os.path.lexists(folder / folder_name):
+                (folder / folder_name).mkdir()      # a name the file system takes
+                (folder / folder_name).rmdir()
+        except OSError as exc:
+            exc.filename = None     # name the output, not the probe
+            raise os_error(exc, folder, started=False) from None
+    finally:
+        for path in made:           # deepest first
+            try:
+                path.rmdir()
+            except OSError:
+                break
 
 
 def prepare_folder(out_dir: str | os.PathLike, *, force: bool, inputs: Inputs = ()) -> Path:
     """:func:`check_folder`, then :func:`probe` its parent: before the work starts."""
     out_dir = check_folder(out_dir, force=force, inputs=inputs)
-    probe(out_dir.parent)
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
-    if not os.path.lexists(tmp):    # the name the run will write under (not too long)
-        try:
-            tmp.mkdir()
-            tmp.rmdir()
-        except OSError as exc:
-            exc.filename = None     # name the output, not the temporary folder
-            raise os_error(exc, out_dir, started=False) from None
+    # with the name the run will write under (not too long for the file system)
+    probe(out_dir.parent, folder_name=f".{out_dir.name}.tmp-{os.getpid()}-probe00")
     return out_dir

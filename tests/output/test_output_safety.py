@@ -699,3 +699,17 @@ def test_a_closed_or_full_stdout_is_a_located_error(tmp_path, command, redirect,
         assert "<stdout>" in done.stderr
     if command[0] == "run":
         assert (tmp_path / "out" / "summary.json").is_file()
+
+
+@pytest.mark.parametrize("argv", [
+    ["check", "{bad}", "--baseline", "{d}/new/a/b/bl.json", "--update"],
+    ["sweep", "{bad}", "--vary", "seed=1,2", "--out", "{d}/new/a/b/t.csv"],
+    ["run", "{bad}", "--out", "{d}/new/a/b/run"],
+])
+def test_a_refused_command_leaves_no_folders_behind(tmp_path, argv):
+    """The check that an output can be written made its missing parent folders and left
+    them when the command then failed on its input."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nduration: -1s\n", encoding="utf-8")
+    assert run_main([a.format(bad=bad, d=tmp_path) for a in argv]) == 2
+    assert not (tmp_path / "new").exists()
