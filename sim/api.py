@@ -39,6 +39,11 @@ def load_scenario(path: str | Path, *, allow_paths: Iterable[str | Path] = ()) -
     """
     p = resolve_scenario_path(path)
     data, line_map = load_yaml(p, expected_keys=_scenario_keys())
+    if isinstance(data, dict) and "$schema" in data:    # for editors: names the schema
+        if not isinstance(data["$schema"], str):
+            raise ScenarioError("$schema names the schema file or URL (a string)", file=str(p),
+                                line=line_map.line_for(("$schema",)), field="$schema")
+        data = {k: v for k, v in data.items() if k != "$schema"}
     try:
         scenario = Scenario.model_validate(data)
     except pydantic.ValidationError as exc:

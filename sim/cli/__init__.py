@@ -65,7 +65,7 @@ EXAMPLES = {
               "--slo ttft_p99=2s --update",
               "fleetsim check scenarios/quickstart.yaml --baseline baseline.json "
               "--slo ttft_p99=2s --tolerance 5%"],
-    "schema": ["fleetsim schema > fleetsim.schema.json"],
+    "schema": ["fleetsim schema --out fleetsim.schema.json"],
     "lint": ["fleetsim lint scenarios/*.yaml"],
     "profiles": ["fleetsim profiles"],
     "import-model": ["fleetsim import-model config.json --name my-model "

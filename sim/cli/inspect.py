@@ -6,12 +6,45 @@ import argparse
 import json
 
 from sim.config import profiles
-from sim.cli.common import allowed_paths, add_allow_path
+from sim.cli.common import allowed_paths, add_allow_path, path_arg
+
+
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def scenario_schema() -> dict:
+    """The JSON Schema of scenario files: every unit and shorthand a field takes (``2h``,
+    ``8/s``, ``output_tokens: 100``), and a ``$schema`` key a file may name it by."""
+    from sim.config.scenario import Scenario
+    schema = {"$schema": DRAFT, **Scenario.model_json_schema()}
+    schema["properties"] = {"$schema": {
+        "type": "string", "description": "This schema's location, for editors (ignored "
+                                         "by fleetsim)"}, **schema["properties"]}
+    return schema
+
+
+def _is_schema(path) -> bool:
+    try:
+        data = json.loads(path.read_bytes()[:2**24])
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and data.get("$schema") == DRAFT and \
+        data.get("title") == "Scenario"
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    from sim.config.scenario import Scenario
-    print(json.dumps(Scenario.model_json_schema(), indent=2))
+    text = json.dumps(scenario_schema(), indent=2) + "\n"
+    if args.out is None:
+        print(text, end="")
+        return 0
+    from pathlib import Path
+
+    from sim.output.atomic_write import write_file
+    from sim.output.output_paths import check_file
+    out = check_file(Path(args.out), kind="a scenario schema fleetsim wrote",
+                     is_kind=_is_schema)
+    write_file(out, text)
+    print(f"wrote {out}")
     return 0
 
 
@@ -85,6 +118,8 @@ def _is_model_profile(path) -> bool:
 
 def add_inspect(sub) -> None:
     schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editors)")
+    schema.add_argument("--out", type=path_arg, metavar="FILE",
+                        help="write it to FILE (replaces only a schema fleetsim wrote)")
     schema.set_defaults(func=_cmd_schema)
 
     check = sub.add_parser("lint", help="validate scenario files and the data they read, without running them")

@@ -104,14 +104,16 @@ def _non_negative(x: float) -> float:
     return x
 
 
-Seconds = Annotated[float, BeforeValidator(units.seconds), AfterValidator(_non_negative)]
-PositiveSeconds = Annotated[float, BeforeValidator(units.seconds), AfterValidator(_positive)]
-Bytes = Annotated[float, BeforeValidator(units.bytes_), AfterValidator(_non_negative)]
-PositiveBytes = Annotated[float, BeforeValidator(units.bytes_), AfterValidator(_positive)]
-BytesPerS = Annotated[float, BeforeValidator(units.bandwidth), AfterValidator(_positive)]
-FlopsPerS = Annotated[float, BeforeValidator(units.flops), AfterValidator(_positive)]
-RatePerS = Annotated[float, BeforeValidator(units.rate_per_s), AfterValidator(_non_negative)]
-PositiveRatePerS = Annotated[float, BeforeValidator(units.rate_per_s), AfterValidator(_positive)]
+# what a quantity with units accepts, as the schema tells an editor: 2, 2.5, "200ms"
+_NumberOrUnits = Union[float, str]
+Seconds = Annotated[float, BeforeValidator(units.seconds, json_schema_input_type=_NumberOrUnits), AfterValidator(_non_negative)]
+PositiveSeconds = Annotated[float, BeforeValidator(units.seconds, json_schema_input_type=_NumberOrUnits), AfterValidator(_positive)]
+Bytes = Annotated[float, BeforeValidator(units.bytes_, json_schema_input_type=_NumberOrUnits), AfterValidator(_non_negative)]
+PositiveBytes = Annotated[float, BeforeValidator(units.bytes_, json_schema_input_type=_NumberOrUnits), AfterValidator(_positive)]
+BytesPerS = Annotated[float, BeforeValidator(units.bandwidth, json_schema_input_type=_NumberOrUnits), AfterValidator(_positive)]
+FlopsPerS = Annotated[float, BeforeValidator(units.flops, json_schema_input_type=_NumberOrUnits), AfterValidator(_positive)]
+RatePerS = Annotated[float, BeforeValidator(units.rate_per_s, json_schema_input_type=_NumberOrUnits), AfterValidator(_non_negative)]
+PositiveRatePerS = Annotated[float, BeforeValidator(units.rate_per_s, json_schema_input_type=_NumberOrUnits), AfterValidator(_positive)]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 # a share that divides: an efficiency of 0 would make every step take forever
 PositiveFraction = Annotated[float, Field(gt=0.0, le=1.0)]

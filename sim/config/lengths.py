@@ -183,11 +183,15 @@ def _length_shorthand(value: Any) -> Any:
     return value
 
 
+_LENGTHS = Annotated[Union[FixedLengthConfig, UniformLengthConfig, LognormalLengthConfig,
+                           ExponentialLengthConfig, EmpiricalLengthConfig, MixtureLengthConfig],
+                     Field(discriminator="type")]
 LengthConfig = Annotated[
     Union[FixedLengthConfig, UniformLengthConfig, LognormalLengthConfig,
           ExponentialLengthConfig, EmpiricalLengthConfig, MixtureLengthConfig],
     Field(discriminator="type"),
-    BeforeValidator(_length_shorthand),
+    # (the schema: a whole number is a fixed length)
+    BeforeValidator(_length_shorthand, json_schema_input_type=Union[int, _LENGTHS]),
 ]
 
 MixtureComponentConfig.model_rebuild()

@@ -34,7 +34,7 @@ from sim.config.common import (
 from sim.config.lengths import MAX_TOKENS, LengthConfig
 
 # Phase of a sinusoid may be negative, so it does not use ``Seconds``.
-SignedSeconds = Annotated[float, BeforeValidator(units.seconds)]
+SignedSeconds = Annotated[float, BeforeValidator(units.seconds, json_schema_input_type=Union[float, str])]
 
 
 # --------------------------------------------------------------------------
@@ -104,10 +104,13 @@ def _rate_shorthand(value: Any) -> Any:
     return value
 
 
+_RATES = Annotated[Union[ConstantRateConfig, PiecewiseRateConfig, SinusoidalRateConfig],
+                   Field(discriminator="type")]
 RateConfig = Annotated[
     Union[ConstantRateConfig, PiecewiseRateConfig, SinusoidalRateConfig],
     Field(discriminator="type"),
-    BeforeValidator(_rate_shorthand),
+    # (the schema: a number or a unit string is a constant rate)
+    BeforeValidator(_rate_shorthand, json_schema_input_type=Union[float, str, _RATES]),
 ]
 
 
