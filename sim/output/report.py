@@ -72,20 +72,23 @@ def build_report(results, sweep=None) -> str:
                  ["of which in no team's cost: idle capacity (USD)",
                   s["cost"].get("unattributed_usd", 0.0)],
                  ["USD per million output tokens", s["cost"]["usd_per_million_output_tokens"]]]),
-             _table(["latency (s)", "mean", "p50", "p90", "p99"],
-                    [[k.upper()] + [lat[k][q] for q in ("mean", "p50", "p90", "p99")]
+             _table(["latency (ms)", "mean", "p50", "p90", "p99"],
+                    [[k.upper()] + [_ms(lat[k][q]) for q in ("mean", "p50", "p90", "p99")]
                      for k in ("ttft", "tpot", "e2e", "queue")]),
              "<h2>Pools</h2>",
              _table(["pool", "model", "hardware", "TP", "step times from", "replicas (mean)",
-                     "GPU-hours", "cost (USD)", "busy", "MFU", "KV util"],
+                     "GPU-hours", "cost (USD)", "busy", "MFU", "MBU", "KV cache used"],
                     [[name, p["model"], p["hardware"], p["tp"], p["cost_model"],
-                      p["replicas_mean"], p["gpu_hours"], p["cost_usd"], p["busy_frac"],
-                      p["mfu"], p["kv_util_mean"]] for name, p in s["pools"].items()]),
+                      p["replicas_mean"], p["gpu_hours"], p["cost_usd"], _pct(p["busy_frac"]),
+                      _pct(p["mfu"]), _pct(p.get("mbu")), _pct(p["kv_util_mean"])]
+                     for name, p in s["pools"].items()]),
+             f"<p class='note'>{GLOSSARY}</p>",
              "<h2>Teams</h2>",
-             _table(["team", "requests", "completed", "rejected", "TTFT p99 (s)",
+             _table(["team", "requests", "completed", "rejected", "TTFT p99 (ms)",
                      "output tokens", "cost (USD)"],
-                    [[name, t["requests"], t["completed"], t["rejected"], t.get("ttft_p99_s"),
-                      t["output_tokens"], t["cost_usd"]] for name, t in s["teams"].items()]),
+                    [[name, t["requests"], t["completed"], t["rejected"],
+                      _ms(t.get("ttft_p99_s")), t["output_tokens"], t["cost_usd"]]
+                     for name, t in s["teams"].items()]),
              "<h2>Latency</h2>", _png(plots.ttft_cdf_figure(results)),
              _png(plots.tpot_cdf_figure(results)),
              "<h2>Load, replicas and cost over time</h2>", _png(plots.replicas_figure(results)),
@@ -93,9 +96,59 @@ def build_report(results, sweep=None) -> str:
              "<h2>Per team</h2>", _png(plots.teams_figure(results)),
              *(_sweep_section(sweep) if sweep is not None else []),
              "<h2>Scenario</h2>",
-             f"<pre>{_e(yaml.safe_dump(results.scenario.model_dump(mode='json'), sort_keys=False))}"
-             "</pre></body></html>"]
+             f"<p>{_e(_provenance(results))}</p>",
+             f"<pre>{_e(_scenario_text(results.scenario))}</pre></body></html>"]
     return "\n".join(p for p in parts if p)
+
+
+GLOSSARY = ("busy: share of the billed GPU time a replica was computing; MFU: model FLOPs "
+            "used over the GPUs' peak FLOP/s; MBU: bytes moved over peak memory bandwidth (a "
+            "decode-heavy pool is bandwidth-bound: high MBU, low MFU); KV cache used: the "
+            "mean share of the KV blocks holding tokens.")
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3
+
+
+def _pct(fraction: float | None) -> str | None:
+    return None if fraction is None else f"{fraction * 100:.1f}%"
+
+
+def _scenario_text(scenario) -> str:
+    """The scenario as its author wrote it (the file it was read from), else as fleetsim
+    holds it (a scenario built in code or changed by overrides)."""
+    from pathlib import Path
+
+    source = getattr(scenario, "_source", None)
+    if source is not None:
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+            if yaml.safe_load(text) is not None:
+                from sim.config.scenario import Scenario
+                data = yaml.safe_load(text)
+                data.pop("$schema", None)
+                read = Scenario.model_validate(data)
+                if read.model_dump(mode="json") == scenario.model_dump(mode="json"):
+                    return text         # (not changed since it was read: no override)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError):
+            pass
+    return yaml.safe_dump(scenario.model_dump(mode="json", exclude_defaults=True),
+                          sort_keys=False)
+
+
+def _provenance(results) -> str:
+    """What made these figures: the tool's version, each pool's step-time source and
+    price source."""
+    from sim import __version__
+
+    parts = [f"fleetsim {__version__}, seed {results.scenario.seed}"]
+    for name, pool in results.scenario.pools.items():
+        figures = results.summary["pools"][name]
+        price = ("price_per_gpu_hour in the scenario" if pool.price_per_gpu_hour is not None
+                 else f"the {figures['hardware']} profile's {pool.pricing} price")
+        parts.append(f"pool {name}: step times from {figures['cost_model']}; {price}")
+    return "; ".join(parts) + "."
 
 
 def _slo_section(slo: dict | None) -> list[str]:

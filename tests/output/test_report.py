@@ -102,3 +102,28 @@ def test_cli_run_with_a_sweep_table_and_sweep_report(tmp_path, capsys):
     assert main(["run", str(scn_path), "--out", str(tmp_path / "run2"), "--quiet",
                  "--sweep", str(bad)]) == 2
     assert "not a `fleetsim sweep` table" in capsys.readouterr().err
+
+
+def test_report_speaks_in_planner_units_and_shows_the_scenario_as_written(tmp_path):
+    """Latencies in ms, shares in %, a glossary for busy/MFU/MBU/KV, the user's YAML with
+    its comments (the expanded model only when overrides changed it), the version and
+    where each pool's step times and price came from."""
+    import html
+    import re
+    from pathlib import Path
+
+    from sim.output.report import build_report
+    root = Path(__file__).resolve().parents[2]
+    scenario = sim.load_scenario(root / "scenarios" / "quickstart.yaml")
+    short = sim.with_overrides(scenario, duration_s=20)
+    page = html.unescape(build_report(sim.run(short)))
+    assert "latency (ms)" in page and "TTFT p99 (ms)" in page
+    assert re.search(r"<td>\d+\.\d%</td>", page)                  # busy, MFU as percents
+    assert "MFU: model FLOPs" in page and "MBU: bytes moved" in page
+    assert f"fleetsim {sim.__version__}" in page and "on_demand price" in page
+    assert "# Quick start" not in page and "duration: 20.0" in page   # changed: expanded
+    text = (root / "scenarios" / "quickstart.yaml").read_text()
+    unchanged = tmp_path / "q.yaml"
+    unchanged.write_text(text.replace("duration: 5min", "duration: 20s"))
+    page = html.unescape(build_report(sim.run(sim.load_scenario(unchanged))))
+    assert "# Quick start" in page and "duration: 20s" in page
