@@ -474,6 +474,10 @@ CASES += [
          ["greater than 0"]),
     Case("slo-attainment-above-one", BASE + "slos: {attainment: 1.5}\n", 27,
          "slos.attainment", ["less than or equal to 1"]),
+    Case("slo-tpot-of-one-token-answers",
+         edit(("      output_tokens: {type: fixed, value: 50}\n",
+               "      output_tokens: {type: fixed, value: 1}\n")) + "slos: {tpot_p99: 50ms}\n",
+         27, "slos.tpot_p99", ["no stream has an answer longer than one token"]),
     Case("slo-block-sets-nothing", BASE + "slos: {}\n", 27, "slos", ["sets no objective"]),
     Case("slo-team-that-sends-nothing", BASE + "slos:\n  teams:\n    serach: {ttft_p99: 1s}\n",
          29, "slos.teams.serach", ["no stream sends for team 'serach'", "teams: search"]),
@@ -1322,6 +1326,9 @@ ARGV_CASES = [
     ("validate-vllm-log-of-a-step-of-1e308-s",
      ["validate", "--engine", "vllm", "--from-logs", "{d}/long", "--out", "{d}/o"],
      ["steps[1]: runs from", "takes at most 60 s"]),
+    ("size-max-rate-of-closed-loop-streams",
+     ["size", "{d}/closed.yaml", "--slo", "ttft_p99=2s", "--max-rate"],
+     ["--max-rate: --max-rate scales the streams' rates", "closed-loop"]),
     ("lint-allow-path-empty", ["lint", "{s}", "--allow-path", ""], ["--allow-path",
                                                                     "an empty path"]),
     ("run-set-a-field-twice", ["run", "{s}", "--set", "pools.main.replicas=1", "--set",
@@ -1400,6 +1407,9 @@ def test_a_bad_command_line_is_refused_before_any_work(tmp_path, capsys, argv, f
         "pools": {"main": {"replicas": 10 ** 400}}, "latency_s": {}, "throughput": {}}),
         encoding="utf-8")
     (tmp_path / "m.yaml").write_text("num_layers: [1, 2]\n", encoding="utf-8")
+    (tmp_path / "closed.yaml").write_text(BASE.replace(
+        "{type: poisson, rate: 2/s}", "{type: closed, concurrency: 2, requests: 20}"),
+        encoding="utf-8")
     (tmp_path / "odd.yaml").write_text(
         "name: odd\nnum_layers: 1\nhidden_size: 7\nnum_heads: 7\nnum_kv_heads: 7\n"
         "head_dim: 1\nffn_size: 1\nvocab_size: 1\n", encoding="utf-8")

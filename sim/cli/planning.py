@@ -38,6 +38,12 @@ def _cmd_size(args: argparse.Namespace) -> int:
                                 field="--pool")
     inputs = inputs_of(args, scenario)
     out = prepare_folder(args.out, force=args.force, inputs=inputs) if args.out else None
+    if args.max_rate and all(getattr(s.arrival, "type", None) == "closed"
+                             for s in scenario.workload.streams.values()):
+        raise ScenarioError("--max-rate scales the streams' rates, and every stream here is "
+                            "closed-loop (its load is its concurrency): sweep "
+                            "workload.streams.NAME.arrival.concurrency instead",
+                            field="--max-rate")
     if args.max_rate:
         rates = [{"pool": pool, **max_rate(scenario, slos, pool)}
                  for pool in pools or list(scenario.pools)]

@@ -12,7 +12,7 @@ import unicodedata
 import numpy as np
 
 from sim.autoscalers.base import DEFAULT_TICK_S
-from sim.config.lengths import least_request
+from sim.config.lengths import least_request, longest
 from sim.config.scenario import Scenario
 from sim.config.slos import targets
 from sim.config.workload import ClosedArrivalConfig, StreamConfig, TraceArrivalConfig
@@ -332,6 +332,16 @@ def _check_slos(scenario: Scenario) -> list[tuple[Loc, str]]:
     for stream in scenario.workload.streams.values():
         key = gw.keys.get(stream.api_key) if stream.api_key is not None else None
         sending.add(key.team if key is not None and stream.team == "default" else stream.team)
+    # a TPOT bound needs a request of two output tokens or more: one-token answers have
+    # no time per output token
+    one_token = [s for s in scenario.workload.streams.values()
+                 if s.output_tokens is not None and longest(s.output_tokens) == 1]
+    if one_token and len(one_token) == len(scenario.workload.streams):
+        for metric in (o.metric for o in targets(slos)):
+            if metric.startswith("tpot_"):
+                problems.append((("slos", metric), "no stream has an answer longer than one "
+                                 "token, so no request has a time per output token: bound "
+                                 "TTFT or E2E instead"))
     for team, block in slos.teams.items():
         if team not in sending:
             problems.append((("slos", "teams", team), f"no stream sends for team '{team}'; "
