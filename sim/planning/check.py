@@ -17,7 +17,7 @@ from pathlib import Path
 import sim
 from sim.config.errors import ScenarioError
 from sim.config.inputs import InputFileError, read_bytes, shown
-from sim.planning.size import evaluate, min_replicas
+from sim.planning.size import evaluate, min_replicas, reaches
 from sim.config.slos import Slo, targets
 
 LATENCY_KEYS = ("ttft_p99", "tpot_p99", "e2e_p99")
@@ -36,6 +36,9 @@ def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = ()
         name, stat = key.split("_")
         out["latency_s"][key] = summary["latency_s"][name][stat]
     for pool, cfg in scenario.pools.items():
+        if not reaches(scenario, pool):         # idle capacity: nothing to size or break
+            out["pools"][pool] = {"required_replicas": 0, "slo_met_as_configured": True}
+            continue
         option = {"hardware": cfg.hardware, "tp": cfg.tp, "weight_dtype": cfg.weight_dtype}
         cap = cfg.sizing.max_replicas if cfg.sizing else 64
         need, _ = min_replicas(scenario, pool, slos, option, cap)

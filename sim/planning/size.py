@@ -30,12 +30,42 @@ class Trial:
     summary: dict
 
 
+def stage_of(scenario: Scenario, pool: str) -> set[str]:
+    """The served names whose requests pass through ``pool`` before ending on another: a
+    disaggregated model's prefill pool, a cascade's first pool. Their latencies are this
+    pool's work too (a prompt's TTFT is its prefill)."""
+    names = set()
+    for name, served in scenario.gateway.models.items():
+        if served.disaggregated is not None and served.disaggregated.prefill == pool:
+            names.add(name)
+        if served.cascade is not None and served.cascade.first == pool:
+            names.add(name)
+    return names
+
+
+def pool_requests(scenario: Scenario, requests: pd.DataFrame, pool: str) -> pd.DataFrame:
+    """The requests (arrived after the warm-up) whose latencies ``pool`` shapes: those it
+    served last, and those of a route it is an earlier stage of."""
+    mine = requests["pool"].astype(str) == pool
+    stages = stage_of(scenario, pool)
+    if stages:
+        mine |= requests["served_model"].astype(str).isin(stages)
+    return requests[mine & (requests["arrival_s"] >= scenario.warmup)]
+
+
 def evaluate(scenario: Scenario, pool: str, slos: list[Slo]) -> tuple[dict, bool, dict]:
     res = sim.run(scenario)
-    req = res.requests
-    req = req[(req["pool"].astype(str) == pool) & (req["arrival_s"] >= scenario.warmup)]
-    measured = measure(req, slos)
+    measured = measure(pool_requests(scenario, res.requests, pool), slos)
     return measured, met(measured, slos), res.summary
+
+
+def reaches(scenario: Scenario, pool: str) -> bool:
+    """Whether any request of the scenario as configured reaches ``pool`` (an idle pool,
+    allowed in a scenario, has nothing to size)."""
+    return len(pool_requests(scenario, sim.run(scenario).requests, pool)) > 0
+
+
+IDLE_NOTE = "no request reaches this pool (idle capacity): nothing to size"
 
 
 def _option_grid(scenario: Scenario, pool: str) -> list[dict]:
@@ -83,6 +113,11 @@ def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None) ->
     for pool in pools or list(scenario.pools):
         cfg = scenario.pools[pool]
         cap = cfg.sizing.max_replicas if cfg.sizing else 64
+        if not reaches(scenario, pool):
+            rows.append({"pool": pool, "hardware": cfg.hardware, "tp": cfg.tp,
+                         "weight_dtype": cfg.weight_dtype, "replicas": 0, "gpus": 0,
+                         "feasible": True, "cost_usd_per_h": 0.0, "note": IDLE_NOTE})
+            continue
         for option in _option_grid(scenario, pool):
             try:
                 n, trials = min_replicas(scenario, pool, slos, option, cap)

@@ -238,3 +238,19 @@ def test_setting_a_blocks_type_drops_the_old_types_defaults_but_not_the_users_se
     tuned = with_values(plain, {"pools.p.scheduler.max_num_batched_tokens": 4096})
     with pytest.raises(sim.ScenarioError, match="max_num_batched_tokens"):
         with_values(tuned, {"pools.p.scheduler.type": "single"})
+
+
+def test_size_measures_a_prefill_pool_by_the_requests_it_prefilled_and_skips_idle_ones():
+    """A disaggregated model's requests end on the decode pool: sizing its prefill pool
+    found none of its own and reported 'SLOs not met with 64 replicas'; a pool no stream
+    reaches (allowed) failed the same way. Now the prefill pool is judged by the requests
+    it prefilled, and an idle pool needs 0 replicas."""
+    from sim.planning.size import size
+    from sim.config.slos import parse_slo
+    scenario = sim.with_overrides(sim.load_scenario(ROOT / "scenarios" / "disaggregated.yaml"),
+                                  duration_s=30)
+    table = size(scenario, [parse_slo("ttft_p99=5s")]).set_index("pool")
+    assert table.loc["prefill", "feasible"] and table.loc["prefill", "replicas"] >= 1
+    assert table.loc["prefill", "ttft_p99"] < 5.0
+    idle = table.loc["colocated"]
+    assert idle["replicas"] == 0 and idle["feasible"] and "idle" in idle["note"]
