@@ -29,6 +29,10 @@ def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = ()
     scenario = sim.load_scenario(path, allow_paths=allow_paths)
     if not slos and scenario.slos is not None:
         slos = targets(scenario.slos)
+    if not slos:
+        raise ScenarioError("no SLO to size against: give --slo (e.g. --slo ttft_p99=2s) or "
+                            "fleet-wide objectives in the scenario's slos: block (a team's "
+                            "own are not sized for)", file=str(path), field="slos")
     out: dict = {"pools": {}, "latency_s": {}, "slo_met": True,
                  "slos": {s.metric: s.target for s in slos}}
     summary = sim.run(scenario).summary

@@ -75,11 +75,18 @@ MAX_RUNS = 16
 
 
 def labels_for(paths: list[str]) -> list[str]:
-    """A short name per run (its folder's or scenario file's name), told apart where two
-    runs share one."""
+    """A short name per run (its folder's or scenario file's name); numbered by position
+    ('2: x') where two runs share a name or one would read as another column."""
     names = [Path(p).name if Path(p).is_dir() else Path(p).stem for p in paths]
     names = [n or str(p) for n, p in zip(names, paths)]
-    return [f"{n} ({i + 1})" if names.count(n) > 1 else n for i, n in enumerate(names)]
+    columns = _columns(names)
+    if len(set(columns)) == len(columns) and not any(" vs " in n for n in names):
+        return names
+    return [f"{i + 1}: {n}" for i, n in enumerate(names)]
+
+
+def _columns(labels: list[str]) -> list[str]:
+    return ["figure", *labels, *(f"{lb} vs {labels[0]} %" for lb in labels[1:])]
 
 
 def compare(summaries: dict[str, dict]) -> pd.DataFrame:
@@ -100,8 +107,7 @@ def compare(summaries: dict[str, dict]) -> pd.DataFrame:
             row[f"{label} vs {first} %"] = ((v - base) / base * 100.0
                                             if v is not None and base else None)
         table.append(row)
-    return pd.DataFrame(table, columns=["figure", *labels,
-                                        *(f"{lb} vs {first} %" for lb in labels[1:])])
+    return pd.DataFrame(table, columns=_columns(labels))
 
 
 def render(table: pd.DataFrame) -> str:

@@ -147,3 +147,37 @@ def test_junit_never_replaces_a_file_check_did_not_write(tmp_path, capsys):
                  "--junit", str(mine)]) == 2
     assert "not a JUnit report `fleetsim check` wrote" in capsys.readouterr().err
     assert mine.read_text().endswith("name='pytest'/>")
+
+
+def test_junit_stays_well_formed_whatever_the_file_names(tmp_path):
+    """A control character or a byte that is not UTF-8 in a scenario's file name made
+    the report ill-formed or failed to write it after the whole check ran."""
+    from sim.output.junit import junit_xml
+    text = junit_xml([("ctl\x01x.yaml", ["drift\x02"]), ("bad\udcffname.yaml", [])],
+                     "base\x03.json")
+    root = ElementTree.fromstring(text.encode("utf-8"))
+    names = [c.get("name") for c in root.iter("testcase")]
+    assert names == ["ctl\\x01x.yaml", "bad\\xdcffname.yaml"]
+
+
+def test_check_without_any_fleet_wide_slo_is_refused(tmp_path, capsys):
+    """With no --slo and only a team's SLOs, check recorded 'slos: {}' and one replica per
+    pool, then passed forever."""
+    scenario = _write(tmp_path, "s.yaml", slos={"teams": {"a": {"ttft_p99": "1ms"}}})
+    assert main(["check", str(scenario), "--baseline", str(tmp_path / "b.json"),
+                 "--update"]) == 2
+    assert "no SLO to size against" in capsys.readouterr().err
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_compare_labels_never_collide(tmp_path, capsys, plain):
+    """Two folders named x and a third named 'x (1)', or one named 'figure': each run keeps
+    a column of its own."""
+    from sim.output.outputs import write_outputs
+    for name in ("A/x", "B/x", "C/x (1)", "figure"):
+        write_outputs(plain, tmp_path / name)
+    assert main(["compare", *(str(tmp_path / n) for n in ("A/x", "B/x", "C/x (1)", "figure")),
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert list(data["runs"]) == ["1: x", "2: x", "3: x (1)", "4: figure"]
+    assert data["figures"][0]["figure"] == "arrived"
