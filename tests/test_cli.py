@@ -192,7 +192,7 @@ def test_size_max_rate_writes_its_answer_to_out(tmp_path, capsys):
                                                          rel=0.2)
 
 
-@pytest.mark.parametrize("command", ["run", "lint", "schema", "profiles", "import-model",
+@pytest.mark.parametrize("command", ["run", "lint", "schema", "profiles", "scenarios", "import-model",
                                      "size", "sweep", "compare", "check", "calibrate",
                                      "validate"])
 def test_every_commands_help_prints(command, capsys):
@@ -221,3 +221,12 @@ def test_every_example_in_the_help_parses_and_names_files_that_ship():
             for word in words:
                 if word.startswith("scenarios/") and "*" not in word:
                     assert (ROOT / word).is_file(), word
+
+
+def test_scenarios_lists_every_shipped_scenario(capsys):
+    from sim.cli import main
+    assert main(["scenarios"]) == 0
+    out = capsys.readouterr().out
+    assert "scenarios/quickstart.yaml" in out and "Two teams share" in out
+    for path in (ROOT / "scenarios").glob("*.yaml"):
+        assert f"scenarios/{path.name} " in out

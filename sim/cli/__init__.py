@@ -68,6 +68,7 @@ EXAMPLES = {
     "schema": ["fleetsim schema --out fleetsim.schema.json"],
     "lint": ["fleetsim lint scenarios/*.yaml"],
     "profiles": ["fleetsim profiles"],
+    "scenarios": ["fleetsim scenarios"],
     "import-model": ["fleetsim import-model config.json --name my-model "
                      "--out profiles/models/my-model.yaml"],
     "calibrate": ["fleetsim calibrate --model tiny-llama --quick"],
@@ -80,7 +81,7 @@ EXAMPLES = {
 # (`fleetsim schema | head`) is not a failure for them (exit 0). For the others a
 # closed or full standard output is an error naming <stdout> with exit 1: the work
 # ran (and its files, if any, were saved), but what it printed was lost.
-_PRINT_ONLY = ("schema", "profiles", "lint", "compare")
+_PRINT_ONLY = ("schema", "profiles", "scenarios", "lint", "compare")
 
 
 class _StdoutError(Exception):

@@ -58,6 +58,28 @@ def _cmd_lint(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_scenarios(args: argparse.Namespace) -> int:
+    """The shipped scenarios, each with its description (what `run scenarios/NAME.yaml`
+    runs from any folder)."""
+    import yaml
+
+    from sim.config.paths import data_dir
+    root = data_dir("scenarios")
+    for path in sorted(root.rglob("*.yaml")):
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue
+        if not isinstance(data, dict) or "pools" not in data:
+            continue
+        about = " ".join(str(data.get("description") or "").split())
+        if not about:       # the file's opening comment, when it has no description
+            first = path.read_text(encoding="utf-8").lstrip().splitlines()[0]
+            about = first.lstrip("# ").strip() if first.startswith("#") else ""
+        print(f"scenarios/{path.relative_to(root).as_posix():40s} {about[:100]}")
+    return 0
+
+
 def _cmd_profiles(args: argparse.Namespace) -> int:
     from sim.config.paths import data_dir
     print("hardware: " + ", ".join(profiles.hardware_names()))
@@ -126,6 +148,9 @@ def add_inspect(sub) -> None:
     check.add_argument("scenarios", nargs="+")
     add_allow_path(check)
     check.set_defaults(func=_cmd_lint)
+
+    scen = sub.add_parser("scenarios", help="list the shipped scenarios")
+    scen.set_defaults(func=_cmd_scenarios)
 
     prof = sub.add_parser("profiles", help="list the shipped hardware and model profiles")
     prof.set_defaults(func=_cmd_profiles)
