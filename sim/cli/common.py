@@ -214,6 +214,9 @@ def slos_from_args(args: argparse.Namespace) -> list:
     for metric in dict.fromkeys(m for m in metrics if metrics.count(m) > 1):
         raise ScenarioError(f"--slo {metric}: given twice; give each metric one target",
                             field="--slo")
+    if metrics == ["attainment"]:
+        from sim.config.slos import ATTAINMENT_ALONE
+        raise ScenarioError(ATTAINMENT_ALONE, field="--slo")
     return slos
 
 

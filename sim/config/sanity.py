@@ -14,7 +14,7 @@ import numpy as np
 from sim.autoscalers.base import DEFAULT_TICK_S
 from sim.config.lengths import least_request, longest
 from sim.config.scenario import Scenario
-from sim.config.slos import targets
+from sim.config.slos import ATTAINMENT_ALONE, targets
 from sim.config.workload import ClosedArrivalConfig, StreamConfig, TraceArrivalConfig
 from sim.workload.rates import build_rate
 
@@ -342,6 +342,11 @@ def _check_slos(scenario: Scenario) -> list[tuple[Loc, str]]:
                 problems.append((("slos", metric), "no stream has an answer longer than one "
                                  "token, so no request has a time per output token: bound "
                                  "TTFT or E2E instead"))
+    for where, block in [(("slos",), slos)] + [(("slos", "teams", t), b)
+                                                for t, b in slos.teams.items()]:
+        metrics = [o.metric for o in targets(block)]
+        if metrics == ["attainment"]:
+            problems.append((where + ("attainment",), ATTAINMENT_ALONE))
     for team, block in slos.teams.items():
         if team not in sending:
             problems.append((("slos", "teams", team), f"no stream sends for team '{team}'; "

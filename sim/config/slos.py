@@ -80,6 +80,12 @@ class SlosConfig(_FleetTargets):
         default_factory=dict, description="Team -> SLOs over that team's requests")
 
 
+ATTAINMENT_ALONE = ("attainment counts the requests within every latency bound given "
+                    "beside it; with none it counts only completions (a fleet that "
+                    "finishes everything in the drain attains 100%): add a latency bound, "
+                    "e.g. ttft_p99")
+
+
 def targets(block) -> list[Slo]:
     """The SLOs a block (fleet or team) sets, in METRICS order."""
     return [Slo(m, float(getattr(block, m))) for m in METRICS
