@@ -146,11 +146,12 @@ def _write_all(results, folder: Path, sweep=None) -> list[Path]:
                                      sort_keys=False, allow_unicode=True))
     written.append(path)
 
-    written += plots.save_all(results, folder / "plots")
+    images = plots.render_all(results)      # drawn once: the files and the report
+    written += plots.save_all(results, folder / "plots", images)
 
     from sim.output.report import build_report
     path = folder / "report.html"
-    _write_text(path, build_report(results, sweep))
+    _write_text(path, build_report(results, sweep, images=images))
     written.append(path)
     return written
 

@@ -206,7 +206,6 @@ def teams_figure(results) -> Figure:
         bottom.legend(fontsize="small")
     bottom.set_xticks(x, teams)
     bottom.set_ylabel("rejected requests")
-    _tight(fig)
     return fig
 
 
@@ -220,13 +219,27 @@ FIGURES = {
 }
 
 
+def png_bytes(fig: Figure) -> bytes:
+    """``fig`` laid out and drawn once, as a reproducible PNG; its drawing state released."""
+    import io
+
+    _tight(fig)
+    buf = io.BytesIO()
+    with matplotlib.rc_context(PLAIN_TEXT):
+        fig.savefig(buf, **_SAVE_KW)
+    fig.clear()
+    return buf.getvalue()
+
+
 def save_figure(fig: Figure, path: Path) -> Path:
     """Write ``fig`` as a reproducible PNG and release its drawing state."""
-    _tight(fig)
-    with matplotlib.rc_context(PLAIN_TEXT):
-        fig.savefig(path, **_SAVE_KW)
-    fig.clear()
+    Path(path).write_bytes(png_bytes(fig))
     return path
+
+
+def render_all(results) -> dict[str, bytes]:
+    """Every plot of :data:`FIGURES`, drawn once (the files and the report share them)."""
+    return {name: png_bytes(make(results)) for name, make in FIGURES.items()}
 
 
 # names (teams, pools, models) are drawn as written: a "$" would otherwise start
@@ -243,8 +256,14 @@ def _tight(fig: Figure) -> None:
         fig.tight_layout()
 
 
-def save_all(results, folder: Path) -> list[Path]:
-    """Write every plot in :data:`FIGURES` into ``folder`` (created if needed)."""
+def save_all(results, folder: Path, images: dict[str, bytes] | None = None) -> list[Path]:
+    """Write every plot in :data:`FIGURES` into ``folder`` (created if needed), from
+    ``images`` when already drawn."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    return [save_figure(make(results), folder / name) for name, make in FIGURES.items()]
+    images = images if images is not None else render_all(results)
+    paths = []
+    for name in FIGURES:
+        (folder / name).write_bytes(images[name])
+        paths.append(folder / name)
+    return paths

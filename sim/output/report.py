@@ -41,19 +41,23 @@ def _table(header: list[str], rows: list[list]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _png(fig: Figure) -> str:
-    buf = io.BytesIO()
-    with matplotlib.rc_context(PLAIN_TEXT):
-        fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
-    data = base64.b64encode(buf.getvalue()).decode("ascii")
+def _png(fig: Figure | bytes) -> str:
+    if not isinstance(fig, bytes):
+        buf = io.BytesIO()
+        with matplotlib.rc_context(PLAIN_TEXT):
+            fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+        fig = buf.getvalue()
+    data = base64.b64encode(fig).decode("ascii")
     return f'<img alt="plot" src="data:image/png;base64,{data}">'
 
 
-def build_report(results, sweep=None) -> str:
+def build_report(results, sweep=None, images: dict[str, bytes] | None = None) -> str:
     """The run's page; ``sweep`` (a ``fleetsim sweep`` table) adds its
-    throughput-against-latency curves."""
+    throughput-against-latency curves; ``images``: the plots already drawn (by name in
+    :data:`sim.output.plots.FIGURES`)."""
     from sim.output import plots
 
+    images = images if images is not None else plots.render_all(results)
     s = results.summary
     lat = s["latency_s"]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'>"
@@ -89,11 +93,10 @@ def build_report(results, sweep=None) -> str:
                     [[name, t["requests"], t["completed"], t["rejected"],
                       _ms(t.get("ttft_p99_s")), t["output_tokens"], t["cost_usd"]]
                      for name, t in s["teams"].items()]),
-             "<h2>Latency</h2>", _png(plots.ttft_cdf_figure(results)),
-             _png(plots.tpot_cdf_figure(results)),
-             "<h2>Load, replicas and cost over time</h2>", _png(plots.replicas_figure(results)),
-             _png(plots.queue_figure(results)), _png(plots.kv_util_figure(results)),
-             "<h2>Per team</h2>", _png(plots.teams_figure(results)),
+             "<h2>Latency</h2>", _png(images["ttft_cdf.png"]), _png(images["tpot_cdf.png"]),
+             "<h2>Load, replicas and cost over time</h2>", _png(images["replicas.png"]),
+             _png(images["queue.png"]), _png(images["kv_util.png"]),
+             "<h2>Per team</h2>", _png(images["teams.png"]),
              *(_sweep_section(sweep) if sweep is not None else []),
              "<h2>Scenario</h2>",
              f"<p>{_e(_provenance(results))}</p>",
