@@ -152,9 +152,13 @@ def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None) ->
 
 def max_rate(scenario: Scenario, slos: list[Slo], pool: str, *, precision: float = 0.02,
              hi_scale: float = 64.0) -> dict:
-    """The largest ``workload.rate_scale`` at which ``pool`` still meets the SLOs."""
+    """The largest multiple of the scenario's load (its own ``rate_scale`` included) at which
+    ``pool`` still meets the SLOs."""
+    own = scenario.workload.rate_scale          # scales are of the scenario's own load
+
     def ok(scale: float) -> bool:
-        return evaluate(with_values(scenario, {"workload.rate_scale": scale}), pool, slos)[1]
+        return evaluate(with_values(scenario, {"workload.rate_scale": own * scale}), pool,
+                        slos)[1]
 
     lo, hi = 0.0, 1.0
     if not ok(hi):          # below the scenario's load: halve until the SLOs hold
@@ -169,7 +173,7 @@ def max_rate(scenario: Scenario, slos: list[Slo], pool: str, *, precision: float
         if hi > hi_scale:
             return {"rate_scale": lo, "feasible": True,
                     "note": f"still within the SLOs at {lo}x"}
-        _, refused = resolve(with_values(scenario, {"workload.rate_scale": hi}))
+        _, refused = resolve(with_values(scenario, {"workload.rate_scale": own * hi}))
         if refused:             # more requests than max_requests or this machine's memory
             return {"rate_scale": lo, "feasible": True,
                     "note": f"still within the SLOs at {lo:g}x; {hi:g}x would be refused: "

@@ -254,3 +254,18 @@ def test_size_measures_a_prefill_pool_by_the_requests_it_prefilled_and_skips_idl
     assert table.loc["prefill", "ttft_p99"] < 5.0
     idle = table.loc["colocated"]
     assert idle["replicas"] == 0 and idle["feasible"] and "idle" in idle["note"]
+
+
+def test_max_rate_is_a_multiple_of_the_scenarios_own_load():
+    """A scenario at rate_scale 4 of 4/s and one at 16/s are the same load: max_rate gave
+    the first 4x the requests per second (its trials overwrote rate_scale, and the answer
+    was then multiplied by the scaled rate)."""
+    from sim.planning.overrides import with_values
+    from sim.planning.size import max_rate
+    from sim.config.slos import parse_slo
+    slos = [parse_slo("ttft_p99=1s")]
+    scaled = with_values(chat(duration=20, rate=4), {"workload.rate_scale": 4})
+    plain = chat(duration=20, rate=16)
+    a, b = max_rate(scaled, slos, "p"), max_rate(plain, slos, "p")
+    assert a["rate_scale"] == b["rate_scale"]
+    assert a["requests_per_s"] == pytest.approx(b["requests_per_s"], rel=0.1)
