@@ -1333,6 +1333,9 @@ ARGV_CASES = [
      ["--max-rate: --max-rate scales the streams' rates", "closed-loop"]),
     ("size-attainment-alone", ["size", "{s}", "--slo", "attainment=1", "--max-rate"],
      ["--slo: attainment counts the requests within every latency bound"]),
+    ("check-baseline-of-an-unknown-slo-metric", ["check", "{s}", "--baseline",
+                                                 "{d}/slokey.json"],
+     ["not a `fleetsim check` baseline", "slos: must be an object of SLO metrics"]),
     ("lint-allow-path-empty", ["lint", "{s}", "--allow-path", ""], ["--allow-path",
                                                                     "an empty path"]),
     ("run-set-a-field-twice", ["run", "{s}", "--set", "pools.main.replicas=1", "--set",
@@ -1418,6 +1421,9 @@ def test_a_bad_command_line_is_refused_before_any_work(tmp_path, capsys, argv, f
         "name: odd\nnum_layers: 1\nhidden_size: 7\nnum_heads: 7\nnum_kv_heads: 7\n"
         "head_dim: 1\nffn_size: 1\nvocab_size: 1\n", encoding="utf-8")
     (tmp_path / "k.yaml").write_text("aws_secret_key: 1\n", encoding="utf-8")
+    (tmp_path / "slokey.json").write_text(json.dumps({str(path): {
+        "pools": {"main": {"required_replicas": 1}}, "latency_s": {},
+        "slos": {"aws_secret_key": 1}}}), encoding="utf-8")
     (tmp_path / "neg.json").write_text(json.dumps({str(path): {
         "pools": {"main": {"required_replicas": -5}}, "latency_s": {"ttft_p99": -1}}}),
         encoding="utf-8")

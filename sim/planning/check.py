@@ -18,7 +18,7 @@ import sim
 from sim.config.errors import ScenarioError
 from sim.config.inputs import InputFileError, read_bytes, shown
 from sim.planning.size import evaluate, min_replicas, reaches
-from sim.config.slos import Slo, targets
+from sim.config.slos import METRICS, Slo, targets
 
 LATENCY_KEYS = ("ttft_p99", "tpot_p99", "e2e_p99")
 
@@ -110,8 +110,9 @@ def _baseline_shape_error(data) -> str | None:
             return f"{where}: latency_s: must be an object of numbers (at least 0) or nulls"
         slos = entry.get("slos", {})
         if not isinstance(slos, dict) or not all(
-                isinstance(k, str) and _number(v) and v is not None for k, v in slos.items()):
-            return f"{where}: slos: must be an object of metric names and numbers (at least 0)"
+                k in METRICS and _number(v) and v is not None for k, v in slos.items()):
+            return f"{where}: slos: must be an object of SLO metrics ({', '.join(METRICS)}) " \
+                   f"and numbers (at least 0)"
     return None
 
 
