@@ -15,7 +15,7 @@ from sim.cli.common import (duration_arg, path_arg, count_arg, MAX_REPLICATIONS,
 def _cmd_replications(args: argparse.Namespace, scenario) -> int:
     from sim.planning.overrides import with_values
     from sim.planning.runner import run_many
-    from sim.planning.stats import aggregate
+    from sim.planning.stats import aggregate, slo_met_share
 
     from sim.output.output_paths import prepare_folder
     from sim.output.outputs import write_folder
@@ -33,7 +33,7 @@ def _cmd_replications(args: argparse.Namespace, scenario) -> int:
         if bar is not None:
             bar.stop()
     result = {"scenario": scenario.name, "seeds": seeds, "figures": aggregate(summaries),
-              "replications": summaries}
+              "slo_met_share": slo_met_share(summaries), "replications": summaries}
 
     def write(folder: Path) -> list[Path]:
         path = folder / "replications.json"
@@ -52,6 +52,10 @@ def _cmd_replications(args: argparse.Namespace, scenario) -> int:
             if f and f["mean"] is not None:
                 hw = f["half_width"]
                 print(f"{key:40s} {f['mean']:12.6g}" + (f" ± {hw:.3g}" if hw is not None else ""))
+        for key, share in result["slo_met_share"].items():
+            if key.count(".") <= 1:             # the verdicts: overall, fleet, each team
+                label = "all SLOs met" if key == "slo" else f"SLOs of {key} met"
+                print(f"{label:40s} in {share:.0%} of the replications")
         print(f"{len(seeds)} replications (95% confidence intervals) -> "
               f"{out_dir}/replications.json")
     return 0

@@ -164,10 +164,10 @@ def _slo_section(slo: dict | None) -> list[str]:
     scopes = ([("all requests", slo["fleet"])] if slo.get("fleet") else []) + \
         [(f"team {team}", v) for team, v in (slo.get("teams") or {}).items()]
     for scope, part in scopes:
-        for o in part["objectives"]:
-            unit = 1.0 if o["metric"] == "attainment" else 1e3
+        for metric, o in part["objectives"].items():
+            unit = 1.0 if metric == "attainment" else 1e3
             margin = o.get("margin")
-            rows.append([scope, o["metric"] + ("" if o["metric"] == "attainment" else " (ms)"),
+            rows.append([scope, metric + ("" if metric == "attainment" else " (ms)"),
                          o["target"] * unit,
                          None if o.get("measured") is None else o["measured"] * unit,
                          None if margin is None else f"{margin * 100:+.1f}%",

@@ -66,10 +66,10 @@ def _verdicts(requests: pd.DataFrame, slos: list[Slo], window_s: float) -> dict:
     finite = {k: (v if np.isfinite(v) else None) for k, v in measured.items()}
     return {
         "met": met(measured, slos),
-        "objectives": [{"metric": s.metric, "target": s.target, "measured": finite[s.metric],
-                        "met": bool(margin[s.metric] >= 0),
-                        "margin": float(margin[s.metric]) if np.isfinite(margin[s.metric])
-                        else None} for s in slos],
+        "objectives": {s.metric: {"target": s.target, "measured": finite[s.metric],
+                                  "met": bool(margin[s.metric] >= 0),
+                                  "margin": float(margin[s.metric])
+                                  if np.isfinite(margin[s.metric]) else None} for s in slos},
         "requests": int(len(requests)),
         "within_every_bound": good,
         "attainment": good / len(requests) if len(requests) else None,

@@ -163,10 +163,10 @@ def _slo(s: dict) -> Table | None:
     scopes = ([("", slo["fleet"])] if slo.get("fleet") else []) + \
         [(f"{team}: ", v) for team, v in (slo.get("teams") or {}).items()]
     for prefix, scope in scopes:
-        for o in scope.get("objectives", []):
+        for metric, o in (scope.get("objectives") or {}).items():
             margin = o.get("margin")
-            t.add_row(prefix + o["metric"], _target(o["metric"], o.get("target")),
-                      _target(o["metric"], o.get("measured")),
+            t.add_row(prefix + metric, _target(metric, o.get("target")),
+                      _target(metric, o.get("measured")),
                       _NONE if margin is None else f"{margin * 100:+.1f}%",
                       "met" if o.get("met") else "MISSED")
         goodput = scope.get("goodput_requests_per_s")

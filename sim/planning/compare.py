@@ -58,7 +58,7 @@ def _read_summary(path: Path) -> dict:
             or not isinstance(data.get("throughput"), dict)):
         raise ScenarioError("not a summary.json that `fleetsim run` wrote", file=shown(path))
     for figure, value in summary_row(data).items():
-        if value is None:
+        if value is None or (figure == "slo_met" and isinstance(value, bool)):
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             what = type(value).__name__
@@ -100,12 +100,14 @@ def compare(summaries: dict[str, dict]) -> pd.DataFrame:
         row: dict = {"figure": key}
         for label in labels:
             v = rows[label].get(key)
-            row[label] = float(v) if isinstance(v, (int, float)) else None
+            row[label] = (("met" if v else "MISSED") if isinstance(v, bool) else
+                          float(v) if isinstance(v, (int, float)) else None)
         base = row[first]
         for label in labels[1:]:
             v = row[label]
-            row[f"{label} vs {first} %"] = ((v - base) / base * 100.0
-                                            if v is not None and base else None)
+            numbers = isinstance(v, float) and isinstance(base, float)
+            row[f"{label} vs {first} %"] = (v - base) / base * 100.0 if numbers and base \
+                else None
         table.append(row)
     return pd.DataFrame(table, columns=_columns(labels))
 
@@ -116,6 +118,8 @@ def render(table: pd.DataFrame) -> str:
     def cell(column: str, value) -> str:
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return "-"
+        if isinstance(value, str):
+            return value
         if column.endswith(" %"):
             return f"{value:+,.1f}%"
         return f"{value:,.4g}" if abs(value) < 1e5 else f"{value:,.0f}"

@@ -43,8 +43,27 @@ IDENTIFIERS = ("seed",)
 
 
 def aggregate(summaries: list[dict]) -> dict[str, dict]:
-    """Every figure of the summaries (counts, latencies, rates, costs: none of them can be
-    negative) as a mean with its 95% CI, bounded below by 0; the seed is no figure."""
+    """Every figure of the summaries as a mean with its 95% CI: counts, latencies, rates
+    and costs (never negative) bounded below by 0, an SLO's margin (negative when missed)
+    not; the seed is no figure."""
     flat = [flatten(s) for s in summaries]
     keys = [k for k in dict.fromkeys(k for f in flat for k in f) if k not in IDENTIFIERS]
-    return {k: mean_ci([f.get(k) for f in flat], floor=0.0) for k in keys}
+    return {k: mean_ci([f.get(k) for f in flat],
+                       floor=None if k.endswith(".margin") else 0.0) for k in keys}
+
+
+def slo_met_share(summaries: list[dict]) -> dict[str, float]:
+    """For each SLO verdict of the summaries (overall, each scope, each objective): the
+    share of replications that met it."""
+    counts: dict[str, list[bool]] = {}
+
+    def walk(node, path: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "met" and isinstance(value, bool):
+                    counts.setdefault(path or "slo", []).append(value)
+                else:
+                    walk(value, f"{path}.{key}" if path else str(key))
+    for summary in summaries:
+        walk(summary.get("slo") or {}, "")
+    return {k: sum(v) / len(v) for k, v in counts.items()}

@@ -33,6 +33,11 @@ def _get(summary: dict, path: tuple) -> Any:
 
 def summary_row(summary: dict) -> dict:
     row = {name: _get(summary, path) for name, path in ROW_FIELDS.items()}
+    slo = summary.get("slo")
+    if slo:             # the verdict of the scenario's slos: block, and its goodput
+        row["slo_met"] = slo.get("met")
+        fleet = slo.get("fleet") or {}
+        row["goodput_requests_per_s"] = fleet.get("goodput_requests_per_s")
     for pool, fig in summary.get("pools", {}).items():
         for key in ("replicas_mean", "busy_frac", "gpu_hours", "kv_util_mean"):
             row[f"{pool}.{key}"] = fig.get(key)

@@ -163,11 +163,12 @@ def test_compare_result_folders(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "a"),
                  "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert list(data["runs"]) == ["a (1)", "b", "a (3)"]
+    assert list(data["runs"]) == ["1: a", "2: b", "3: a"]
     row = next(r for r in data["figures"] if r["figure"] == "arrived")
-    assert row["a (3) vs a (1) %"] == 0.0
-    assert row["b vs a (1) %"] == pytest.approx((row["b"] - row["a (1)"]) / row["a (1)"] * 100)
-    assert row["b"] > row["a (1)"]
+    assert row["3: a vs 1: a %"] == 0.0
+    assert row["2: b vs 1: a %"] == pytest.approx((row["2: b"] - row["1: a"]) / row["1: a"]
+                                                  * 100)
+    assert row["2: b"] > row["1: a"]
 
 
 @pytest.mark.parametrize("argv, fragment", [
@@ -269,3 +270,13 @@ def test_max_rate_is_a_multiple_of_the_scenarios_own_load():
     a, b = max_rate(scaled, slos, "p"), max_rate(plain, slos, "p")
     assert a["rate_scale"] == b["rate_scale"]
     assert a["requests_per_s"] == pytest.approx(b["requests_per_s"], rel=0.1)
+
+
+def test_replications_give_each_slo_the_share_of_seeds_that_met_it():
+    from sim.planning.stats import slo_met_share
+    verdict = lambda ok: {"slo": {"met": ok, "fleet": {"met": ok, "objectives": {
+        "ttft_p99": {"met": ok, "margin": 0.1 if ok else -0.2}}}}}
+    share = slo_met_share([verdict(True), verdict(False), verdict(True), verdict(True)])
+    assert share == {"slo": 0.75, "fleet": 0.75, "fleet.objectives.ttft_p99": 0.75}
+    margins = aggregate([verdict(False), verdict(False)])["slo.fleet.objectives.ttft_p99.margin"]
+    assert margins["mean"] == pytest.approx(-0.2) and margins["ci95_low"] == pytest.approx(-0.2)
