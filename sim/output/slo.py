@@ -19,11 +19,31 @@ def _within_every_bound(done: pd.DataFrame, slos: list[Slo]) -> np.ndarray:
     return ok
 
 
+# refusals by policy, not for want of capacity: a request without a valid key, or for a
+# model its team may not call, says nothing about the fleet's latency
+POLICY_REFUSALS = ("unauthorized", "model_not_allowed")
+
+
+def judged(requests: pd.DataFrame) -> pd.DataFrame:
+    """The requests an SLO is judged over: all but those refused by policy."""
+    reason = requests["reject_reason"].astype(str)
+    return requests[~reason.isin(POLICY_REFUSALS)]
+
+
+def unserved(requests: pd.DataFrame) -> int:
+    """Requests of ``judged`` that never completed (shed, refused for capacity, unfinished
+    when the run ended)."""
+    return int((requests["status"].astype(str) != "completed").sum())
+
+
 def measure(requests: pd.DataFrame, slos: list[Slo]) -> dict[str, float]:
-    """Each SLO's metric over ``requests`` (latencies over completed ones, infinite when
-    none completed; attainment = share of all of them completed within every latency
-    bound)."""
+    """Each SLO's metric over ``requests`` (all but the policy refusals). A request that
+    never completed (shed, refused for capacity, unfinished) has an infinite latency:
+    shedding load cannot meet a latency SLO. Attainment = share of them completed within
+    every latency bound."""
+    requests = judged(requests)
     done = requests[requests["status"].astype(str) == "completed"]
+    missing = len(requests) - len(done)
     out: dict[str, float] = {}
     for slo in slos:
         if slo.metric == "attainment":
@@ -31,14 +51,28 @@ def measure(requests: pd.DataFrame, slos: list[Slo]) -> dict[str, float]:
             out[slo.metric] = float(ok.sum() / len(requests)) if len(requests) else 0.0
             continue
         name, stat = slo.metric.rsplit("_", 1)
-        values = done[f"{name}_s"].dropna().to_numpy()
-        if len(values) == 0:
+        values = done[f"{name}_s"].dropna().to_numpy(dtype=np.float64)
+        if len(values) + missing == 0:
             out[slo.metric] = float("inf")
         elif stat == "mean":
-            out[slo.metric] = float(values.mean())
+            out[slo.metric] = float(values.mean()) if missing == 0 else float("inf")
         else:
-            out[slo.metric] = float(np.percentile(values, int(stat[1:])))
+            out[slo.metric] = _percentile(values, missing, int(stat[1:]))
     return out
+
+
+def _percentile(values: np.ndarray, infinite: int, q: int) -> float:
+    """numpy's (linear) percentile of ``values`` with ``infinite`` more values of +inf: the
+    same figure while the percentile falls among the finite values, infinite past them."""
+    if infinite == 0:
+        return float(np.percentile(values, q))
+    n = len(values) + infinite
+    pos = q / 100.0 * (n - 1)
+    lo, hi = int(np.floor(pos)), int(np.ceil(pos))
+    ordered = np.sort(values)
+    if hi >= len(values):
+        return float(ordered[lo]) if lo == hi == pos and lo < len(values) else float("inf")
+    return float(ordered[lo] + (pos - lo) * (ordered[hi] - ordered[lo]))
 
 
 def margins(measured: dict[str, float], slos: list[Slo]) -> dict[str, float]:
@@ -61,6 +95,7 @@ def met(measured: dict[str, float], slos: list[Slo]) -> bool:
 def _verdicts(requests: pd.DataFrame, slos: list[Slo], window_s: float) -> dict:
     measured = measure(requests, slos)
     margin = margins(measured, slos)
+    requests = judged(requests)
     done = requests[requests["status"].astype(str) == "completed"]
     good = int(_within_every_bound(done, slos).sum())
     finite = {k: (v if np.isfinite(v) else None) for k, v in measured.items()}
@@ -71,6 +106,7 @@ def _verdicts(requests: pd.DataFrame, slos: list[Slo], window_s: float) -> dict:
                                   "margin": float(margin[s.metric])
                                   if np.isfinite(margin[s.metric]) else None} for s in slos},
         "requests": int(len(requests)),
+        "unserved": unserved(requests),
         "within_every_bound": good,
         "attainment": good / len(requests) if len(requests) else None,
         "goodput_requests_per_s": good / window_s if window_s > 0 else None,

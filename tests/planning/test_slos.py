@@ -183,3 +183,34 @@ def test_compare_labels_never_collide(tmp_path, capsys, plain):
     data = json.loads(capsys.readouterr().out)
     assert list(data["runs"]) == ["1: x", "2: x", "3: x (1)", "4: figure"]
     assert data["figures"][0]["figure"] == "arrived"
+
+
+def test_requests_never_served_count_against_a_latency_slo():
+    """With no drain under overload, or with load shed, the requests that never finish are
+    not 'faster' ones: they count as infinitely late, so that shedding cannot meet an SLO
+    (it printed 'SLOs: all met' with 8,711 of 8,967 requests unfinished)."""
+    flood = make_scenario(stream={**poisson_stream(rate=300.0), "team": "a"},
+                          pool=make_pool(replicas=1), duration=20.0, drain=0.0,
+                          slos={"ttft_p99": "10s", "ttft_p50": "10s"})
+    res = sim.run(flood)
+    fleet = res.summary["slo"]["fleet"]
+    unfinished = int((res.requests["status"] == "unfinished").sum())
+    assert fleet["unserved"] == unfinished > len(res.requests) / 2
+    p99 = fleet["objectives"]["ttft_p99"]
+    assert not p99["met"] and p99["measured"] is None and p99["margin"] is None
+    assert not fleet["objectives"]["ttft_p50"]["met"]
+
+
+def test_policy_refusals_do_not_count_against_a_latency_slo():
+    """A request without a valid key says nothing about the fleet's latency."""
+    from sim.output.slo import measure
+    from sim.config.slos import parse_slo
+    import pandas as pd
+    req = pd.DataFrame({"status": ["completed"] * 3 + ["rejected", "rejected"],
+                        "reject_reason": ["", "", "", "unauthorized", "queue_full"],
+                        "ttft_s": [0.1, 0.2, 0.3, float("nan"), float("nan")]})
+    got = measure(req, [parse_slo("ttft_p50=1s"), parse_slo("ttft_mean=1s")])
+    assert got["ttft_p50"] == pytest.approx(0.25)     # of 0.1, 0.2, 0.3 and one infinite
+    assert got["ttft_mean"] == float("inf")
+    served = measure(req.iloc[:4], [parse_slo("ttft_mean=1s")])
+    assert served["ttft_mean"] == pytest.approx(0.2)
