@@ -495,6 +495,14 @@ CASES += [
     Case("sizing-lists-one-gpu-twice", append_to_pool(
         "    sizing: {hardware: [H100-SXM, h100-sxm]}\n"), 27, "pools.main.sizing.hardware",
          ["'H100-SXM' is listed twice"]),
+    Case("sinusoid-of-a-nanosecond-period", stream_field(
+        "arrival", "{type: poisson, rate: {type: sinusoidal, mean: 4/s, amplitude: 4/s, "
+                   "period: 1e-9s}}"), 10, f"{STREAM}.arrival.rate.period",
+         ["greater than or equal to 0.001"]),
+    Case("sinusoid-phase-past-any-run", stream_field(
+        "arrival", "{type: poisson, rate: {type: sinusoidal, mean: 4/s, amplitude: 4/s, "
+                   "period: 10s, phase: 1e300s}}"), 10,
+         f"{STREAM}.arrival.rate.phase", ["less than or equal to 315360000"]),
     Case("warmup-after-the-last-arrival",
          edit(("duration: 20s\n", "duration: 20s\nwarmup: 15s\n"),
               ("      team: search\n", "      team: search\n      end: 5s\n")), 4, "warmup",

@@ -77,6 +77,9 @@ class PiecewiseRateConfig(StrictModel):
         return points
 
 
+MAX_SPAN_S = 10 * 365 * 86400.0
+
+
 class SinusoidalRateConfig(StrictModel):
     """A daily-cycle style rate: mean + amplitude * sin(2*pi*(t - phase)/period)."""
 
@@ -85,9 +88,14 @@ class SinusoidalRateConfig(StrictModel):
     amplitude: RatePerS = Field(
         description="Peak deviation from the mean; at most the mean so the rate is never "
                     "negative.")
-    period: PositiveSeconds = Field(description="Length of one cycle.")
+    # a cycle of at least a millisecond, a shift within ten years: past them the sine's
+    # argument loses every digit (a 1e300 s phase gave NaN rates and no arrival)
+    period: PositiveSeconds = Field(ge=1e-3, le=MAX_SPAN_S,
+                                    description="Length of one cycle (1 ms to 10 years).")
     phase: SignedSeconds = Field(
-        default=0.0, description="Time shift: the rate crosses the mean going up at t=phase.")
+        default=0.0, ge=-MAX_SPAN_S, le=MAX_SPAN_S,
+        description="Time shift: the rate crosses the mean going up at t=phase (at most 10 "
+                    "years either way).")
 
     @model_validator(mode="after")
     def _check_amplitude(self) -> "SinusoidalRateConfig":
