@@ -157,7 +157,7 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
         problems.extend(_check_closed_loop(here, scenario, stream))
         expected = expected_requests(scenario, stream)
         if not isinstance(stream.arrival, (ClosedArrivalConfig, TraceArrivalConfig)) and \
-                stream.start < duration_s and expected < 1e-3:
+                stream.start < duration_s and not expected >= 1e-3:     # NaN too
             problems.append((here, f"the stream's rate adds up to {expected:.3g} requests "
                              "over its window (start to end or duration): it would most "
                              "likely send nothing; raise its rate or lengthen the run"))
