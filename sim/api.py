@@ -11,7 +11,8 @@ from sim.config.resolve import Resolved, resolve
 from sim.config.scenario import Scenario
 from sim.config.errors import Problem, ScenarioError, dotted_path
 from sim.config.validation_errors import from_validation_error
-from sim.config.inputs import InputFileError, check_regular, scenario_files, shown
+from sim.config.inputs import (DataFiles, InputFileError, check_regular, scenario_files,
+                               shown)
 from sim.config.paths import resolve_scenario_path
 from sim.output.results import Results, collect
 from sim.core.checks import RunRefused
@@ -39,6 +40,9 @@ def load_scenario(path: str | Path, *, allow_paths: Iterable[str | Path] = ()) -
     """
     p = resolve_scenario_path(path)
     data, line_map = load_yaml(p, expected_keys=_scenario_keys())
+    if isinstance(data, dict) and isinstance(data.get("models"), dict):
+        data = {**data, "models": _models_from_configs(
+            data["models"], p, line_map, DataFiles.for_source(p, allow_paths))}
     if isinstance(data, dict) and "$schema" in data:    # for editors: names the schema
         if not isinstance(data["$schema"], str):
             raise ScenarioError("$schema names the schema file or URL (a string)", file=str(p),
@@ -54,6 +58,32 @@ def load_scenario(path: str | Path, *, allow_paths: Iterable[str | Path] = ()) -
     _resolve_or_raise(scenario, str(p), line_map)
     _check_data_files(scenario, p, line_map)
     return scenario
+
+
+def _models_from_configs(models: dict, path: Path, line_map: LineMap,
+                         files: DataFiles) -> dict:
+    """``models: {NAME: {config: PATH}}``: the model profile of a Hugging Face config.json
+    (as `fleetsim import-model` writes it), named NAME; the file lies where data files
+    may (the scenario's folder, the shipped data or an allowed folder)."""
+    from sim.config.import_model import profile_from_config, read_config
+    out = dict(models)
+    for name, entry in models.items():
+        if not (isinstance(entry, dict) and "config" in entry):
+            continue
+        loc = ("models", name, "config")
+        where = {"file": str(path), "line": line_map.line_for(loc), "field": dotted_path(loc)}
+        if set(entry) != {"config"} or not isinstance(entry["config"], str) \
+                or not entry["config"].strip():
+            raise ScenarioError("a model from a config file is {config: PATH} alone (the path "
+                                "of a Hugging Face config.json); write other fields in a "
+                                "profile instead", **where)
+        try:
+            config = files.path(entry["config"])
+        except InputFileError as exc:
+            raise ScenarioError(f"config file {shown(exc.path)}: {exc.message}", **where) \
+                from None
+        out[name] = profile_from_config(read_config(config), str(name), shown(config))
+    return out
 
 
 def _scenario_keys() -> list[str]:

@@ -20,6 +20,12 @@ def scenario_schema() -> dict:
     schema["properties"] = {"$schema": {
         "type": "string", "description": "This schema's location, for editors (ignored "
                                          "by fleetsim)"}, **schema["properties"]}
+    models = schema["properties"]["models"]       # a profile, or a config.json to read
+    models["additionalProperties"] = {"anyOf": [models["additionalProperties"], {
+        "type": "object", "additionalProperties": False, "required": ["config"],
+        "properties": {"config": {"type": "string", "minLength": 1, "description":
+                                  "A Hugging Face config.json, read as `fleetsim "
+                                  "import-model` reads it"}}}]}
     return schema
 
 

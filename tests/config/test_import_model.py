@@ -111,3 +111,28 @@ def test_out_writes_a_profile_a_scenario_can_use_and_replaces_only_a_profile(tmp
 def test_a_model_path_that_is_no_text_does_not_name_the_profile(tmp_path, capsys):
     assert run(tmp_path, {**LLAMA_31_8B, "_name_or_path": {"x": 1}}) == 0
     assert yaml.safe_load(capsys.readouterr().out)["name"] == tmp_path.name.lower()
+
+
+def test_a_scenario_may_name_a_config_file_as_a_model(tmp_path, capsys):
+    """models: {NAME: {config: PATH}} reads the config as import-model does; the file lies
+    where data files may, and a config of an unknown kind is a located error."""
+    import sim
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_31_8B))
+    scenario = (ROOT / "scenarios" / "quickstart.yaml").read_text().replace(
+        "model: llama-3.1-8b", "model: mine") + "models:\n  mine: {config: config.json}\n"
+    path = tmp_path / "s.yaml"
+    path.write_text(scenario)
+    loaded = sim.load_scenario(path)
+    shipped = yaml.safe_load((ROOT / "profiles" / "models" / "llama-3.1-8b.yaml").read_text())
+    model = loaded.models["mine"]
+    assert model.name == "mine"
+    for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_size",
+                  "vocab_size"):
+        assert getattr(model, field) == shipped[field], field
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA_31_8B, "model_type": "rwkv"}))
+    assert main(["lint", str(path)]) == 2
+    assert "model_type 'rwkv' is not one fleetsim reads" in capsys.readouterr().err
+    path.write_text(scenario.replace("{config: config.json}", "{config: /etc/hostname}"))
+    assert main(["lint", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "models.mine.config: config file /etc/hostname: lies outside" in err
