@@ -56,12 +56,21 @@ def parse_slo(text: str) -> Slo:
     if metric != "attainment" and not 0 < target < math.inf:
         raise ScenarioError(f"--slo {text!r}: a latency target is a time greater than 0, "
                             "e.g. 2s or 50ms", field="--slo")
+    if metric != "attainment" and not MIN_TARGET_S <= target <= MAX_TARGET_S:
+        raise ScenarioError(f"--slo {text!r}: a latency target lies between 1 us and 30 "
+                            "days", field="--slo")
     return Slo(metric, target)
+
+
+# a latency target from a microsecond (no engine answers faster) to thirty days (a batch
+# job's end-to-end bound); past them a target is a typo in units
+MIN_TARGET_S, MAX_TARGET_S = 1e-6, 30 * 86400.0
 
 
 def _targets_model(name: str, doc: str):
     fields = {f"{m}_{s}": (PositiveSeconds | None, Field(
-        None, description=f"{s} of {WHAT[m]} at most this, e.g. 2s or 50ms"))
+        None, ge=MIN_TARGET_S, le=MAX_TARGET_S,
+        description=f"{s} of {WHAT[m]} at most this, e.g. 2s or 50ms (1 us to 30 days)"))
         for m in LATENCIES for s in STATS}
     fields["attainment"] = (PositiveFraction | None, Field(
         None, description="least share of requests (arrivals after the warm-up) completed "
