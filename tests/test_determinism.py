@@ -101,7 +101,8 @@ import sys
 import sim
 import sim.output.plots
 from sim.output.outputs import write_outputs
-sim.output.plots.save_all = lambda results, folder: []
+sim.output.plots.save_all = lambda results, folder, images=None: []
+sim.output.plots.render_all = lambda results: dict.fromkeys(sim.output.plots.FIGURES, b"")
 scenario = sim.load_scenario(sys.argv[1])
 if len(sys.argv) > 3:
     scenario = sim.with_overrides(scenario, seed=int(sys.argv[3]))
@@ -113,7 +114,9 @@ write_outputs(sim.run(scenario), sys.argv[2])
 def _no_plots(monkeypatch):
     """write_outputs writes the plots after every compared file; skip them (slow)."""
     import sim.output.plots
-    monkeypatch.setattr(sim.output.plots, "save_all", lambda results, folder: [])
+    monkeypatch.setattr(sim.output.plots, "save_all", lambda results, folder, images=None: [])
+    monkeypatch.setattr(sim.output.plots, "render_all",
+                        lambda results: dict.fromkeys(sim.output.plots.FIGURES, b""))
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +133,9 @@ def reference(scenario_path, tmp_path_factory) -> dict[str, bytes]:
     out = tmp_path_factory.mktemp("reference") / "out"
     results = sim.run(sim.load_scenario(scenario_path))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sim.output.plots, "save_all", lambda results, folder: [])
+        mp.setattr(sim.output.plots, "save_all", lambda results, folder, images=None: [])
+        mp.setattr(sim.output.plots, "render_all",
+                   lambda results: dict.fromkeys(sim.output.plots.FIGURES, b""))
         write_outputs(results, out)
     return _read(out)
 

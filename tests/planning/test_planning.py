@@ -123,12 +123,12 @@ def test_check_passes_unchanged_and_fails_when_load_rises(tmp_path, capsys):
 
 @pytest.mark.parametrize("extra", [[], ["--max-rate"]])
 def test_size_exits_1_when_no_option_meets_the_slos(tmp_path, capsys, extra):
-    """A TTFT of 1 ns: no replica count (and no fraction of the load) meets it; the table
+    """A TTFT of 1 us: no replica count (and no fraction of the load) meets it; the table
     still prints, the verdict goes to stderr, the exit code says no. A reachable SLO: 0."""
     import yaml
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(chat(duration=20, rate=4).model_dump(mode="json")))
-    assert main(["size", str(path), "--slo", "ttft_p99=1ns", *extra]) == 1
+    assert main(["size", str(path), "--slo", "ttft_p99=1us", *extra]) == 1
     out, err = capsys.readouterr()
     assert "SLOs not met" in out
     assert err.startswith("fleetsim size: ") and "meets the SLOs for pool(s) p" in err
