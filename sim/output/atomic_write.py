@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 
 from sim.config.errors import ScenarioError
-from sim.output.output_names import has_marker, listed_files, unlisted, write_marker
+from sim.output.output_names import (has_marker, is_stage, listed_files, unlisted,
+                                     write_marker)
 from sim.output.output_paths import check_folder, os_error, output_error
 
 _TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)"
@@ -67,11 +68,12 @@ def _only_ours(folder: Path) -> bool:
 def remove_stale(parent: Path, name: str) -> list[Path]:
     """Remove the temporary siblings that killed runs left in ``parent``.
 
-    A folder ``.X.tmp-PID``, ``.X.old-PID`` or ``.X.tmp-PID-RANDOM`` (where
-    :func:`write_file` stages one file) goes when it holds the marker and process
-    PID is gone (or is this process and X is ``name``: an earlier, interrupted
-    write of the same output). Files, links and folders without the marker are
-    left alone, whatever their names: only what fleetsim wrote is removed.
+    A folder named ``.X.tmp-PID[-RANDOM]`` goes when its marker says it is a stage (a
+    folder still being written: what a killed run leaves), it holds only what the
+    marker vouches for, and process PID is gone (or is this process and X is ``name``:
+    an earlier, interrupted write of the same output). Anything else is left alone,
+    whatever its name: a finished result folder named like a stage (``--out
+    .x.tmp-9``), a user's folder, a file, a link.
     """
     removed = []
     try:
@@ -88,7 +90,7 @@ def remove_stale(parent: Path, name: str) -> list[Path]:
         if (own and match["name"] != name) or (not own and _alive(pid)):
             continue
         path = Path(entry.path)
-        if not has_marker(path) or not _only_ours(path):
+        if not is_stage(path) or not _only_ours(path):
             continue
         try:
             remove(path)
@@ -110,7 +112,7 @@ def write_file(path: Path, data: str | bytes) -> None:
             data = data.encode("utf-8")
         stage = Path(tempfile.mkdtemp(dir=path.parent,
                                       prefix=f".{path.name}.tmp-{os.getpid()}-"))
-        write_marker(stage, "write " + path.name)
+        write_marker(stage, "write " + path.name, stage=True)
         tmp = stage / "data"
         with open(tmp, "xb") as fh:
             fh.write(data)
@@ -160,7 +162,9 @@ def write_folder(write, out_dir: Path, *, force: bool = False, inputs=(),
         raise os_error(exc, out_dir, started=True) from None
     old = None
     try:
-        write_marker(tmp, command)  # first, so that a killed run's leftover is known as ours
+        # first, so that a killed run's leftover is known as ours (and as a stage: a
+        # finished folder, whatever its name, is never taken for a leftover)
+        write_marker(tmp, command, stage=True)
         written = write(tmp)
         write_marker(tmp, command, listed_files(tmp))
         try:

@@ -40,22 +40,33 @@ def slug(name: str) -> str:
     return f"{base}-{digest}"
 
 
-def marker_text(command: str | None = None, files: list[str] | None = None) -> str:
+def marker_text(command: str | None = None, files: list[str] | None = None,
+                stage: bool = False) -> str:
     """The marker's contents: the same for every run of one version (no clock, no
-    pid); ``files`` are the relative paths written, sorted."""
+    pid); ``files`` are the relative paths written, sorted; ``stage`` marks a folder
+    still being written (what a killed run leaves, and the only kind a later run
+    removes unasked)."""
     from sim import __version__
     data: dict = {"written_by": "fleetsim", "version": __version__}
     if command:
         data["command"] = command
     if files is not None:
         data["files"] = sorted(files)
+    if stage:
+        data["stage"] = True
     return json.dumps(data) + "\n"
 
 
 def write_marker(folder: Path, command: str | None = None,
-                 files: list[str] | None = None) -> None:
+                 files: list[str] | None = None, stage: bool = False) -> None:
     with open(folder / MARKER, "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(marker_text(command, files))
+        fh.write(marker_text(command, files, stage))
+
+
+def is_stage(folder: Path) -> bool:
+    """True if ``folder``'s marker says it is a folder still being written."""
+    marker = read_marker(folder)
+    return marker is not None and marker.get("stage") is True
 
 
 def read_marker(folder: Path) -> dict | None:

@@ -296,14 +296,14 @@ def leftover(parent: Path, name: str, pid: int, *, marker: bool = True,
     folder.mkdir(parents=True)
     (folder / "summary.json").write_text("{}")
     if marker:
-        (folder / MARKER).write_text('{"written_by": "fleetsim"}\n')
+        (folder / MARKER).write_text('{"written_by": "fleetsim", "stage": true}\n')
     return folder
 
 
 def test_leftovers_of_killed_runs_are_removed_by_the_next_run(tmp_path):
     results = tmp_path / "results"
     pid = dead_pid()
-    gone = [leftover(results, "run", pid), leftover(results, "other", pid, kind="old")]
+    gone = [leftover(results, "run", pid), leftover(results, "other", pid)]
     kept_no_marker = leftover(results, "mine", pid, marker=False)
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -519,7 +519,7 @@ def test_a_users_file_named_like_a_stale_temporary_survives(tmp_path):
     unmarked.mkdir()
     ours = tmp_path / f".t.csv.tmp-{pid}-qrstuvwx"
     ours.mkdir()
-    write_marker(ours, "write t.csv")
+    write_marker(ours, "write t.csv", stage=True)
     (ours / "data").write_text("half written")
     write_file(tmp_path / "t.csv", "a\n1\n")
     assert mine.read_text() == "precious" and unmarked.is_dir()
@@ -713,3 +713,22 @@ def test_a_refused_command_leaves_no_folders_behind(tmp_path, argv):
     bad.write_text("name: x\nduration: -1s\n", encoding="utf-8")
     assert run_main([a.format(bad=bad, d=tmp_path) for a in argv]) == 2
     assert not (tmp_path / "new").exists()
+
+
+def test_a_finished_result_folder_named_like_a_stage_is_never_taken_for_a_leftover(tmp_path):
+    """--out DIR/.keep.tmp-99999 is a finished result (its marker says so): the next
+    command writing into DIR removed it as a killed run's leftover."""
+    from sim.output.atomic_write import write_file
+    from sim.output.outputs import write_folder
+
+    def write(folder: Path) -> list[Path]:
+        (folder / "summary.json").write_text("{}")
+        return [folder / "summary.json"]
+
+    pid = dead_pid()
+    kept = [tmp_path / f".keep.tmp-{pid}", tmp_path / ".nightly.old-2024"]
+    for folder in kept:
+        write_folder(write, folder, force=False, command="run")
+    write_folder(write, tmp_path / "other", force=False, command="run")
+    write_file(tmp_path / "t.csv", "a\n1\n")
+    assert all((folder / "summary.json").read_text() == "{}" for folder in kept)
