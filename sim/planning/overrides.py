@@ -149,7 +149,7 @@ def check_distinct(scenario: Scenario, varies: list[tuple[str, list[Any]]]) -> N
         seen: dict[str, Any] = {}
         for value in values:
             read = with_values(scenario, {path: value}).model_dump(mode="json")
-            for key in path.split("."):
+            for key in split_path(read, path):
                 read = read.get(key) if isinstance(read, dict) else None
             key = json.dumps(read, sort_keys=True)
             if key in seen:
@@ -159,13 +159,32 @@ def check_distinct(scenario: Scenario, varies: list[tuple[str, list[Any]]]) -> N
             seen[key] = value
 
 
+def split_path(data: Any, path: str) -> list[str]:
+    """``path``'s keys as ``data`` has them: a key may itself hold dots (a pool named
+    ``a.b``: ``pools.a.b.replicas`` is pools, a.b, replicas); where no key matches, the
+    rest splits at every dot."""
+    parts, keys, node = path.split("."), [], data
+    i = 0
+    while i < len(parts):
+        for j in range(len(parts), i, -1):
+            key = ".".join(parts[i:j])
+            if isinstance(node, dict) and key in node:
+                break
+        else:
+            key, j = parts[i], i + 1
+        keys.append(key)
+        node = node.get(key) if isinstance(node, dict) else None
+        i = j
+    return keys
+
+
 def apply(data: dict, path: str, value: Any) -> dict:
     """A copy of scenario ``data`` with ``path`` set; the path must exist
     (a typo is an error naming the valid keys), except the last key of a
     block that the schema allows (it is then added)."""
     out = copy.deepcopy(data)
     node = out
-    keys = path.split(".")
+    keys = split_path(out, path)
     for depth, key in enumerate(keys[:-1]):
         if not isinstance(node, dict) or key not in node:
             valid = sorted(node) if isinstance(node, dict) else []
@@ -217,7 +236,7 @@ def _retyped(data: dict, path: str, value: Any) -> dict:
     """For ``PATH.type=NEW`` on a block of another type: the block without the settings
     its old type filled in by default (they would be unknown keys of the new type); the
     settings that differ from them stay, as the user's."""
-    keys = path.split(".")
+    keys = split_path(data, path)
     node = data
     for key in keys[:-1]:
         node = node.get(key) if isinstance(node, dict) else None

@@ -280,3 +280,20 @@ def test_replications_give_each_slo_the_share_of_seeds_that_met_it():
     assert share == {"slo": 0.75, "fleet": 0.75, "fleet.objectives.ttft_p99": 0.75}
     margins = aggregate([verdict(False), verdict(False)])["slo.fleet.objectives.ttft_p99.margin"]
     assert margins["mean"] == pytest.approx(-0.2) and margins["ci95_low"] == pytest.approx(-0.2)
+
+
+def test_a_name_holding_dots_is_one_key_of_an_override_path():
+    """A pool named 'a.b' (a valid name) had no --set spelling, and size and check failed
+    on their own overrides ('no field a at pools')."""
+    from sim.planning.overrides import split_path, with_values
+    from sim.planning.size import size
+    from sim.config.slos import parse_slo
+    data = {"pools": {"a.b": {"replicas": 1}, "a": {"replicas": 1}}}
+    assert split_path(data, "pools.a.b.replicas") == ["pools", "a.b", "replicas"]
+    assert split_path(data, "pools.a.replicas") == ["pools", "a", "replicas"]
+    base = chat(duration=20, rate=2).model_dump(mode="json")
+    base["pools"] = {"a.b": base["pools"]["p"]}
+    scenario = Scenario.model_validate(base)
+    assert with_values(scenario, {"pools.a.b.replicas": 3}).pools["a.b"].replicas == 3
+    table = size(scenario, [parse_slo("ttft_p99=10s")])
+    assert table.loc[0, "pool"] == "a.b" and table.loc[0, "feasible"]
