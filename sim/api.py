@@ -181,7 +181,7 @@ def prepare(scenario: Scenario) -> Simulation:
     except WorkloadDataError as exc:
         raise ScenarioError(exc.message, file=shown(exc.path), line=exc.line) from None
     except RunRefused as exc:
-        raise ScenarioError(exc.message, **_located(scenario, exc.loc)) from None
+        raise ScenarioError(exc.message, **located(scenario, exc.loc)) from None
 
 
 def run(scenario: Scenario, *, progress: ProgressFn | None = None) -> Results:
@@ -192,7 +192,7 @@ def run(scenario: Scenario, *, progress: ProgressFn | None = None) -> Results:
     return collect(simulation.account())
 
 
-def _located(scenario: Scenario, loc: tuple) -> dict:
+def located(scenario: Scenario, loc: tuple) -> dict:
     """file, line and field of ``loc`` in the scenario's own file (when it has one)."""
     where: dict = {"field": dotted_path(loc)}
     if scenario._source is not None:

@@ -144,7 +144,7 @@ def _main(args: argparse.Namespace) -> int:
     try:
         code = args.func(args)
         if sys.stdout is None:
-            quiet = getattr(args, "quiet", False) and args.command != "check"
+            quiet = getattr(args, "quiet", False) and args.command not in ("check", "size")
             return code if quiet else _stdout_failed(args, "standard output is closed")
         sys.stdout.flush()          # a closed pipe or a full disk shows here, not at exit
         return code

@@ -3,6 +3,7 @@ its overrides, the files a command reads, progress bars."""
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -110,7 +111,8 @@ class Progress:
 
 class CountBar:
     """A progress bar of points done on stderr, started at the first update
-    (so that an input error is printed alone)."""
+    (so that an input error is printed alone), and only on a terminal (a log or a pipe
+    gets the result lines alone)."""
 
     def __init__(self, label: str) -> None:
         self.label = label
@@ -119,6 +121,8 @@ class CountBar:
 
     def __call__(self, done: int, total: int) -> None:
         if self.bar is None:
+            if not sys.stderr.isatty():
+                return
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
             self.bar = Progress(TextColumn(self.label), BarColumn(), MofNCompleteColumn(),

@@ -58,7 +58,12 @@ def _cmd_size(args: argparse.Namespace) -> int:
         for row in rates:
             print(json.dumps(row))
         return _verdict([r["pool"] for r in rates if not r["feasible"]], "no load")
-    table = size(scenario, slos, pools)
+    bar, update = count_bar("size") if not args.quiet else (None, None)
+    try:
+        table = size(scenario, slos, pools, progress=update)
+    finally:
+        if bar is not None:
+            bar.stop()
     if out is not None:
         def write(folder: Path) -> list[Path]:
             csv_safe(table).to_csv(folder / "size.csv", index=False)
@@ -229,6 +234,7 @@ def add_planning(sub) -> None:
     size_p.add_argument("--out", type=path_arg, help="folder for size.csv and size.json")
     size_p.add_argument("--force", action="store_true",
                         help="replace an output folder an earlier fleetsim run wrote")
+    size_p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_allow_path(size_p)
     size_p.set_defaults(func=_cmd_size)
 

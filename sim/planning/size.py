@@ -10,11 +10,14 @@ replaced by that fixed count. Candidates are ranked by cost per hour.
 from __future__ import annotations
 
 import itertools
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
 
 import sim
+from sim.api import located
 from sim.config.scenario import Scenario
 from sim.planning.overrides import with_values
 from sim.config.resolve import resolve
@@ -84,12 +87,24 @@ def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
     base = {f"pools.{pool}.{k}": v for k, v in option.items()}
     if option["weight_dtype"] in ("fp8", "int8"):
         base[f"pools.{pool}.kv_dtype"] = "fp8"
-    base[f"pools.{pool}.autoscaler"] = None
+    cfg = scenario.pools[pool]
+    # a fixed count of replicas: no autoscaler, and so no cold start; a spot pool's count
+    # is held by a one-row schedule, which replaces the replicas preemptions take (a fixed
+    # spot pool would lose them for good)
+    spot = cfg.spot is not None and cfg.spot.preemptions_per_hour > 0
+    if not spot:
+        base[f"pools.{pool}.autoscaler"] = None
+        base[f"pools.{pool}.cold_start"] = type(cfg.cold_start)().model_dump(mode="json")
     trials: dict[int, Trial] = {}
+
+    def held(n: int) -> dict:
+        return {f"pools.{pool}.autoscaler": {"type": "scheduled",
+                                             "table": [{"at": 0, "replicas": n}]}} \
+            if spot else {}
 
     def trial(n: int) -> Trial:
         if n not in trials:
-            scn = with_values(scenario, {**base, f"pools.{pool}.replicas": n})
+            scn = with_values(scenario, {**base, f"pools.{pool}.replicas": n, **held(n)})
             measured, ok, summary = evaluate(scn, pool, slos)
             trials[n] = Trial(n, measured, ok, summary)
         return trials[n]
@@ -108,46 +123,105 @@ def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
     return hi, trials
 
 
-def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None) -> pd.DataFrame:
+MAX_SIZING_TRIALS = 2_000                  # simulations one `size` may run, at worst
+MAX_SIZING_REPLICA_TRIALS = 2_000_000      # replicas simulated over all of them, at worst
+
+
+def search_bound(cap: int) -> tuple[int, int]:
+    """The most trials, and the most replicas simulated over them, that the search for one
+    option may run with ``cap`` replicas at most (doubling from 1, then bisection)."""
+    trials, replicas, prev, hi = 0, 0, 0, 1
+    while True:                          # doubling: 1, 2, 4, ... up to the cap
+        trials, replicas = trials + 1, replicas + hi
+        if hi >= cap:
+            break
+        prev, hi = hi, min(2 * hi, cap)
+    span = hi - prev                     # bisection within (prev, hi]
+    steps = math.ceil(math.log2(span)) if span > 1 else 0
+    return trials + steps, replicas + steps * hi
+
+
+def check_budget(scenario: Scenario, pools: list[str]) -> None:
+    """Refuse, before any simulation, a search whose worst case runs more simulations or
+    simulates more replicas than one command should."""
+    trials = replicas = 0
+    for pool in pools:
+        n_opts = len(_option_grid(scenario, pool))
+        t, r = search_bound(_cap(scenario, pool))
+        trials, replicas = trials + n_opts * t, replicas + n_opts * r
+    if trials <= MAX_SIZING_TRIALS and replicas <= MAX_SIZING_REPLICA_TRIALS:
+        return
+    sized = [p for p in pools if scenario.pools[p].sizing is not None] or pools
+    shape = "; ".join(f"{p}: {len(_option_grid(scenario, p))} option(s) x up to "
+                      f"{_cap(scenario, p):,} replicas" for p in sized)
+    raise sim.ScenarioError(
+        f"this search may run {trials:,} simulations of up to {replicas:,} replicas in all "
+        f"({shape}); the most one `size` runs is {MAX_SIZING_TRIALS:,} simulations and "
+        f"{MAX_SIZING_REPLICA_TRIALS:,} replicas: lower sizing.max_replicas, list fewer "
+        f"hardware/tp/weight_dtype options, or size one pool at a time with --pool",
+        **located(scenario, ("pools", sized[0], "sizing")))
+
+
+def _cap(scenario: Scenario, pool: str) -> int:
+    cfg = scenario.pools[pool]
+    return cfg.sizing.max_replicas if cfg.sizing else 64
+
+
+def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None,
+         progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+    """The cheapest replica count meeting ``slos`` for each option of each pool;
+    ``progress(done, total)`` is told after each option."""
+    pools = pools or list(scenario.pools)
+    check_budget(scenario, pools)
+    total = sum(len(_option_grid(scenario, p)) for p in pools)
+    done = 0
     rows = []
-    for pool in pools or list(scenario.pools):
+    for pool in pools:
         cfg = scenario.pools[pool]
-        cap = cfg.sizing.max_replicas if cfg.sizing else 64
+        options = _option_grid(scenario, pool)
         if not reaches(scenario, pool):
             rows.append({"pool": pool, "hardware": cfg.hardware, "tp": cfg.tp,
                          "weight_dtype": cfg.weight_dtype, "replicas": 0, "gpus": 0,
                          "feasible": True, "cost_usd_per_h": 0.0, "note": IDLE_NOTE})
-            continue
-        for option in _option_grid(scenario, pool):
-            try:
-                n, trials = min_replicas(scenario, pool, slos, option, cap)
-            except sim.ScenarioError as exc:     # the option does not fit (memory, TP)
-                rows.append({"pool": pool, **option, "replicas": None, "feasible": False,
-                             "note": exc.message})
-                continue
-            if n is None:
-                rows.append({"pool": pool, **option, "replicas": None, "feasible": False,
-                             "note": f"SLOs not met with {cap} replicas"})
-                continue
-            best = trials[n]
-            pool_sum = best.summary["pools"][pool]
-            gpus = n * option["tp"]
-            out_tok = sum(t["output_tokens"] for t in best.summary["teams"].values())
-            cost_h = pool_sum["cost_usd"] / (best.summary["end_s"] / 3600.0)
-            rows.append({
-                "pool": pool, **option, "replicas": n, "gpus": gpus, "feasible": True,
-                "cost_usd_per_h": cost_h,
-                "usd_per_million_output_tokens": pool_sum["cost_usd"] / out_tok * 1e6
-                if out_tok else None,
-                **{f"{k}": v for k, v in best.measured.items()},
-                **{f"margin_{k}": v for k, v in margins(best.measured, slos).items()},
-                "note": "",
-            })
+            options = []
+        for option in options:
+            rows.append(_option_row(scenario, pool, slos, option))
+            done += 1
+            if progress is not None:
+                progress(done, total)
+        if not options and progress is not None:
+            done += len(_option_grid(scenario, pool))
+            progress(done, total)
     table = pd.DataFrame(rows)
     if len(table) and "cost_usd_per_h" in table:
         table = table.sort_values(["pool", "feasible", "cost_usd_per_h"],
                                   ascending=[True, False, True], kind="stable")
     return table.reset_index(drop=True)
+
+
+def _option_row(scenario: Scenario, pool: str, slos: list[Slo], option: dict) -> dict:
+    """The size table's row for one option of ``pool``."""
+    cap = _cap(scenario, pool)
+    try:
+        n, trials = min_replicas(scenario, pool, slos, option, cap)
+    except sim.ScenarioError as exc:     # the option does not fit (memory, TP)
+        return {"pool": pool, **option, "replicas": None, "feasible": False,
+                "note": exc.message}
+    if n is None:
+        return {"pool": pool, **option, "replicas": None, "feasible": False,
+                "note": f"SLOs not met with {cap} replicas"}
+    best = trials[n]
+    pool_sum = best.summary["pools"][pool]
+    out_tok = sum(t["output_tokens"] for t in best.summary["teams"].values())
+    return {
+        "pool": pool, **option, "replicas": n, "gpus": n * option["tp"], "feasible": True,
+        "cost_usd_per_h": pool_sum["cost_usd"] / (best.summary["end_s"] / 3600.0),
+        "usd_per_million_output_tokens": pool_sum["cost_usd"] / out_tok * 1e6
+        if out_tok else None,
+        **best.measured,
+        **{f"margin_{k}": v for k, v in margins(best.measured, slos).items()},
+        "note": "",
+    }
 
 
 def max_rate(scenario: Scenario, slos: list[Slo], pool: str, *, precision: float = 0.02,

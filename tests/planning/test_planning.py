@@ -297,3 +297,50 @@ def test_a_name_holding_dots_is_one_key_of_an_override_path():
     assert with_values(scenario, {"pools.a.b.replicas": 3}).pools["a.b"].replicas == 3
     table = size(scenario, [parse_slo("ttft_p99=10s")])
     assert table.loc[0, "pool"] == "a.b" and table.loc[0, "feasible"]
+
+
+def test_size_and_check_handle_a_spot_pool_and_a_cold_start():
+    """A spot pool sized at a fixed count lost its preempted replicas for good, and a
+    pool's cold start without its autoscaler was refused: size on spot-fleet.yaml and check
+    --update on v3-gateway.yaml failed on their own overrides. A spot pool's count is now
+    held by a one-row schedule that replaces what preemptions take."""
+    from sim.planning.size import min_replicas
+    from sim.config.slos import parse_slo
+    from sim.planning.overrides import with_values
+    scenario = sim.with_overrides(sim.load_scenario(ROOT / "scenarios" / "spot-fleet.yaml"),
+                                  duration_s=300)
+    spot = [p for p, cfg in scenario.pools.items()
+            if cfg.spot is not None and cfg.spot.preemptions_per_hour > 0]
+    assert spot
+    # about five preemptions per replica over the run: a count not held would fall fast
+    scenario = with_values(scenario, {f"pools.{spot[0]}.spot.preemptions_per_hour": 60})
+    cfg = scenario.pools[spot[0]]
+    option = {"hardware": cfg.hardware, "tp": cfg.tp, "weight_dtype": cfg.weight_dtype}
+    n, trials = min_replicas(scenario, spot[0], [parse_slo("ttft_p99=60s")], option, 8)
+    assert n is not None and trials[n].ok and len(trials) >= 3
+    for count, trial in trials.items():
+        held = trial.summary["pools"][spot[0]]
+        assert held["replicas_max"] == count and held["replicas_mean"] > 0.9 * count
+    v3 = sim.with_overrides(sim.load_scenario(ROOT / "scenarios" / "v3-gateway.yaml"),
+                            duration_s=30)
+    assert any(c.autoscaler is not None for c in v3.pools.values())
+    table = size(v3, [parse_slo("ttft_p99=600s")])
+    assert table.feasible.all()
+
+
+def test_size_refuses_a_search_past_its_budget_before_simulating(tmp_path, capsys):
+    """60 options of up to 20,000 replicas ran for minutes with no end in sight; the worst
+    case is now bounded up front and the error names the sizing block and the ways out."""
+    import yaml
+    from sim.planning.size import search_bound
+    assert search_bound(1) == (1, 1)
+    assert search_bound(64) == (12, 1 + 2 + 4 + 8 + 16 + 32 + 64 + 5 * 64)
+    data = chat(duration=20, rate=2).model_dump(mode="json")
+    data["pools"]["p"]["sizing"] = {"hardware": ["H100-SXM", "H200", "A100-80GB"],
+                                    "tp": [1, 2, 4, 8], "weight_dtype": ["bf16", "fp8"],
+                                    "max_replicas": 20000}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["size", str(path), "--slo", "ttft_p99=1s", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "pools.p.sizing" in err and "24 option(s)" in err and "max_replicas" in err
