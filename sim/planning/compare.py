@@ -20,6 +20,11 @@ def load_summary(path: str, allow_paths: Iterable[str] = ()) -> dict:
     p = Path(path)
     if p.is_dir():
         return _read_summary(p / "summary.json")
+    if p.name == "summary.json" or p.suffix.lower() == ".json":
+        raise ScenarioError(f"compare takes a result folder (the one holding "
+                            f"summary.json) or a scenario to run; give "
+                            f"{shown(p.parent) if p.name == 'summary.json' else 'its folder'}",
+                            file=shown(p), field="compare")
     return sim.run(sim.load_scenario(p, allow_paths=allow_paths)).summary
 
 
