@@ -230,11 +230,19 @@ def longest(length) -> int | None:
 
 def prompt_range(stream) -> tuple[int | None, int | None]:
     """The fewest and most prompt tokens (its shared prefix included) ``stream`` sends;
-    None where unknown before its data is read."""
+    None where unknown before its data is read (or, for a conversation's turns, which
+    grow, the most past the first turn's unless a context window bounds them)."""
     if stream.prompt_tokens is None:
         return None, None
     prefix = stream.prefix.tokens if stream.prefix is not None else 0
     least, most = bounds(stream.prompt_tokens)
+    sessions = getattr(stream, "sessions", None)
+    if sessions is not None:
+        if sessions.first_prompt_tokens is not None:
+            first = shortest(sessions.first_prompt_tokens)
+            least = None if least is None or first is None else min(least, first)
+        most = None if sessions.max_context_tokens is None \
+            else sessions.max_context_tokens - prefix - 1
     return (None if least is None else least + prefix, None if most is None else most + prefix)
 
 

@@ -12,7 +12,7 @@ import unicodedata
 import numpy as np
 
 from sim.autoscalers.base import DEFAULT_TICK_S
-from sim.config.lengths import least_request, longest
+from sim.config.lengths import bounds, least_request, longest
 from sim.config.scenario import Scenario
 from sim.config.slos import ATTAINMENT_ALONE, targets
 from sim.config.workload import ClosedArrivalConfig, StreamConfig, TraceArrivalConfig
@@ -39,7 +39,19 @@ def expected_requests(scenario: Scenario, stream: StreamConfig) -> float:
         return 0.0
     rate = build_rate(arrival.rate, scenario.workload.rate_scale)
     sent = rate.cumulative(np.array([stream.start, end_s]))
+    if stream.sessions is not None:     # conversations, each of at most so many turns
+        return float(sent[1] - sent[0]) * mean_turns(stream.sessions.turns)
     return float(sent[1] - sent[0])
+
+
+def mean_turns(turns) -> float:
+    """A conversation's turns on average: exact for fixed and uniform counts, the most it
+    may draw otherwise (an upper bound, which is what a budget needs)."""
+    if turns.type == "fixed":
+        return float(turns.value)
+    if turns.type == "uniform":
+        return (turns.low + turns.high) / 2.0
+    return float(bounds(turns)[1])
 
 
 def _names_told_apart(scenario: Scenario) -> list[tuple[Loc, str]]:

@@ -32,6 +32,7 @@ from sim.config.common import (
     StrictModel,
 )
 from sim.config.lengths import MAX_TOKENS, LengthConfig
+from sim.config.sessions import SessionConfig
 
 # Phase of a sinusoid may be negative, so it does not use ``Seconds``.
 SignedSeconds = Annotated[float, BeforeValidator(units.seconds, json_schema_input_type=Union[float, str])]
@@ -263,6 +264,10 @@ class StreamConfig(StrictModel):
         description="Output length distribution; required unless the arrival is a trace.")
     prefix: Optional[PrefixConfig] = Field(
         default=None, description="Shared prompt prefix (adds its tokens to every prompt).")
+    sessions: Optional[SessionConfig] = Field(
+        default=None, description="Multi-turn conversations: each arrival starts one, "
+                                  "whose turns follow its answers (poisson or gamma "
+                                  "arrivals).")
     start: Seconds = Field(default=0.0, description="Run time at which the stream starts.")
     end: Optional[Seconds] = Field(
         default=None, description="Run time at which the stream stops; null for the end "
@@ -281,6 +286,9 @@ class StreamConfig(StrictModel):
             if missing:
                 raise ValueError(f"{' and '.join(missing)} required for a "
                                  f"{self.arrival.type} arrival")
+        if self.sessions is not None and self.arrival.type not in ("poisson", "gamma"):
+            raise ValueError(f"sessions: conversations start at a poisson or gamma stream's "
+                             f"arrivals; a {self.arrival.type} arrival cannot start them")
         if self.end is not None and not self.end > self.start:
             raise ValueError(f"end ({self.end}) must be after start ({self.start})")
         return self

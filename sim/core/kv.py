@@ -27,6 +27,18 @@ which only it can hit, and only while the blocks before them are cached; on
 re-admission they are its own blocks again. Without prefix caching a preempted
 request recomputes everything.
 
+Prefix identity by block (multi-turn sessions, traces that name their prompt's blocks): a
+request may carry ``block_keys``, which name each of its full blocks so that equal keys
+mean equal tokens up to the end of that block (the chained block hashes of vLLM's prefix
+cache). Such blocks are cached in one table shared by every request on the replica, a
+tree in effect: a request hits the longest run of its keys, from its first block, still
+cached, so conversations share a system prompt and then go their own ways, and a turn
+starts from its conversation's earlier turns. Blocks are cached as they are computed
+(the prompt's) and when the request ends (every full block, its answer's too, so that the
+next turn finds them). A key cached by another request meanwhile stops the caching there:
+the request's later blocks stay its own, as vLLM keeps one block per hash. Cached blocks
+no request holds are evicted least recently freed first, a request's tail before its head.
+
 Eviction order is an approximation of vLLM's single free-block queue (least recently
 freed first): never-used blocks and blocks of finished requests (which no later
 request shares) go first, then cached chains, least recently used first.
@@ -58,7 +70,7 @@ def blocks_for(num_tokens: int, block_size_tokens: int) -> int:
 
 class KvCacheManager:
     __slots__ = ("num_blocks", "block_size_tokens", "num_free_blocks", "prefix_caching",
-                 "num_cached_blocks", "_chains", "_resume_from")
+                 "num_cached_blocks", "_chains", "_resume_from", "_keyed", "_evictable")
 
     def __init__(self, num_blocks: int, block_size_tokens: int,
                  prefix_caching: bool = False) -> None:
@@ -71,6 +83,8 @@ class KvCacheManager:
         # its own cached blocks (all 0), in least recently used order
         self._chains: OrderedDict[str | Request, list[int]] = OrderedDict()
         self._resume_from: dict[Request, int] = {}       # block index its own chain starts at
+        self._keyed: dict = {}                           # block key -> requests holding it
+        self._evictable: OrderedDict = OrderedDict()     # keys held by none, oldest first
 
     @property
     def num_used_blocks(self) -> int:
@@ -111,6 +125,9 @@ class KvCacheManager:
         return True
 
     def free(self, req: Request) -> None:
+        if req.block_keys is not None and self.prefix_caching:
+            # every full block computed stays cached (its answer's too: the next turn's)
+            self._register_keyed(req, min(req.num_computed_tokens, req.num_tokens - 1))
         self.num_free_blocks += req.num_blocks
         req.num_blocks = 0
         if req.prefix_blocks:
@@ -119,6 +136,8 @@ class KvCacheManager:
     def preempt(self, req: Request) -> None:
         """Free a preempted request's blocks; with prefix caching its full computed ones
         stay cached for it (evictable) until it is admitted again."""
+        if req.block_keys is not None and self.prefix_caching:
+            self._register_keyed(req, req.num_computed_tokens)   # under their keys
         start = req.prefix_blocks
         keep = 0
         if self.prefix_caching:
@@ -137,6 +156,8 @@ class KvCacheManager:
         self.num_cached_blocks = 0
         self._chains.clear()
         self._resume_from.clear()
+        self._keyed.clear()
+        self._evictable.clear()
 
     def _forget(self, req: Request) -> None:
         chain = self._chains.pop(req, None)
@@ -167,6 +188,8 @@ class KvCacheManager:
         return shared
 
     def _shared_hit(self, req: Request) -> int:
+        if req.block_keys is not None:
+            return self._keyed_hit(req)
         if req.prefix_group is None:
             return 0
         chain = self._chains.get(req.prefix_group)
@@ -174,6 +197,15 @@ class KvCacheManager:
             return 0
         usable = min(req.prefix_tokens, req.prompt_tokens - 1) // self.block_size_tokens
         return min(len(chain), usable)
+
+    def _keyed_hit(self, req: Request) -> int:
+        """Leading blocks of ``req``'s keys still cached (never its last token's)."""
+        keys, bs, cache = req.block_keys, self.block_size_tokens, self._keyed
+        usable = min(keys.limit_tokens, req.num_tokens - 1) // bs
+        n = 0
+        while n < usable and keys.key(n, bs) in cache:
+            n += 1
+        return n
 
     def _split(self, req: Request, hit: int) -> tuple[int, int]:
         """(shared prefix blocks, own cached blocks) of ``hit`` blocks from hit_blocks."""
@@ -185,7 +217,10 @@ class KvCacheManager:
         stop being free if ``req`` took them)."""
         shared, own = self._split(req, hit)
         pinned = own                            # a request's own cached blocks are all evictable
-        if shared:
+        if shared and req.block_keys is not None:
+            keys, bs, cache = req.block_keys, self.block_size_tokens, self._keyed
+            pinned += sum(1 for i in range(shared) if cache[keys.key(i, bs)] == 0)
+        elif shared:
             chain = self._chains[req.prefix_group]
             pinned += sum(1 for i in range(shared) if chain[i] == 0)
         return pinned
@@ -198,6 +233,18 @@ class KvCacheManager:
             req.num_blocks += own
         if not shared:
             return
+        if req.block_keys is not None:
+            keys, bs, cache = req.block_keys, self.block_size_tokens, self._keyed
+            for i in range(shared):
+                key = keys.key(i, bs)
+                held = cache[key]
+                if held == 0:
+                    del self._evictable[key]
+                    self.num_cached_blocks -= 1
+                    self.num_free_blocks -= 1
+                cache[key] = held + 1
+            req.prefix_blocks = shared
+            return
         chain = self._chains[req.prefix_group]
         for i in range(shared):
             if chain[i] == 0:
@@ -208,6 +255,18 @@ class KvCacheManager:
         self._chains.move_to_end(req.prefix_group)
 
     def release_prefix(self, req: Request) -> None:
+        if req.block_keys is not None:
+            keys, bs, cache = req.block_keys, self.block_size_tokens, self._keyed
+            for i in range(req.prefix_blocks - 1, -1, -1):     # the tail goes first
+                key = keys.key(i, bs)
+                held = cache[key] - 1
+                cache[key] = held
+                if held == 0:
+                    self._evictable[key] = None
+                    self.num_cached_blocks += 1
+                    self.num_free_blocks += 1
+            req.prefix_blocks = 0
+            return
         chain = self._chains[req.prefix_group]
         for i in range(req.prefix_blocks):
             chain[i] -= 1
@@ -245,6 +304,9 @@ class KvCacheManager:
             return
         if num_tokens is None:
             num_tokens = req.num_computed_tokens
+        if req.block_keys is not None:
+            self._register_keyed(req, num_tokens)
+            return
         full = min(num_tokens, req.prefix_tokens) // self.block_size_tokens
         chain = self._chains.setdefault(req.prefix_group, [])
         if req.prefix_blocks != len(chain) or full <= len(chain):
@@ -254,6 +316,21 @@ class KvCacheManager:
         req.num_blocks -= new
         req.prefix_blocks = full
         self._chains.move_to_end(req.prefix_group)
+
+    def _register_keyed(self, req: Request, num_tokens: int) -> None:
+        """``req``'s own full blocks past those it holds through the cache, up to
+        ``num_tokens``, cached under its keys; a key cached already stops it there."""
+        keys, bs, cache = req.block_keys, self.block_size_tokens, self._keyed
+        full = min(num_tokens, keys.limit_tokens) // bs
+        i = req.prefix_blocks
+        while i < full and req.num_blocks > 0:
+            key = keys.key(i, bs)
+            if key in cache:
+                break
+            cache[key] = 1
+            req.num_blocks -= 1
+            i += 1
+        req.prefix_blocks = i
 
     def _evict(self, count: int) -> None:
         for group in list(self._chains):
@@ -267,4 +344,10 @@ class KvCacheManager:
                 self._resume_from.pop(group, None)
             if not count:
                 return
+        evictable, cache = self._evictable, self._keyed
+        while count and evictable:
+            key, _ = evictable.popitem(last=False)
+            del cache[key]
+            self.num_cached_blocks -= 1
+            count -= 1
         assert count == 0, "evicted fewer cached blocks than the free count promised"

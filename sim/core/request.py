@@ -30,7 +30,7 @@ class Request:
                  "seq", "decode_base", "output_base", "attempts", "holds_slot", "prefix_group",
                  "prefix_tokens", "prefix_blocks", "max_itl_s", "join_seg", "last_token_s",
                  "handoff", "kv_transfer_s", "api_key", "served_model", "earlier_pool",
-                 "earlier_tokens", "carried_tokens")
+                 "earlier_tokens", "carried_tokens", "block_keys", "session_next")
 
     def __init__(self, request_id: int, stream_index: int, team: str, model: str, pool: str,
                  priority: int, arrival_s: float, prompt_tokens: int, max_output_tokens: int) -> None:
@@ -64,6 +64,8 @@ class Request:
         self.prefix_group: str | None = None   # shared-prefix key for prefix-affinity routing
         self.prefix_tokens = 0                 # length of that shared prefix
         self.prefix_blocks = 0                 # KV blocks held through the prefix cache
+        self.block_keys = None                 # its blocks' identities (sim.core.block_keys)
+        self.session_next = -1                 # its conversation's next turn (arrival row)
         self.max_itl_s = _NAN                  # longest gap between two output tokens
         self.join_seg = 0                      # segments done when it last began decoding
         self.last_token_s = _NAN               # when it last stopped decoding

@@ -22,6 +22,7 @@ import simpy
 
 from sim.config.inputs import DataFiles
 from sim.config.resolve import Resolved
+from sim.core.block_keys import SessionKeys
 from sim.core.checks import check_request_count, check_servable, check_step_times
 from sim.core.fleet import pool_parts
 from sim.core.pool import Pool
@@ -83,6 +84,7 @@ class Simulation:
             if arrival.type == "closed":
                 rows = np.flatnonzero(self.arrivals.stream_index[timed:] == s) + timed
                 self._clients[s] = (deque(rows.tolist()), arrival.think_time)
+        self._turns_waiting = 0              # sessions' next turns in their pause
         self._stop = self.env.event()
         self.end_s = 0.0
 
@@ -97,8 +99,24 @@ class Simulation:
             s = req.stream_index
             pause = self._clients[s][1] + (REFUSED_PAUSE_S if status == Status.REJECTED else 0.0)
             call_after(self.env, pause, (lambda _e: self._send_closed(s),))
-        if self._open == 0 and self._arrivals_done and not self._stop.triggered:
+        if req.session_next >= 0 and status == Status.COMPLETED and not self._cut_off:
+            # the conversation goes on: its next turn after the user's (or tool's) pause
+            nxt = req.session_next
+            self._turns_waiting += 1
+            call_after(self.env, self._arr_think[nxt], (lambda _e: self._send_turn(nxt),))
+        self._maybe_stop()
+
+    def _maybe_stop(self) -> None:
+        if (self._open == 0 and self._arrivals_done and not self._turns_waiting
+                and not self._stop.triggered):
             self._stop.succeed()
+
+    def _send_turn(self, i: int) -> None:
+        """A conversation's next turn, unless its stream's window has closed."""
+        self._turns_waiting -= 1
+        if not self._cut_off and self.env.now < self._stream_stop_s[self._arr_streams[i]]:
+            self._arrive(i, self.env.now)
+        self._maybe_stop()
 
     def _hand_off(self, req: Request, to: HandOff) -> None:
         """Disaggregated serving: the prompt's KV goes to the decode pool, which
@@ -187,6 +205,13 @@ class Simulation:
         streams = self.scenario.workload.streams
         self._prefix = [(name, streams[name].prefix.tokens) if streams[name].prefix else None
                         for name in arr.stream_names]
+        self._stream_stop_s = [min(self.scenario.duration, streams[name].end
+                                   if streams[name].end is not None else math.inf)
+                               for name in arr.stream_names]
+        if arr.session is not None:
+            self._arr_sessions = arr.session.tolist()
+            self._arr_think = arr.think_s.tolist()
+            self._arr_next_turn = arr.next_turn.tolist()
         self._arr_next = 0
         self._release_calls = (self._release_due,)
         self._timed_done = False
@@ -203,6 +228,13 @@ class Simulation:
         if prefix is not None:
             req.prefix_group = f"{prefix[0]}#{self._arr_groups[i]}"
             req.prefix_tokens = prefix[1]
+        if self.arrivals.session is not None and self._arr_sessions[i] >= 0:
+            # a conversation's turn: its blocks are the conversation's, and routed by it
+            conversation = f"{self.arrivals.stream_names[s]}~{self._arr_sessions[i]}"
+            req.block_keys = SessionKeys(req.prefix_group, req.prefix_tokens, conversation,
+                                         req.prompt_tokens + req.max_output_tokens)
+            req.prefix_group = conversation
+            req.session_next = self._arr_next_turn[i]
         self._open += 1
         if self.gateway is None:
             pool.submit(req)
@@ -228,8 +260,7 @@ class Simulation:
     def _check_arrivals_done(self) -> None:
         if self._timed_done and not any(c[0] for c in self._clients.values()):
             self._arrivals_done = True
-            if self._open == 0 and not self._stop.triggered:
-                self._stop.succeed()
+            self._maybe_stop()
 
     # -- closed-loop streams ----------------------------------------------------------
     def _start_clients(self) -> None:

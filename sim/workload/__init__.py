@@ -17,6 +17,7 @@ from sim.config.workload import (ClosedArrivalConfig, StreamConfig, TraceArrival
 from sim.config.inputs import DataFiles, as_data_files
 from sim.workload.arrivals import process_arrival_times
 from sim.workload.lengths import sample_lengths
+from sim.workload.sessions import draw_turns
 from sim.workload.trace import WorkloadDataError, replay_trace, resolve_path
 from sim.workload.trace_formats import load_trace
 
@@ -39,6 +40,11 @@ class RequestArrivals:
     stream_index: np.ndarray    # int32, index into stream_names
     stream_names: tuple[str, ...]
     prefix_group: np.ndarray | None = None   # int32 group of the shared prefix, -1 for none
+    # multi-turn sessions (None when no stream has them): the conversation a row belongs
+    # to (-1 for none), the pause before it, and the row of its conversation's next turn
+    session: np.ndarray | None = None        # int64
+    think_s: np.ndarray | None = None        # float64
+    next_turn: np.ndarray | None = None      # int64, -1 for a conversation's last turn
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -67,17 +73,27 @@ def stream_seed_seqs(seed_seq: np.random.SeedSequence, n_streams: int
 
 def _stream_requests(stream: StreamConfig, duration_s: float, rate_scale: float,
                      seed_seq: np.random.SeedSequence, base_dir: DataFiles,
-                     max_requests: int | None = None
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(arrival_s, prompt_tokens, output_tokens, prefix_group) of one stream, by time.
+                     max_requests: int | None = None) -> tuple[np.ndarray, ...]:
+    """(arrival_s, prompt_tokens, output_tokens, prefix_group, session, think_s) of one
+    stream, by time (a session's later turns last, untimed).
 
     Arrival times, prompt lengths and output lengths use separate generators
     so that changing the rate does not reshuffle which lengths are drawn.
     """
     start_s = stream.start
     stop_s = min(duration_s, stream.end if stream.end is not None else np.inf)
-    arrival_seq, prompt_seq, output_seq, prefix_seq = seed_seq.spawn(4)
-    if isinstance(stream.arrival, ClosedArrivalConfig):
+    arrival_seq, prompt_seq, output_seq, prefix_seq, session_seq = seed_seq.spawn(5)
+    session = think = None
+    if stream.sessions is not None:
+        starts_s = process_arrival_times(stream.arrival, np.random.default_rng(arrival_seq),
+                                         start_s, stop_s, rate_scale)
+        turns = draw_turns(stream.sessions, starts_s, stream.prompt_tokens,
+                           stream.output_tokens,
+                           stream.prefix.tokens if stream.prefix is not None else 0,
+                           session_seq, base_dir)
+        arrival_s, prompt, output = turns.arrival_s, turns.prompt_tokens, turns.output_tokens
+        session, think = turns.session, turns.think_s
+    elif isinstance(stream.arrival, ClosedArrivalConfig):
         # the run times them: sent as clients free up (see sim.core.simulation)
         n = stream.arrival.requests if stop_s > start_s else 0
         arrival_s = np.full(n, np.inf)
@@ -103,11 +119,35 @@ def _stream_requests(stream: StreamConfig, duration_s: float, rate_scale: float,
                                 base_dir)
     group = np.full(len(arrival_s), -1, dtype=np.int32)
     if stream.prefix is not None:
-        # the shared prefix (a system prompt) comes before the sampled user tokens
-        prompt = prompt + stream.prefix.tokens
-        group = np.random.default_rng(prefix_seq).integers(
-            0, stream.prefix.groups, len(arrival_s)).astype(np.int32)
-    return arrival_s, prompt, output, group
+        # the shared prefix (a system prompt) comes before the sampled user tokens (a
+        # session's turns have it already); a conversation keeps its first turn's
+        if session is None:
+            prompt = prompt + stream.prefix.tokens
+            group = np.random.default_rng(prefix_seq).integers(
+                0, stream.prefix.groups, len(arrival_s)).astype(np.int32)
+        else:
+            group = np.random.default_rng(prefix_seq).integers(
+                0, stream.prefix.groups, int(session.max(initial=-1)) + 1
+            ).astype(np.int32)[session]
+    if session is None:
+        session = np.full(len(arrival_s), -1, dtype=np.int64)
+        think = np.zeros(len(arrival_s))
+    return arrival_s, prompt, output, group, session, think
+
+
+def _next_turns(stream_index: np.ndarray, session: np.ndarray) -> np.ndarray:
+    """For each row, the row of its conversation's next turn (-1 for none): rows of one
+    conversation keep their turn order through the stable sort by time (a first turn is
+    timed, the later ones come last in generation order)."""
+    nxt = np.full(len(session), -1, dtype=np.int64)
+    rows = np.flatnonzero(session >= 0)
+    if not len(rows):
+        return nxt
+    order = rows[np.lexsort((rows, session[rows], stream_index[rows]))]
+    same = ((stream_index[order[1:]] == stream_index[order[:-1]])
+            & (session[order[1:]] == session[order[:-1]]))
+    nxt[order[:-1][same]] = order[1:][same]
+    return nxt
 
 
 def generate_arrivals(workload: WorkloadConfig, duration_s: float,
@@ -132,11 +172,18 @@ def generate_arrivals(workload: WorkloadConfig, duration_s: float,
     order = np.argsort(arrival_s, kind="stable")
     stream_index = np.repeat(np.arange(len(names), dtype=np.int32),
                              [len(p[0]) for p in parts])
+    stream_index = stream_index[order]
+    session = think_s = next_turn = None
+    if any(stream.sessions is not None for stream in workload.streams.values()):
+        session = np.concatenate([p[4] for p in parts]).astype(np.int64)[order]
+        think_s = np.concatenate([p[5] for p in parts]).astype(np.float64)[order]
+        next_turn = _next_turns(stream_index, session)
     return RequestArrivals(
         arrival_s=arrival_s[order],
         prompt_tokens=np.concatenate([p[1] for p in parts]).astype(np.int64)[order],
         output_tokens=np.concatenate([p[2] for p in parts]).astype(np.int64)[order],
-        stream_index=stream_index[order],
+        stream_index=stream_index,
         stream_names=names,
         prefix_group=np.concatenate([p[3] for p in parts]).astype(np.int32)[order],
+        session=session, think_s=think_s, next_turn=next_turn,
     )

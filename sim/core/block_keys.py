@@ -1,0 +1,45 @@
+"""Names of a request's KV blocks for the prefix cache: equal names mean equal tokens from
+the start of the prompt to the end of that block (as vLLM chains each block's hash to its
+parent's), so the cache (:mod:`sim.core.kv`) can share exactly the blocks two prompts have
+in common. A pool names blocks of its own size; the names do not depend on it beyond the
+block's index."""
+from __future__ import annotations
+
+
+class SessionKeys:
+    """A conversation's turn: an optional shared prefix (a system prompt, shared by every
+    conversation of its group), then the conversation's own tokens (earlier turns'
+    prompts and answers, then this turn's), all of which a later turn repeats."""
+
+    __slots__ = ("prefix_key", "prefix_tokens", "conversation", "limit_tokens")
+
+    def __init__(self, prefix_key: str | None, prefix_tokens: int, conversation: str,
+                 limit_tokens: int) -> None:
+        self.prefix_key = prefix_key
+        self.prefix_tokens = prefix_tokens if prefix_key is not None else 0
+        self.conversation = conversation
+        self.limit_tokens = limit_tokens        # tokens that may be shared: all of them
+
+    def key(self, index: int, block_tokens: int) -> tuple:
+        if (index + 1) * block_tokens <= self.prefix_tokens:
+            return (self.prefix_key, index)
+        return (self.conversation, index)
+
+
+class HashKeys:
+    """A traced prompt whose ``trace_block_tokens``-token blocks are named by ids (the
+    Mooncake traces' ``hash_ids``: equal ids, equal prefix up to that block's end). A
+    pool block is named by the id of the trace block its last token lies in."""
+
+    __slots__ = ("scope", "ids", "trace_block_tokens", "limit_tokens")
+
+    def __init__(self, scope: str, ids: tuple[int, ...], trace_block_tokens: int,
+                 prompt_tokens: int) -> None:
+        self.scope = scope                      # ids of different traces never match
+        self.ids = ids
+        self.trace_block_tokens = trace_block_tokens
+        self.limit_tokens = min(prompt_tokens, len(ids) * trace_block_tokens)
+
+    def key(self, index: int, block_tokens: int) -> tuple:
+        return (self.scope, self.ids[((index + 1) * block_tokens - 1)
+                                     // self.trace_block_tokens], index)
