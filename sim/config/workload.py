@@ -157,6 +157,9 @@ class TraceColumnsConfig(StrictModel):
     output_tokens: Name = Field("output_tokens", description="Column of output lengths.")
 
 
+MOONCAKE_BLOCK_TOKENS = 512
+
+
 class TraceArrivalConfig(StrictModel):
     """Replay recorded requests from a trace file (gzip-compressed when its name ends in
     ``.gz``):
@@ -193,6 +196,10 @@ class TraceArrivalConfig(StrictModel):
         default=False,
         description="Repeat the trace to fill the run; each copy is shifted by the last "
                     "timestamp plus one mean gap.")
+    block_tokens: Optional[int] = Field(
+        default=None, ge=1, le=1_000_000,
+        description="format mooncake: tokens in each block its hash_ids name (default "
+                    "512, as the Mooncake traces have them).")
 
     @model_validator(mode="after")
     def _csv_only(self) -> "TraceArrivalConfig":
@@ -200,7 +207,15 @@ class TraceArrivalConfig(StrictModel):
             if getattr(self, name) is not None and self.format != "csv":
                 raise ValueError(f"`{name}:` describes a CSV trace's layout; format "
                                  f"{self.format!r} has its own: remove it")
+        if self.block_tokens is not None and self.format != "mooncake":
+            raise ValueError("`block_tokens:` is the length of the blocks a Mooncake "
+                             "trace's hash_ids name; this format has none: remove it")
         return self
+
+    @property
+    def id_block_tokens(self) -> int:
+        """Tokens in each block a Mooncake trace's hash_ids name."""
+        return self.block_tokens if self.block_tokens is not None else MOONCAKE_BLOCK_TOKENS
 
 
 class ClosedArrivalConfig(StrictModel):

@@ -35,8 +35,8 @@ tree in effect: a request hits the longest run of its keys, from its first block
 cached, so conversations share a system prompt and then go their own ways, and a turn
 starts from its conversation's earlier turns. Blocks are cached as they are computed
 (the prompt's) and when the request ends (every full block, its answer's too, so that the
-next turn finds them). A key cached by another request meanwhile stops the caching there:
-the request's later blocks stay its own, as vLLM keeps one block per hash. Cached blocks
+next turn finds them). A block whose key another request cached meanwhile: that block stays the request's own, as vLLM keeps one block per hash, and its later
+blocks are cached still. Cached blocks
 no request holds are evicted least recently freed first, a request's tail before its head.
 
 Eviction order is an approximation of vLLM's single free-block queue (least recently
@@ -70,7 +70,8 @@ def blocks_for(num_tokens: int, block_size_tokens: int) -> int:
 
 class KvCacheManager:
     __slots__ = ("num_blocks", "block_size_tokens", "num_free_blocks", "prefix_caching",
-                 "num_cached_blocks", "_chains", "_resume_from", "_keyed", "_evictable")
+                 "num_cached_blocks", "_chains", "_resume_from", "_keyed", "_evictable",
+                 "_held", "_next_key")
 
     def __init__(self, num_blocks: int, block_size_tokens: int,
                  prefix_caching: bool = False) -> None:
@@ -85,6 +86,8 @@ class KvCacheManager:
         self._resume_from: dict[Request, int] = {}       # block index its own chain starts at
         self._keyed: dict = {}                           # block key -> requests holding it
         self._evictable: OrderedDict = OrderedDict()     # keys held by none, oldest first
+        self._held: dict[Request, list] = {}             # the keys a request holds
+        self._next_key: dict[Request, int] = {}          # its next block to cache
 
     @property
     def num_used_blocks(self) -> int:
@@ -138,7 +141,9 @@ class KvCacheManager:
         stay cached for it (evictable) until it is admitted again."""
         if req.block_keys is not None and self.prefix_caching:
             self._register_keyed(req, req.num_computed_tokens)   # under their keys
-        start = req.prefix_blocks
+            start = self._next_key.get(req, 0)
+        else:
+            start = req.prefix_blocks
         keep = 0
         if self.prefix_caching:
             keep = min(req.num_computed_tokens // self.block_size_tokens - start,
@@ -158,6 +163,8 @@ class KvCacheManager:
         self._resume_from.clear()
         self._keyed.clear()
         self._evictable.clear()
+        self._held.clear()
+        self._next_key.clear()
 
     def _forget(self, req: Request) -> None:
         chain = self._chains.pop(req, None)
@@ -235,14 +242,16 @@ class KvCacheManager:
             return
         if req.block_keys is not None:
             keys, bs, cache = req.block_keys, self.block_size_tokens, self._keyed
-            for i in range(shared):
-                key = keys.key(i, bs)
+            taken = [keys.key(i, bs) for i in range(shared)]
+            for key in taken:
                 held = cache[key]
                 if held == 0:
                     del self._evictable[key]
                     self.num_cached_blocks -= 1
                     self.num_free_blocks -= 1
                 cache[key] = held + 1
+            self._held[req] = taken
+            self._next_key[req] = shared
             req.prefix_blocks = shared
             return
         chain = self._chains[req.prefix_group]
@@ -256,9 +265,9 @@ class KvCacheManager:
 
     def release_prefix(self, req: Request) -> None:
         if req.block_keys is not None:
-            keys, bs, cache = req.block_keys, self.block_size_tokens, self._keyed
-            for i in range(req.prefix_blocks - 1, -1, -1):     # the tail goes first
-                key = keys.key(i, bs)
+            cache = self._keyed
+            self._next_key.pop(req, None)
+            for key in reversed(self._held.pop(req, ())):     # the tail goes first
                 held = cache[key] - 1
                 cache[key] = held
                 if held == 0:
@@ -318,19 +327,24 @@ class KvCacheManager:
         self._chains.move_to_end(req.prefix_group)
 
     def _register_keyed(self, req: Request, num_tokens: int) -> None:
-        """``req``'s own full blocks past those it holds through the cache, up to
-        ``num_tokens``, cached under its keys; a key cached already stops it there."""
+        """``req``'s own full blocks past those cached already, up to ``num_tokens``,
+        cached under their keys; a block whose key another request cached meanwhile stays
+        its own (vLLM keeps one block per hash), and the later ones are cached still."""
         keys, bs, cache = req.block_keys, self.block_size_tokens, self._keyed
         full = min(num_tokens, keys.limit_tokens) // bs
-        i = req.prefix_blocks
+        i = self._next_key.get(req, 0)
+        if i >= full:
+            return
+        held = self._held.setdefault(req, [])
         while i < full and req.num_blocks > 0:
             key = keys.key(i, bs)
-            if key in cache:
-                break
-            cache[key] = 1
-            req.num_blocks -= 1
+            if key not in cache:
+                cache[key] = 1
+                req.num_blocks -= 1
+                held.append(key)
             i += 1
-        req.prefix_blocks = i
+        self._next_key[req] = i
+        req.prefix_blocks = len(held)
 
     def _evict(self, count: int) -> None:
         for group in list(self._chains):

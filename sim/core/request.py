@@ -88,6 +88,7 @@ class Request:
         self.num_output_tokens = 0
         self.num_computed_tokens = 0
         self.num_blocks = 0
+        self.prefix_blocks = 0                 # the cache it held is another replica's
         self.admitted_s = math.nan
         self.first_token_s = math.nan
         self.finish_s = math.nan               # an escalated attempt's end is not this one's

@@ -22,7 +22,7 @@ import simpy
 
 from sim.config.inputs import DataFiles
 from sim.config.resolve import Resolved
-from sim.core.block_keys import SessionKeys
+from sim.core.block_keys import HashKeys, SessionKeys
 from sim.core.checks import check_request_count, check_servable, check_step_times
 from sim.core.fleet import pool_parts
 from sim.core.pool import Pool
@@ -208,6 +208,9 @@ class Simulation:
         self._stream_stop_s = [min(self.scenario.duration, streams[name].end
                                    if streams[name].end is not None else math.inf)
                                for name in arr.stream_names]
+        self._arr_blocks = arr.block_ids.tolist() if arr.block_ids is not None else None
+        self._block_tokens = [getattr(streams[name].arrival, "id_block_tokens", None)
+                              for name in arr.stream_names]
         if arr.session is not None:
             self._arr_sessions = arr.session.tolist()
             self._arr_think = arr.think_s.tolist()
@@ -235,6 +238,13 @@ class Simulation:
                                          req.prompt_tokens + req.max_output_tokens)
             req.prefix_group = conversation
             req.session_next = self._arr_next_turn[i]
+        if self._arr_blocks is not None and self._arr_blocks[i] is not None:
+            # a traced prompt naming its blocks: shared exactly where the names match
+            copy, ids = self._arr_blocks[i]
+            scope = f"{self.arrivals.stream_names[s]}/{copy}"
+            req.block_keys = HashKeys(scope, ids, self._block_tokens[s], req.prompt_tokens)
+            # routed by its first two blocks: past a common system prompt, the conversation
+            req.prefix_group = f"{scope}@{ids[:2]}"
         self._open += 1
         if self.gateway is None:
             pool.submit(req)

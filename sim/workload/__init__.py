@@ -45,6 +45,9 @@ class RequestArrivals:
     session: np.ndarray | None = None        # int64
     think_s: np.ndarray | None = None        # float64
     next_turn: np.ndarray | None = None      # int64, -1 for a conversation's last turn
+    # a traced prompt's named blocks (Mooncake hash_ids), None when no trace names them:
+    # per row (copy of the trace, ids) or None
+    block_ids: np.ndarray | None = None      # object
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -74,8 +77,8 @@ def stream_seed_seqs(seed_seq: np.random.SeedSequence, n_streams: int
 def _stream_requests(stream: StreamConfig, duration_s: float, rate_scale: float,
                      seed_seq: np.random.SeedSequence, base_dir: DataFiles,
                      max_requests: int | None = None) -> tuple[np.ndarray, ...]:
-    """(arrival_s, prompt_tokens, output_tokens, prefix_group, session, think_s) of one
-    stream, by time (a session's later turns last, untimed).
+    """(arrival_s, prompt_tokens, output_tokens, prefix_group, session, think_s,
+    block_ids) of one stream, by time (a session's later turns last, untimed).
 
     Arrival times, prompt lengths and output lengths use separate generators
     so that changing the rate does not reshuffle which lengths are drawn.
@@ -83,7 +86,7 @@ def _stream_requests(stream: StreamConfig, duration_s: float, rate_scale: float,
     start_s = stream.start
     stop_s = min(duration_s, stream.end if stream.end is not None else np.inf)
     arrival_seq, prompt_seq, output_seq, prefix_seq, session_seq = seed_seq.spawn(5)
-    session = think = None
+    session = think = blocks = None
     if stream.sessions is not None:
         starts_s = process_arrival_times(stream.arrival, np.random.default_rng(arrival_seq),
                                          start_s, stop_s, rate_scale)
@@ -107,8 +110,14 @@ def _stream_requests(stream: StreamConfig, duration_s: float, rate_scale: float,
         # end plays once (its period is longer than the run)
         horizon_s = (stop_s - start_s) * rate_scale / stream.arrival.time_scale
         trace = load_trace(path, stream.arrival, horizon_s=horizon_s, max_requests=max_requests)
-        arrival_s, prompt, output = replay_trace(stream.arrival, trace, path, start_s, stop_s,
-                                                 rate_scale)
+        arrival_s, prompt, output, row, copy = replay_trace(
+            stream.arrival, trace, path, start_s, stop_s, rate_scale)
+        if trace.block_ids is not None:
+            # each copy of a looped trace stands for other users' prompts: ids of its own
+            blocks = np.empty(len(arrival_s), dtype=object)
+            for k, (r, c) in enumerate(zip(row.tolist(), copy.tolist())):
+                if len(trace.block_ids[r]):
+                    blocks[k] = (c, trace.block_ids[r])
     else:
         arrival_s = process_arrival_times(stream.arrival, np.random.default_rng(arrival_seq),
                                           start_s, stop_s, rate_scale)
@@ -132,7 +141,9 @@ def _stream_requests(stream: StreamConfig, duration_s: float, rate_scale: float,
     if session is None:
         session = np.full(len(arrival_s), -1, dtype=np.int64)
         think = np.zeros(len(arrival_s))
-    return arrival_s, prompt, output, group, session, think
+    if blocks is None:
+        blocks = np.full(len(arrival_s), None, dtype=object)
+    return arrival_s, prompt, output, group, session, think, blocks
 
 
 def _next_turns(stream_index: np.ndarray, session: np.ndarray) -> np.ndarray:
@@ -178,6 +189,10 @@ def generate_arrivals(workload: WorkloadConfig, duration_s: float,
         session = np.concatenate([p[4] for p in parts]).astype(np.int64)[order]
         think_s = np.concatenate([p[5] for p in parts]).astype(np.float64)[order]
         next_turn = _next_turns(stream_index, session)
+    block_ids = None
+    if any(isinstance(stream.arrival, TraceArrivalConfig) and stream.arrival.format == "mooncake"
+           for stream in workload.streams.values()):
+        block_ids = np.concatenate([p[6] for p in parts])[order]
     return RequestArrivals(
         arrival_s=arrival_s[order],
         prompt_tokens=np.concatenate([p[1] for p in parts]).astype(np.int64)[order],
@@ -185,5 +200,5 @@ def generate_arrivals(workload: WorkloadConfig, duration_s: float,
         stream_index=stream_index,
         stream_names=names,
         prefix_group=np.concatenate([p[3] for p in parts]).astype(np.int32)[order],
-        session=session, think_s=think_s, next_turn=next_turn,
+        session=session, think_s=think_s, next_turn=next_turn, block_ids=block_ids,
     )

@@ -338,9 +338,10 @@ MAX_LOOPED_REQUESTS = 20_000_000
 
 def replay_trace(cfg: TraceArrivalConfig, trace: "Trace", path: pathlib.Path,
                  start_s: float, stop_s: float, rate_scale: float
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 ) -> tuple[np.ndarray, ...]:
     """Place the trace's requests in run time: ``start_s + timestamp * time_scale /
-    rate_scale``, keeping those before ``stop_s``.
+    rate_scale``, keeping those before ``stop_s``; with them, each request's row of the
+    trace and its copy of the trace (0 unless looped).
 
     With ``loop``, copies follow one another with period ``last timestamp +
     one mean gap`` (scaled), so the seam looks like any other gap instead of
@@ -372,4 +373,6 @@ def replay_trace(cfg: TraceArrivalConfig, trace: "Trace", path: pathlib.Path,
                   f"stream's arrivals end (its first at {arrival_s.min():g} s): the stream "
                   "would send nothing; lengthen the run or lower time_scale")
     return (arrival_s[keep], np.tile(trace.prompt_tokens, copies)[keep],
-            np.tile(trace.output_tokens, copies)[keep])
+            np.tile(trace.output_tokens, copies)[keep],
+            np.tile(np.arange(len(ts), dtype=np.int64), copies)[keep],
+            np.repeat(np.arange(copies, dtype=np.int64), len(ts))[keep])

@@ -31,6 +31,9 @@ class Trace:
     timestamp_s: np.ndarray
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
+    # a Mooncake trace's hash_ids: each row's ids of its prompt's blocks (a tuple, empty
+    # where the row names none); None for formats without them
+    block_ids: np.ndarray | None = None
 
 
 MAX_TIMESTAMP_S = 10 * 365 * 86400.0     # the longest run a scenario may ask for
@@ -59,9 +62,10 @@ def load_trace(path: pathlib.Path, cfg: TraceArrivalConfig | None = None,
                              f"a request, and the most is max_requests = {max_requests:,} "
                              "(raise it at the scenario's top level, shorten the run or cut "
                              "the trace)"}
+    ids = None
     if fmt == "mooncake":
-        values, lines = read_jsonl_fields(path, names, horizon=horizon_s / UNIT_S[unit],
-                                          **limit)
+        values, lines, ids = read_jsonl_fields(path, names, horizon=horizon_s / UNIT_S[unit],
+                                               ids_field="hash_ids", **limit)
     else:
         values, lines = read_csv_columns(path, names,
                                          datetimes=(names[0],) if unit == "datetime" else (),
@@ -69,7 +73,23 @@ def load_trace(path: pathlib.Path, cfg: TraceArrivalConfig | None = None,
     if len(lines) == 0:
         raise WorkloadDataError(path, "trace has no rows")
     ts = _seconds(path, names[0], values[names[0]], lines, unit)
-    return _checked(path, names, ts, values, lines)
+    trace = _checked(path, names, ts, values, lines)
+    if ids is None:
+        return trace
+    block = cfg.id_block_tokens
+    counts = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    over = counts * block >= trace.prompt_tokens + block       # more blocks than tokens
+    if over.any():
+        i = int(np.argmax(over))
+        raise WorkloadDataError(path, f"field 'hash_ids': {int(counts[i]):,} blocks of "
+                                      f"{block} tokens, more than its "
+                                      f"{int(trace.prompt_tokens[i]):,}-token prompt holds "
+                                      "(block_tokens says how long a trace block is)",
+                                line=int(lines[i]))
+    block_ids = np.empty(len(ids), dtype=object)
+    for k, row_ids in enumerate(ids):
+        block_ids[k] = row_ids
+    return Trace(trace.timestamp_s, trace.prompt_tokens, trace.output_tokens, block_ids)
 
 
 def _past(name: str, unit: str, horizon_s: float):
@@ -134,15 +154,17 @@ def _checked(path: pathlib.Path, names: tuple[str, str, str], ts: np.ndarray,
 
 def read_jsonl_fields(path: pathlib.Path, fields: tuple[str, ...],
                       horizon: float = math.inf, max_rows: int | None = None,
-                      too_many: str | None = None
-                      ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+                      too_many: str | None = None, ids_field: str | None = None
+                      ) -> tuple[dict[str, np.ndarray], np.ndarray, list | None]:
     """The named numeric fields of a file of one JSON object a line (blank lines skipped),
-    as float64 arrays, with each object's line; reading stops after the first object
-    whose first field is at or past ``horizon``."""
+    as float64 arrays, with each object's line, and (with ``ids_field``) each object's list
+    of non-negative integer ids there as a tuple (empty when it has none); reading stops
+    after the first object whose first field is at or past ``horizon``."""
     scan_text(path)                # no NUL bytes, no line over 64 KiB
     max_rows = MAX_CSV_ROWS if max_rows is None else max_rows
     out: dict[str, list[float]] = {f: [] for f in fields}
     lines: list[int] = []
+    ids: list[tuple] | None = [] if ids_field is not None else None
     try:
         with open_data(path) as raw, io.TextIOWrapper(raw, encoding="utf-8") as text:
             for number, line in enumerate(text, start=1):
@@ -172,6 +194,8 @@ def read_jsonl_fields(path: pathlib.Path, fields: tuple[str, ...],
                         raise WorkloadDataError(path, f"field {field!r}: not a finite number",
                                                 line=number)
                     out[field].append(number_value)
+                if ids is not None:
+                    ids.append(_ids(path, row.get(ids_field, ()), ids_field, number))
                 lines.append(number)
                 if out[fields[0]][-1] >= horizon:
                     break
@@ -181,4 +205,16 @@ def read_jsonl_fields(path: pathlib.Path, fields: tuple[str, ...],
         raise WorkloadDataError(path, f"cannot read: {exc.strerror or type(exc).__name__}") \
             from None
     return ({f: np.asarray(v, dtype=np.float64) for f, v in out.items()},
-            np.asarray(lines, dtype=np.int64))
+            np.asarray(lines, dtype=np.int64), ids)
+
+
+MAX_ID = 2 ** 63 - 1
+
+
+def _ids(path: pathlib.Path, value, field: str, line: int) -> tuple:
+    """A row's list of block ids, checked: whole numbers from 0 to 2**63 - 1."""
+    if not isinstance(value, (list, tuple)) or not all(
+            type(v) is int and 0 <= v <= MAX_ID for v in value):
+        raise WorkloadDataError(path, f"field {field!r}: not a list of whole numbers from 0 "
+                                      f"to 2**63 - 1", line=line)
+    return tuple(value)

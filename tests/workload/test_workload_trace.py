@@ -324,3 +324,34 @@ def test_a_quoted_field_with_a_byte_that_is_not_utf8_is_located(tmp_path):
     (tmp_path / "trace.csv").write_bytes(HEADER.encode() + b'"0",1,1\n1,\xe9,2\n')
     with pytest.raises(WorkloadDataError, match=r"trace\.csv: cannot read as CSV: not UTF-8"):
         run(tmp_path, trace_workload())
+
+
+def test_mooncake_hash_ids_are_read_checked_and_share_exactly_the_common_blocks(tmp_path):
+    """Each row's hash_ids come through as its blocks' names; a run with prefix caching
+    serves a later prompt's leading blocks that match an earlier one's from the cache."""
+    import json
+    import sim
+    from tests.simfactories import make_pool, make_scenario
+    rows = [{"timestamp": 0, "input_length": 1500, "output_length": 4, "hash_ids": [0, 1, 2]},
+            {"timestamp": 5000, "input_length": 1400, "output_length": 4,
+             "hash_ids": [0, 1, 7]},
+            {"timestamp": 10000, "input_length": 900, "output_length": 4, "hash_ids": [9, 1]},
+            {"timestamp": 15000, "input_length": 600, "output_length": 4}]
+    text = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    tr = _load(tmp_path, "m.jsonl", text, format="mooncake")
+    assert tr.block_ids.tolist() == [(0, 1, 2), (0, 1, 7), (9, 1), ()]
+    scenario = make_scenario(
+        stream={"arrival": {"type": "trace", "format": "mooncake",
+                            "path": str(tmp_path / "m.jsonl")}},
+        pool=make_pool(prefix_caching=True), duration=30.0)
+    req = sim.run(scenario).requests.sort_values("arrival_s")
+    assert req["cached_prompt_tokens"].tolist() == [0, 1024, 0, 0]
+    for broken, message in [
+            (b'{"timestamp": 20000, "input_length": 600, "output_length": 1, '
+             b'"hash_ids": [1, "x"]}\n', r"m\.jsonl:5: field 'hash_ids': not a list of whole"),
+            (b'{"timestamp": 20000, "input_length": 600, "output_length": 1, '
+             b'"hash_ids": [-1]}\n', r"m\.jsonl:5: field 'hash_ids': not a list of whole"),
+            (b'{"timestamp": 20000, "input_length": 600, "output_length": 1, '
+             b'"hash_ids": [1, 2, 3]}\n', r"m\.jsonl:5: field 'hash_ids': 3 blocks of 512")]:
+        with pytest.raises(WorkloadDataError, match=message):
+            _load(tmp_path, "m.jsonl", text + broken, format="mooncake")
