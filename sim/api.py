@@ -187,7 +187,10 @@ def prepare(scenario: Scenario) -> Simulation:
 def run(scenario: Scenario, *, progress: ProgressFn | None = None) -> Results:
     """Simulate ``scenario`` and return its tables and summary."""
     t0 = time.perf_counter()
-    simulation = prepare(scenario).run(progress)
+    try:
+        simulation = prepare(scenario).run(progress)
+    except RunRefused as exc:           # found while running (an open-ended stream)
+        raise ScenarioError(exc.message, **located(scenario, exc.loc)) from None
     simulation.wall_s = time.perf_counter() - t0
     return collect(simulation.account())
 

@@ -31,7 +31,10 @@ def expected_requests(scenario: Scenario, stream: StreamConfig) -> float:
     (a trace: none known before reading)."""
     arrival = stream.arrival
     if isinstance(arrival, ClosedArrivalConfig):
-        return float(arrival.requests)
+        # without a count, the first wave: the rest the run's own length bounds (and the
+        # run stops at max_requests)
+        return float(arrival.requests if arrival.requests is not None
+                     else arrival.concurrency)
     if isinstance(arrival, TraceArrivalConfig):
         return 0.0
     end_s = scenario.duration if stream.end is None else min(stream.end, scenario.duration)
@@ -106,15 +109,17 @@ def _check_closed_loop(here: Loc, scenario: Scenario, stream: StreamConfig
     """A client's pause longer than the stream's window: each client would send one request
     (more than one client per request: the pause never matters)."""
     arrival = stream.arrival
-    if not isinstance(arrival, ClosedArrivalConfig) or arrival.requests <= arrival.concurrency:
+    if not isinstance(arrival, ClosedArrivalConfig) or (
+            arrival.requests is not None and arrival.requests <= arrival.concurrency):
         return []
     end_s = scenario.duration if stream.end is None else min(stream.end, scenario.duration)
     if arrival.think_time < end_s - stream.start:
         return []
     return [(here + ("arrival", "think_time"), f"a client pauses {arrival.think_time:g} s "
              f"between requests, as long as the stream's window ({end_s - stream.start:g} s):"
-             f" each of the {arrival.concurrency:,} clients would send one request of the "
-             f"{arrival.requests:,} asked for; shorten think_time")]
+             f" each of the {arrival.concurrency:,} clients would send one request"
+             + (f" of the {arrival.requests:,} asked for" if arrival.requests is not None
+                else "") + "; shorten think_time")]
 
 
 def request_budget(requests: float, max_requests: int, remedy: str,

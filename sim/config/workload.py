@@ -221,16 +221,18 @@ class TraceArrivalConfig(StrictModel):
 class ClosedArrivalConfig(StrictModel):
     """A fixed number of clients, each sending its next request as soon as its last one
     ends (a benchmark at fixed concurrency: vLLM's ``bench serve --max-concurrency``,
-    genai-perf's concurrency mode). All ``concurrency`` clients send at the stream's
-    ``start``; a client stops when the stream's ``requests`` are all sent or the
-    stream's window ends."""
+    genai-perf's concurrency mode; or users who wait for each answer and think before the
+    next). All ``concurrency`` clients send at the stream's ``start``; a client stops when
+    the stream's ``requests`` are all sent (when given) or the stream's window ends."""
 
     type: Literal["closed"] = Field(description="Closed loop at fixed concurrency.")
     concurrency: int = Field(gt=0, le=1_000_000,
                              description="Clients, each with one request in flight.")
-    requests: int = Field(gt=0, le=10_000_000,
-                          description="Requests the clients send in all (a refused one "
-                                      "counts; its client pauses 10 ms before the next).")
+    requests: Optional[int] = Field(
+        default=None, gt=0, le=10_000_000,
+        description="Requests the clients send in all (a refused one counts; its client "
+                    "pauses 10 ms before the next); null: as many as they can until the "
+                    "stream's window ends.")
     think_time: Seconds = Field(
         default=0.0, description="A client's pause between the end of one request and "
                                  "the next.")

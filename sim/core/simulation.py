@@ -23,7 +23,8 @@ import simpy
 from sim.config.inputs import DataFiles
 from sim.config.resolve import Resolved
 from sim.core.block_keys import HashKeys, SessionKeys
-from sim.core.checks import check_request_count, check_servable, check_step_times
+from sim.core.checks import (RunRefused, check_request_count, check_servable,
+                             check_step_times)
 from sim.core.fleet import pool_parts
 from sim.core.pool import Pool
 from sim.core.request import Request, Status
@@ -85,6 +86,8 @@ class Simulation:
                 rows = np.flatnonzero(self.arrivals.stream_index[timed:] == s) + timed
                 self._clients[s] = (deque(rows.tolist()), arrival.think_time)
         self._turns_waiting = 0              # sessions' next turns in their pause
+        # closed-loop streams without a count, until their windows close
+        self._open_ended = set(self.arrivals.refills or ())
         self._stop = self.env.event()
         self.end_s = 0.0
 
@@ -268,7 +271,8 @@ class Simulation:
         self._check_arrivals_done()
 
     def _check_arrivals_done(self) -> None:
-        if self._timed_done and not any(c[0] for c in self._clients.values()):
+        if (self._timed_done and not any(c[0] for c in self._clients.values())
+                and not self._open_ended):
             self._arrivals_done = True
             self._maybe_stop()
 
@@ -286,13 +290,38 @@ class Simulation:
 
     def _send_closed(self, s: int) -> None:
         pending = self._clients[s][0]
+        if not pending and s in self._open_ended and not self._cut_off:
+            pending.extend(self._more_requests(s))
         if pending:
             self._arrive(pending.popleft(), self.env.now)
         self._check_arrivals_done()
 
+    def _more_requests(self, s: int) -> range:
+        """A chunk of new rows for an open-ended closed-loop stream (their lengths drawn
+        now), refused past ``max_requests``."""
+        prompt, output, group = self.arrivals.refills[s].draw()
+        first = len(self._arr_prompts)
+        if first + len(prompt) > self.scenario.max_requests:
+            name = self.arrivals.stream_names[s]
+            raise RunRefused(
+                ("workload", "streams", name, "arrival"),
+                f"the clients of stream '{name}' send until its window ends, and would send "
+                f"more than max_requests = {self.scenario.max_requests:,} requests: give "
+                "arrival.requests, shorten the run or raise max_requests")
+        self._arr_prompts.extend(prompt)
+        self._arr_outputs.extend(output)
+        self._arr_streams.extend([s] * len(prompt))
+        self._arr_groups.extend(group)
+        if self.arrivals.session is not None:
+            self._arr_sessions.extend([-1] * len(prompt))
+        if self._arr_blocks is not None:
+            self._arr_blocks.extend([None] * len(prompt))
+        return range(first, first + len(prompt))
+
     def _close_window(self, s: int) -> None:
         """The stream's window ended: its clients send nothing more."""
         self._clients[s][0].clear()
+        self._open_ended.discard(s)
         self._check_arrivals_done()
 
     def _sample(self):

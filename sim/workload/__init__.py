@@ -48,6 +48,8 @@ class RequestArrivals:
     # a traced prompt's named blocks (Mooncake hash_ids), None when no trace names them:
     # per row (copy of the trace, ids) or None
     block_ids: np.ndarray | None = None      # object
+    # closed-loop streams without a request count: stream index -> more of its requests
+    refills: dict | None = None
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -97,8 +99,11 @@ def _stream_requests(stream: StreamConfig, duration_s: float, rate_scale: float,
         arrival_s, prompt, output = turns.arrival_s, turns.prompt_tokens, turns.output_tokens
         session, think = turns.session, turns.think_s
     elif isinstance(stream.arrival, ClosedArrivalConfig):
-        # the run times them: sent as clients free up (see sim.core.simulation)
-        n = stream.arrival.requests if stop_s > start_s else 0
+        # the run times them: sent as clients free up (see sim.core.simulation); without a
+        # count, the first wave here and the rest drawn as the run asks (ClosedRefill)
+        n = stream.arrival.requests if stream.arrival.requests is not None \
+            else stream.arrival.concurrency
+        n = n if stop_s > start_s else 0
         arrival_s = np.full(n, np.inf)
         prompt = sample_lengths(stream.prompt_tokens, n, np.random.default_rng(prompt_seq),
                                 base_dir)
@@ -144,6 +149,41 @@ def _stream_requests(stream: StreamConfig, duration_s: float, rate_scale: float,
     if blocks is None:
         blocks = np.full(len(arrival_s), None, dtype=object)
     return arrival_s, prompt, output, group, session, think, blocks
+
+
+def _child(seq: np.random.SeedSequence, i: int) -> np.random.SeedSequence:
+    """Child ``i`` of ``seq``, whatever it has spawned already."""
+    return np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, i),
+                                  pool_size=seq.pool_size)
+
+
+class ClosedRefill:
+    """More requests for a closed-loop stream without a count, drawn as its clients ask:
+    chunk after chunk from generators of their own (so the same run draws the same
+    requests, whoever asks first)."""
+
+    CHUNK = 1024
+
+    def __init__(self, stream: StreamConfig, seed_seq: np.random.SeedSequence,
+                 base_dir: DataFiles) -> None:
+        prompt_seq, output_seq, prefix_seq = seed_seq.spawn(3)
+        self.stream = stream
+        self.base_dir = base_dir
+        self._prompt = np.random.default_rng(prompt_seq)
+        self._output = np.random.default_rng(output_seq)
+        self._prefix = np.random.default_rng(prefix_seq)
+
+    def draw(self) -> tuple[list[int], list[int], list[int]]:
+        """The next chunk's prompt lengths (shared prefix included), output lengths and
+        prefix groups (-1 for none)."""
+        n, stream = self.CHUNK, self.stream
+        prompt = sample_lengths(stream.prompt_tokens, n, self._prompt, self.base_dir)
+        output = sample_lengths(stream.output_tokens, n, self._output, self.base_dir)
+        group = np.full(n, -1, dtype=np.int64)
+        if stream.prefix is not None:
+            prompt = prompt + stream.prefix.tokens
+            group = self._prefix.integers(0, stream.prefix.groups, n)
+        return prompt.tolist(), output.tolist(), group.tolist()
 
 
 def _next_turns(stream_index: np.ndarray, session: np.ndarray) -> np.ndarray:
@@ -201,4 +241,8 @@ def generate_arrivals(workload: WorkloadConfig, duration_s: float,
         stream_names=names,
         prefix_group=np.concatenate([p[3] for p in parts]).astype(np.int32)[order],
         session=session, think_s=think_s, next_turn=next_turn, block_ids=block_ids,
+        refills={s: ClosedRefill(stream, _child(seq, 5), as_data_files(base_dir))
+                 for s, (stream, seq) in enumerate(zip(workload.streams.values(), seqs))
+                 if isinstance(stream.arrival, ClosedArrivalConfig)
+                 and stream.arrival.requests is None} or None,
     )

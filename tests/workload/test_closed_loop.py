@@ -128,3 +128,28 @@ def test_throughput_follows_littles_law(think_s):
     cycle_s = inside["e2e_s"].mean() + think_s
     measured = len(req[(req["finish_s"] > start) & (req["finish_s"] <= end)]) / (end - start)
     assert measured == pytest.approx(users / cycle_s, rel=0.02)
+
+
+def test_clients_without_a_request_count_send_until_the_window_ends():
+    """40 users who each wait for the answer and think 2 s: no count, only the window."""
+    stream = {"arrival": {"type": "closed", "concurrency": 40, "think_time": 2.0},
+              "prompt_tokens": uniform(200, 2000), "output_tokens": uniform(20, 200)}
+    res = sim.run(make_scenario(stream=stream, duration=120.0))
+    req = res.requests.sort_values("arrival_s")
+    assert len(req) > 40 * 3 and (req["status"].astype(str) == "completed").all()
+    assert (req["arrival_s"] < 120.0).all() and req["request_id"].is_unique
+    later = req["arrival_s"].iloc[40:].to_numpy()
+    finishes = np.sort(req["finish_s"].to_numpy())[:len(later)]
+    assert np.allclose(later, finishes + 2.0, rtol=0, atol=1e-9)
+    for t in later:
+        assert _in_flight_at(req, t) <= 40
+    again = sim.run(make_scenario(stream=stream, duration=120.0))
+    assert again.requests.equals(res.requests)
+
+
+def test_clients_without_a_count_stop_at_max_requests_with_a_located_error():
+    stream = {"arrival": {"type": "closed", "concurrency": 4},
+              "prompt_tokens": 100, "output_tokens": 2}
+    with pytest.raises(sim.ScenarioError, match="more than max_requests = 1,500") as err:
+        sim.run(make_scenario(stream=stream, duration=3600.0, max_requests=1500))
+    assert err.value.field == "workload.streams.s.arrival"
