@@ -272,7 +272,8 @@ def test_layout_settings_belong_to_csv_traces_only():
 
 
 @pytest.mark.parametrize("name, fmt", [("azure-2023-conv.csv.gz", "azure"),
-                                       ("mooncake-conversation.jsonl.gz", "mooncake")])
+                                       ("mooncake-conversation.jsonl.gz", "mooncake"),
+                                       ("mooncake-synthetic.jsonl.gz", "mooncake")])
 def test_the_shipped_traces_read_as_their_files_say(name, fmt):
     """Rows, mean lengths and span as pandas or json read them straight from the file."""
     import gzip
