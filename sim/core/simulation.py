@@ -299,15 +299,16 @@ class Simulation:
     def _more_requests(self, s: int) -> range:
         """A chunk of new rows for an open-ended closed-loop stream (their lengths drawn
         now), refused past ``max_requests``."""
-        prompt, output, group = self.arrivals.refills[s].draw()
         first = len(self._arr_prompts)
-        if first + len(prompt) > self.scenario.max_requests:
+        room = self.scenario.max_requests - first
+        if room <= 0:
             name = self.arrivals.stream_names[s]
             raise RunRefused(
                 ("workload", "streams", name, "arrival"),
                 f"the clients of stream '{name}' send until its window ends, and would send "
                 f"more than max_requests = {self.scenario.max_requests:,} requests: give "
                 "arrival.requests, shorten the run or raise max_requests")
+        prompt, output, group = self.arrivals.refills[s].draw(room)
         self._arr_prompts.extend(prompt)
         self._arr_outputs.extend(output)
         self._arr_streams.extend([s] * len(prompt))

@@ -173,10 +173,10 @@ class ClosedRefill:
         self._output = np.random.default_rng(output_seq)
         self._prefix = np.random.default_rng(prefix_seq)
 
-    def draw(self) -> tuple[list[int], list[int], list[int]]:
-        """The next chunk's prompt lengths (shared prefix included), output lengths and
-        prefix groups (-1 for none)."""
-        n, stream = self.CHUNK, self.stream
+    def draw(self, most: int) -> tuple[list[int], list[int], list[int]]:
+        """The next chunk's (of at most ``most`` rows) prompt lengths (shared prefix
+        included), output lengths and prefix groups (-1 for none)."""
+        n, stream = min(self.CHUNK, most), self.stream
         prompt = sample_lengths(stream.prompt_tokens, n, self._prompt, self.base_dir)
         output = sample_lengths(stream.output_tokens, n, self._output, self.base_dir)
         group = np.full(n, -1, dtype=np.int64)
