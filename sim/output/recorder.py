@@ -9,7 +9,7 @@ used part to pandas without copying the Python way.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, get_type_hints
 
 import numpy as np
 import pandas as pd
@@ -169,15 +169,16 @@ class StepRow(NamedTuple):
     kv_total_blocks: int
 
 
-_DTYPES = {"float": "float64"}   # annotations are strings here
+_DTYPES = {float: "float64", int: "int32"}
 # int columns whose values need more than 32 bits on a large fleet
 _WIDE = {"queued", "running", "kv_used_blocks", "kv_total_blocks", "num_seqs"}
 
 
 def columns_of(row: type) -> dict[str, str]:
-    """A row type's columns and their dtypes (from its annotations)."""
-    return {name: _DTYPES.get(kind, "int64" if name in _WIDE else "int32")
-            for name, kind in row.__annotations__.items()}
+    """A row type's columns and their dtypes (from its annotations, resolved:
+    under postponed evaluation they are names, not types)."""
+    return {name: "int64" if kind is int and name in _WIDE else _DTYPES[kind]
+            for name, kind in get_type_hints(row).items()}
 
 
 SAMPLE_COLUMNS = columns_of(PoolSample)

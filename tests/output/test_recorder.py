@@ -72,3 +72,31 @@ def test_each_request_column_holds_the_attribute_it_declares():
             got = rec.code_table(f).decode(np.array([got]))[0]
         assert got == values[f.column], f.column
         assert rec.requests.column(f.column).dtype == np.dtype(f.dtype)
+
+
+# -- sampled and step rows keep their fractions ------------------------------------------------
+def test_float_fields_of_row_types_are_stored_as_floats():
+    """Every field a row type declares ``float`` is a float column (under postponed
+    annotations the declarations are names, and a missed lookup made them int32)."""
+    from typing import get_type_hints
+    from sim.output.recorder import PoolSample, StepRow, columns_of
+    for row in (PoolSample, StepRow):
+        for name, kind in get_type_hints(row).items():
+            assert np.dtype(columns_of(row)[name]).kind == ("f" if kind is float else "i"), name
+
+
+def test_sample_times_and_step_times_are_not_truncated(tmp_path):
+    import sim
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: ts\nseed: 1\nduration: 3s\ndrain: 2s\nsample_interval: 250ms\nrecord_steps: true\n"
+        "workload:\n  streams:\n    s:\n      team: t\n      model: llama-3.1-8b\n"
+        "      arrival: {type: poisson, rate: 4/s}\n      prompt_tokens: 200\n"
+        "      output_tokens: 50\n"
+        "pools:\n  p: {model: llama-3.1-8b, hardware: H100-SXM, replicas: 1}\n")
+    res = sim.run(sim.load_scenario(path))
+    times = res.timeseries["time_s"].to_numpy()
+    np.testing.assert_allclose(np.diff(times[:5]), 0.25)
+    steps = res.steps
+    assert (steps["end_s"] > steps["start_s"]).all()            # a step takes milliseconds
+    assert (steps["end_s"] - steps["start_s"]).max() < 1.0
