@@ -120,10 +120,10 @@ def _cmd_import_model(args: argparse.Namespace) -> int:
         except pydantic.ValidationError as exc:
             message = exc.errors()[0]["msg"].removeprefix("Value error, ")
             raise ScenarioError(f"{message}", field="--name") from None
-    out = check_file(Path(args.out), kind="a model profile", is_kind=_is_model_profile) \
-        if args.out else None
+    out = check_file(Path(args.out), kind="a model profile fleetsim import-model wrote",
+                     is_kind=_is_imported_profile) if args.out else None
     profile = import_model(Path(args.config), args.name)
-    text = yaml.safe_dump(profile, sort_keys=False)
+    text = IMPORTED_HEADER + "\n" + yaml.safe_dump(profile, sort_keys=False)
     if out is None:
         print(text, end="")
     else:
@@ -132,14 +132,23 @@ def _cmd_import_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def _is_model_profile(path) -> bool:
-    """True if ``path`` reads as a model profile (one this command may replace)."""
+# The first line of every profile import-model writes: the mark of a file it may replace
+# (a hand-written or copied profile, even of the same model, is the user's own).
+IMPORTED_HEADER = "# model profile written by fleetsim import-model (it replaces only such files)"
+
+
+def _is_imported_profile(path) -> bool:
+    """True if ``path`` is a model profile this command wrote (one it may replace)."""
     from sim.config.errors import ScenarioError
     from sim.config.specs import ModelSpec
     from sim.config.yamlio import load_model
     try:
+        with open(path, "rb") as fh:
+            if fh.readline(len(IMPORTED_HEADER) + 2).rstrip(b"\r\n") != \
+                    IMPORTED_HEADER.encode():
+                return False
         load_model(path, ModelSpec, kind="model profile")
-    except ScenarioError:
+    except (OSError, ScenarioError):
         return False
     return True
 

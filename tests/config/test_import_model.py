@@ -84,7 +84,7 @@ def test_a_config_fleetsim_cannot_read_is_a_located_error(tmp_path, capsys, conf
         assert fragment in err, err
 
 
-def test_out_writes_a_profile_a_scenario_can_use_and_replaces_only_a_profile(tmp_path, capsys):
+def test_out_writes_a_profile_a_scenario_can_use_and_replaces_only_its_own(tmp_path, capsys):
     out = tmp_path / "llama.yaml"
     assert run(tmp_path, LLAMA_31_8B, "--out", str(out)) == 0
     assert run(tmp_path, LLAMA_31_8B, "--out", str(out), "--name", "mine") == 0
@@ -92,8 +92,17 @@ def test_out_writes_a_profile_a_scenario_can_use_and_replaces_only_a_profile(tmp
     assert profile["name"] == "mine"
     notes = tmp_path / "notes.yaml"
     notes.write_text("todo: buy GPUs\n")
-    assert run(tmp_path, LLAMA_31_8B, "--out", str(notes)) == 2
-    assert notes.read_text() == "todo: buy GPUs\n"
+    # a hand-written profile, even a copy of a shipped one, is the user's: never replaced
+    tuned = tmp_path / "tuned.yaml"
+    tuned.write_text((ROOT / "profiles" / "models" / "llama-3.1-8b.yaml").read_text()
+                     + "# hand-tuned\n")
+    edited = tmp_path / "edited.yaml"          # written by import-model, header removed
+    edited.write_text(out.read_text().split("\n", 1)[1])
+    for theirs in (notes, tuned, edited):
+        before = theirs.read_text()
+        assert run(tmp_path, LLAMA_31_8B, "--out", str(theirs), "--name", "other") == 2
+        assert theirs.read_text() == before
+        assert "not a model profile fleetsim import-model wrote" in capsys.readouterr().err
     capsys.readouterr()
     import sim
     scenario = sim.load_scenario(ROOT / "scenarios" / "quickstart.yaml")
