@@ -1388,6 +1388,10 @@ ARGV_CASES = [
      ["compare takes a result folder", "negrun"]),
     ("compare-summary-of-a-negative-latency", ["compare", "{d}/negrun", "{d}/nanrun"],
      ["negrun/summary.json", "figure ttft_p99_s is -3, below zero"]),
+    ("compare-summary-of-an-slo-list", ["compare", "{d}/slorun", "{d}/strrun"],
+     ["slorun/summary.json", "its slo is not an object"]),
+    ("compare-summary-of-an-slo-fleet-number", ["compare", "{d}/slofleetrun", "{d}/slofleetrun"],
+     ["slofleetrun/summary.json", "its slo is not an object"]),
     ("compare-summary-of-a-string-figure", ["compare", "{d}/strrun", "{d}/strrun"],
      ["figure requests_per_s is a str, not a number"]),
     ("run-set-a-block-and-a-field-inside-it",
@@ -1449,6 +1453,11 @@ def test_a_bad_command_line_is_refused_before_any_work(tmp_path, capsys, argv, f
     (tmp_path / "nanrun" / "summary.json").write_text(
         '{"pools": {"main": {}}, "latency_s": {}, "throughput": {"requests_per_s": NaN}}',
         encoding="utf-8")
+    for name, slo in (("slorun", [1]), ("slofleetrun", {"met": True, "fleet": 5})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps({
+            "pools": {"main": {}}, "latency_s": {}, "throughput": {}, "slo": slo}),
+            encoding="utf-8")
     for name, throughput, latency in (("negrun", {}, {"ttft": {"p99": -3}}),
                                       ("strrun", {"requests_per_s": "aws_secret_key"}, {})):
         (tmp_path / name).mkdir()

@@ -62,6 +62,12 @@ def _read_summary(path: Path) -> dict:
             or not isinstance(data.get("latency_s"), dict)
             or not isinstance(data.get("throughput"), dict)):
         raise ScenarioError("not a summary.json that `fleetsim run` wrote", file=shown(path))
+    slo = data.get("slo")
+    if not (slo is None or isinstance(slo, dict) and (
+            slo.get("fleet") is None or isinstance(slo["fleet"], dict))):
+        raise ScenarioError("its slo is not an object of the verdict and the fleet's "
+                            "goodput: not a summary.json that `fleetsim run` wrote",
+                            file=shown(path))
     for figure, value in summary_row(data).items():
         if value is None or (figure == "slo_met" and isinstance(value, bool)):
             continue
