@@ -168,6 +168,7 @@ def load_from_args(args: argparse.Namespace):
             raise ScenarioError(f"--set {path} and {flags[path]} both set it; give one",
                                 field="--set")
         sets[path] = parse_value(value)
+    given = bool(sets)
     if getattr(args, "warmup", None) is not None:
         sets["warmup"] = args.warmup
     if not sets:
@@ -176,7 +177,13 @@ def load_from_args(args: argparse.Namespace):
         return cross_check(with_values(scenario, sets))
     except ScenarioError as exc:
         from sim.config.errors import Problem
-        raise ScenarioError.many([Problem(f"with --set: {p.message}", field=p.field)
+
+        def flag(field: str | None) -> str:     # the option that gave the value at fault
+            if "warmup" in sets and (not given or (field or "").startswith("warmup")):
+                return "--warmup"
+            return "--set"
+        raise ScenarioError.many([Problem(f"with {flag(p.field)}: {p.message}",
+                                          field=p.field)
                                   for p in exc.problems]) from None
 
 
