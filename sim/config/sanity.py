@@ -88,6 +88,17 @@ def _fleet_size(scenario: Scenario, run_s: float) -> list[tuple[Loc, str]]:
         problems.append((("pools",), f"the pools may hold {sum(most.values()):,} replicas "
                          f"together (each its replicas or its autoscaler's max_replicas); "
                          f"the most simulated at once is {MAX_FLEET_REPLICAS:,}"))
+    for name, pool in scenario.pools.items():      # what `size` may try beside the rest
+        if pool.sizing is None:
+            continue
+        others = sum(most.values()) - most[name]
+        if pool.sizing.max_replicas + others > MAX_FLEET_REPLICAS:
+            problems.append((("pools", name, "sizing", "max_replicas"),
+                             f"size may try {pool.sizing.max_replicas:,} replicas of this "
+                             f"pool" + (f" beside the other pools' {others:,}" if others
+                                        else "") + f"; the most simulated at once is "
+                             f"{MAX_FLEET_REPLICAS:,}: at most "
+                             f"{max(MAX_FLEET_REPLICAS - others, 0):,} here"))
     each = [run_s / pool.autoscaler.tick for pool in scenario.pools.values()
             if getattr(pool.autoscaler, "tick", None)]
     ticks = sum(each)

@@ -17,7 +17,7 @@ from pathlib import Path
 import sim
 from sim.config.errors import ScenarioError
 from sim.config.inputs import InputFileError, read_bytes, shown
-from sim.planning.size import evaluate, min_replicas, reaches
+from sim.planning.size import check_budget, evaluate, min_replicas, reaches, replica_cap
 from sim.config.slos import METRICS, Slo, targets
 
 LATENCY_KEYS = ("ttft_p99", "tpot_p99", "e2e_p99")
@@ -35,6 +35,7 @@ def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = ()
                             "own are not sized for)", file=str(path), field="slos")
     out: dict = {"pools": {}, "latency_s": {}, "slo_met": True,
                  "slos": {s.metric: s.target for s in slos}}
+    check_budget(scenario, list(scenario.pools), options=False)     # before any simulation
     summary = sim.run(scenario).summary
     for key in LATENCY_KEYS:
         name, stat = key.split("_")
@@ -44,8 +45,7 @@ def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = ()
             out["pools"][pool] = {"required_replicas": 0, "slo_met_as_configured": True}
             continue
         option = {"hardware": cfg.hardware, "tp": cfg.tp, "weight_dtype": cfg.weight_dtype}
-        cap = cfg.sizing.max_replicas if cfg.sizing else 64
-        need, _ = min_replicas(scenario, pool, slos, option, cap)
+        need, _ = min_replicas(scenario, pool, slos, option, replica_cap(scenario, pool))
         _, ok, _ = evaluate(scenario, pool, slos)
         out["pools"][pool] = {"required_replicas": need, "slo_met_as_configured": ok}
         out["slo_met"] &= ok

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 import sim
+from sim.config.sanity import MAX_FLEET_REPLICAS
 from sim.api import located
 from sim.config.scenario import Scenario
 from sim.planning.overrides import with_values
@@ -141,19 +142,21 @@ def search_bound(cap: int) -> tuple[int, int]:
     return trials + steps, replicas + steps * hi
 
 
-def check_budget(scenario: Scenario, pools: list[str]) -> None:
+def check_budget(scenario: Scenario, pools: list[str], *, options: bool = True) -> None:
     """Refuse, before any simulation, a search whose worst case runs more simulations or
-    simulates more replicas than one command should."""
+    simulates more replicas than one command should (``options``: over each pool's sizing
+    options; else its configuration alone, as `check` sizes it)."""
     trials = replicas = 0
     for pool in pools:
-        n_opts = len(_option_grid(scenario, pool))
-        t, r = search_bound(_cap(scenario, pool))
+        n_opts = len(_option_grid(scenario, pool)) if options else 1
+        t, r = search_bound(replica_cap(scenario, pool))
         trials, replicas = trials + n_opts * t, replicas + n_opts * r
     if trials <= MAX_SIZING_TRIALS and replicas <= MAX_SIZING_REPLICA_TRIALS:
         return
     sized = [p for p in pools if scenario.pools[p].sizing is not None] or pools
-    shape = "; ".join(f"{p}: {len(_option_grid(scenario, p))} option(s) x up to "
-                      f"{_cap(scenario, p):,} replicas" for p in sized)
+    shape = "; ".join(f"{p}: {len(_option_grid(scenario, p)) if options else 1} "
+                      f"option(s) x up to "
+                      f"{replica_cap(scenario, p):,} replicas" for p in sized)
     raise sim.ScenarioError(
         f"this search may run {trials:,} simulations of up to {replicas:,} replicas in all "
         f"({shape}); the most one `size` runs is {MAX_SIZING_TRIALS:,} simulations and "
@@ -162,9 +165,15 @@ def check_budget(scenario: Scenario, pools: list[str]) -> None:
         **located(scenario, ("pools", sized[0], "sizing")))
 
 
-def _cap(scenario: Scenario, pool: str) -> int:
+def replica_cap(scenario: Scenario, pool: str) -> int:
+    """The most replicas of ``pool`` to try: its sizing's bound (checked with the scenario
+    against the fleet's), else 64 or what the other pools leave of the fleet's bound."""
     cfg = scenario.pools[pool]
-    return cfg.sizing.max_replicas if cfg.sizing else 64
+    if cfg.sizing:
+        return cfg.sizing.max_replicas
+    others = sum(max(p.replicas, getattr(p.autoscaler, "max_replicas", 0) or 0)
+                 for name, p in scenario.pools.items() if name != pool)
+    return max(1, min(64, MAX_FLEET_REPLICAS - others))
 
 
 def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None,
@@ -201,7 +210,7 @@ def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None,
 
 def _option_row(scenario: Scenario, pool: str, slos: list[Slo], option: dict) -> dict:
     """The size table's row for one option of ``pool``."""
-    cap = _cap(scenario, pool)
+    cap = replica_cap(scenario, pool)
     try:
         n, trials = min_replicas(scenario, pool, slos, option, cap)
     except sim.ScenarioError as exc:     # the option does not fit (memory, TP)
