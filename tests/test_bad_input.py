@@ -828,6 +828,11 @@ CASES += [
         "    cold_start: {load_bandwidth: 1B/s}\n    autoscaler: {type: target, metric: "
         "queue_per_replica, target: 4, max_replicas: 4}\n"), 27, "pools.main.cold_start",
          ["s to start (provisioning + weights / load_bandwidth)", "could never add one"]),
+    Case("schedule-row-shorter-than-the-cold-start", append_to_pool(
+        "    cold_start: {provisioning: 5s, load_bandwidth: 10GB/s}\n    autoscaler: {type: "
+        "scheduled, period: 10s, table: [[0, 0], [3, 2], [6, 0]]}\n"), 28,
+         "pools.main.autoscaler.table[1]",
+         ["row 1 adds replicas (0 -> 2) for 3 s (row 2 asks for 0)", "stopped before ever"]),
     Case("kv-link-of-one-byte-a-second", edit((GATEWAY_MODELS[0], GATEWAY_MODELS[0] +
         "  models:\n    llama-3.1-8b:\n      disaggregated: {prefill: main, decode: second, "
         "link_bandwidth: 1B/s}\n")) + SECOND_POOL % "llama-3.1-8b", 19,
