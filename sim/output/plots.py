@@ -10,6 +10,7 @@ note instead of an error.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from pathlib import Path
 
@@ -24,6 +25,21 @@ FIGSIZE = (7.0, 4.2)
 DPI = 110
 _SAVE_KW = {"dpi": DPI, "format": "png", "metadata": {"Software": None}}
 _LOG_DECADES = 2.0   # log x axis when the data spans more than this many decades
+
+
+# names (teams, pools, models, varied values) are drawn as written: a "$" would otherwise
+# start matplotlib's mathtext ("cost$^$" fails to draw, "$x$" would be drawn as math).
+# A text takes the setting when it is made, so figures are made under it, not only drawn.
+PLAIN_TEXT = {"text.parse_math": False}
+
+
+def plain_text(make):
+    """``make`` (a figure maker) run with every text it adds drawn as written."""
+    @functools.wraps(make)
+    def made(*args, **kwargs):
+        with matplotlib.rc_context(PLAIN_TEXT):
+            return make(*args, **kwargs)
+    return made
 
 
 def _pools(results) -> list[str]:
@@ -89,11 +105,13 @@ def _cdf_figure(results, column: str, label: str) -> Figure:
     return fig
 
 
+@plain_text
 def ttft_cdf_figure(results) -> Figure:
     """Empirical CDF of time to first token, per pool (and per team if several)."""
     return _cdf_figure(results, "ttft_s", "time to first token (s)")
 
 
+@plain_text
 def tpot_cdf_figure(results) -> Figure:
     """Empirical CDF of time per output token, per pool (and per team if several)."""
     return _cdf_figure(results, "tpot_s", "time per output token (s)")
@@ -125,12 +143,14 @@ def _timeseries_figure(results, panels: list[tuple[str, str, float]]) -> Figure:
     return fig
 
 
+@plain_text
 def queue_figure(results) -> Figure:
     """Queued and running sequences over time, per pool."""
     return _timeseries_figure(results, [("queued", "queued requests", 1.0),
                                         ("running", "running sequences", 1.0)])
 
 
+@plain_text
 def kv_util_figure(results) -> Figure:
     """KV-cache utilisation (% of blocks in use) over time, per pool."""
     fig = _timeseries_figure(results, [("kv_util", "KV cache used (%)", 100.0)])
@@ -138,6 +158,7 @@ def kv_util_figure(results) -> Figure:
     return fig
 
 
+@plain_text
 def replicas_figure(results) -> Figure:
     """Replicas (billed and ready) per pool over time, against the arrival rate."""
     fig = _timeseries_figure(results, [("replicas", "replicas (billed)", 1.0),
@@ -172,6 +193,7 @@ def _busiest_teams(req: pd.DataFrame) -> list[str]:
     return sorted(str(team) for team in counts.keys())
 
 
+@plain_text
 def teams_figure(results) -> Figure:
     """Per team: TTFT p50 and p99 of completed requests, and rejections by reason."""
     fig = Figure(figsize=(FIGSIZE[0], FIGSIZE[1] * 1.3))
@@ -242,9 +264,6 @@ def render_all(results) -> dict[str, bytes]:
     return {name: png_bytes(make(results)) for name, make in FIGURES.items()}
 
 
-# names (teams, pools, models) are drawn as written: a "$" would otherwise start
-# matplotlib's mathtext, and a name such as "$\\frac" fails to draw
-PLAIN_TEXT = {"text.parse_math": False}
 
 
 def _tight(fig: Figure) -> None:

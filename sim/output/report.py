@@ -14,7 +14,7 @@ import matplotlib
 import yaml
 from matplotlib.figure import Figure
 
-from sim.output.plots import PLAIN_TEXT, _tight
+from sim.output.plots import PLAIN_TEXT, _tight, plain_text
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;
@@ -220,6 +220,7 @@ def check_sweep_table(table, where: str) -> None:
 MAX_SWEEP_LINES = 12     # more values of the first varied field: points coloured by it
 
 
+@plain_text
 def sweep_figure(table, x: str = SWEEP_X, ys: tuple[str, ...] = SWEEP_Y) -> Figure:
     """Throughput against latency over a sweep's points: one line per value of the
     first varied field when two or more were varied (past :data:`MAX_SWEEP_LINES`

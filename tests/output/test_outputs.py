@@ -239,8 +239,8 @@ def test_idle_capacity_is_its_own_cost_line_and_teams_plus_it_make_the_total():
 
 
 def test_names_with_dollar_signs_are_drawn_as_written(tmp_path):
-    """A team or pool name holding "$" would start matplotlib's mathtext (and "$\\frac"
-    fails to draw): the plots and the report draw names as plain text."""
+    """A team or pool name holding "$" would start matplotlib's mathtext (and "$^$"
+    fails to draw): the plots, the report and a sweep's page draw names as plain text."""
     from sim.cli import main
     scenario = tmp_path / "s.yaml"
     scenario.write_text(
@@ -249,11 +249,15 @@ def test_names_with_dollar_signs_are_drawn_as_written(tmp_path):
         "      arrival: {type: poisson, rate: 4/s}\n      prompt_tokens: 100\n"
         "      output_tokens: 10\n    other:\n      team: '$x$'\n      model: llama-3.1-8b\n"
         "      arrival: {type: poisson, rate: 4/s}\n      prompt_tokens: 100\n"
-        "      output_tokens: 10\npools:\n  '$p$': {model: llama-3.1-8b, hardware: H100-SXM}\n",
+        "      output_tokens: 10\npools:\n  'c$^$': {model: llama-3.1-8b, hardware: H100-SXM}\n",
         encoding="utf-8")
     assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 0
     assert (tmp_path / "out" / "plots" / "teams.png").stat().st_size > 0
     assert (tmp_path / "out" / "report.html").stat().st_size > 0
+    assert main(["sweep", str(scenario), "--vary", "pools.c$^$.replicas=1,2", "--vary",
+                 "seed=1,2", "--out", str(tmp_path / "sw.csv"), "--report",
+                 str(tmp_path / "sw.html"), "--quiet"]) == 0
+    assert (tmp_path / "sw.html").stat().st_size > 0
 
 
 def test_each_teams_latency_leaves_out_the_warm_up_as_the_overall_figures_do():
