@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import re
 import shutil
 import tempfile
@@ -187,6 +188,7 @@ def write_folder(write, out_dir: Path, *, force: bool = False, inputs=(),
                 raise output_error("output folder changed while the results were being "
                                    "saved; it was left as it is (the work ran, but its "
                                    "results were not saved)", out_dir, exit_code=1)
+        _set_mode(tmp, None if old is None else os.stat(old))
         try:
             os.replace(tmp, out_dir)
         except BaseException:
@@ -202,6 +204,27 @@ def write_folder(write, out_dir: Path, *, force: bool = False, inputs=(),
     if old is not None and os.path.lexists(old):
         _discard(old)
     return [out_dir / p.relative_to(tmp) for p in written]
+
+
+def _set_mode(folder: Path, was: os.stat_result | None) -> None:
+    """Give the finished folder the mode a folder made here would have (the umask's, not
+    the private temporary one's); in place of an existing folder, that folder's mode and
+    group, and with its set-group-ID bit its group for every file in it (as files made
+    in it would have had)."""
+    if was is None:
+        os.chmod(folder, 0o777 & ~_umask())
+        return
+    os.chmod(folder, stat.S_IMODE(was.st_mode))
+    if was.st_gid == os.stat(folder).st_gid:
+        return
+    paths = [folder]
+    if was.st_mode & stat.S_ISGID:
+        paths += sorted(folder.rglob("*"))
+    for path in paths:
+        try:                        # only a group the user belongs to may be given
+            os.chown(path, -1, was.st_gid, follow_symlinks=False)
+        except OSError:
+            break
 
 
 def _discard(path: Path) -> None:

@@ -195,6 +195,27 @@ def test_force_replaces_an_earlier_fleetsim_output(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "s.yaml"]
 
 
+@pytest.mark.parametrize("mask", [0o022, 0o077])
+def test_a_result_folder_has_the_umasks_mode_and_a_prepared_one_keeps_its_own(tmp_path, mask):
+    """The folder is built under a private temporary name; once in place it has the mode
+    any folder made here would (readable by the group, a web server or a CI uploader when
+    the umask says so), and a folder the user prepared keeps its mode, set-group-ID bit
+    included."""
+    scenario = write_scenario(tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o2775)
+    before = os.umask(mask)
+    try:
+        for out in (tmp_path / "fresh", shared):
+            assert run_main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+    finally:
+        os.umask(before)
+    assert (tmp_path / "fresh").stat().st_mode & 0o7777 == 0o777 & ~mask
+    assert shared.stat().st_mode & 0o7777 == 0o2775
+    assert (shared / "summary.json").is_file()
+
+
 @pytest.mark.parametrize("extra", ["NOTES.md", "analysis/fit.ipynb", "plots/mine.png",
                                    "empty-folder/"])
 def test_force_refuses_a_marked_folder_holding_files_it_did_not_write(tmp_path, capsys, extra):
