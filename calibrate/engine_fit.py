@@ -242,14 +242,22 @@ def continuous_grid(limits: ContinuousLimits, quick: bool = False
     runs: list[list[EngineRequest]] = []
     contexts = (32, 160, 640) if not quick else (32, 256)
     batches = (1, 2, 4, 8, 16, 32) if not quick else (1, 4, 16)
+    fits = lambda batch, context: \
+        batch * (context + out_tokens + limits.page_size) <= capacity
     for context in contexts:
         for batch in batches:
             # up to 8,192 prompt tokens a batch: full batches then decode over several
             # thousand keys, as a busy engine does
-            if batch > max_batch or batch * context > 8192 or \
-                    batch * (context + out_tokens + limits.page_size) > capacity:
+            if batch > max_batch or batch * context > 8192 or not fits(batch, context):
                 continue
             runs.append([EngineRequest(0.0, context, out_tokens)] * batch)
+    # a small KV cache: each batch size also with the longest prompts the cache holds (a
+    # full cache is where such an engine runs, and its decode steps read the most keys)
+    for batch in batches:
+        longest = capacity // batch - out_tokens - limits.page_size
+        if batch <= max_batch and longest >= contexts[0] and \
+                any(not fits(batch, c) and batch * c <= 8192 for c in contexts):
+            runs.append([EngineRequest(0.0, longest, out_tokens)] * batch)
     for prompt in ((1024, 2048) if not quick else (1024,)):
         if prompt + limits.page_size < capacity:
             runs.append([EngineRequest(0.0, prompt, 3)])

@@ -452,3 +452,24 @@ def test_a_live_validation_records_a_log_that_reanalyses_to_its_figures(tmp_path
     (a,), (b,) = live.results, again.results
     assert (a.measured, a.predicted, a.step_error) == (b.measured, b.predicted, b.step_error)
     assert live.fits["validate-smoke"].engine == again.fits["validate-smoke"].engine
+
+
+# -- the calibration grid -----------------------------------------------------------------------
+@pytest.mark.parametrize("num_blocks, filled", [
+    (48, {(4, 336), (8, 144), (16, 48)}),       # 1,536 tokens: 4 x 640 does not fit
+    (96, {(8, 336), (16, 144), (32, 48)}),
+    (1024, set())])                             # every standard run fits
+def test_the_grid_fits_the_cache_and_fills_a_small_one_at_each_batch_size(num_blocks,
+                                                                          filled):
+    """Every run's prompts and outputs fit the KV cache at once; where a batch size's
+    longer prompts do not, the grid also has that batch size with the longest prompts the
+    cache holds (a small cache's engine decodes there, reading the most keys)."""
+    from calibrate.engine_fit import continuous_grid
+    from calibrate.records import ContinuousLimits
+    runs = continuous_grid(ContinuousLimits(512, 32, 32, num_blocks))
+    for run in runs:
+        assert sum(r.prompt_tokens + r.output_tokens + 32 for r in run) <= num_blocks * 32
+    batches = {(len(run), run[0].prompt_tokens) for run in runs
+               if all(r.arrival_s == 0 and r.prompt_tokens == run[0].prompt_tokens
+                      for r in run)}
+    assert {(b, c) for b, c in batches if c not in (32, 160, 640, 1024, 2048)} == filled
