@@ -274,7 +274,9 @@ def add_planning(sub) -> None:
     check_p.add_argument("--tolerance", type=tolerance_arg, default=None,
                          help=f"how far a figure may drift (default "
                               f"{100 * DEFAULT_TOLERANCE:.0f}%%)")
-    check_p.add_argument("--update", action="store_true", help="rewrite the baseline")
+    check_p.add_argument("--update", action="store_true",
+                         help="record these scenarios' figures in the baseline (other "
+                              "scenarios' entries are kept; delete the file to start anew)")
     check_p.add_argument("--junit", type=path_arg, metavar="XML",
                          help="also write the verdicts as JUnit XML (one case per scenario)")
     check_p.add_argument("--json", action="store_true",

@@ -187,12 +187,17 @@ def check(paths: list[str], baseline: Path, slos: list[Slo], tolerance: float,
     if not update and not baseline.exists() and not baseline.is_symlink():
         raise ScenarioError("no such baseline; make it with --update (it records today's "
                             "figures)", file=shown(baseline), field="--baseline")
-    stored = {} if update else read_baseline(baseline)
+    exists = baseline.exists() or baseline.is_symlink()
+    stored = read_baseline(baseline) if exists else {}      # (read before any work)
     current = {baseline_key(p, baseline): measure_scenario(p, slos, allow_paths)
                for p in paths}
-    if update:
-        write_file(baseline, json.dumps(current, indent=2, sort_keys=True) + "\n")
-        return 0, [f"wrote {baseline} ({len(current)} scenarios)"], []
+    if update:      # the other scenarios' entries stay: a baseline serves a whole suite
+        gone = set(current) | {str(p) for p in paths}   # (older baselines: as typed)
+        kept = {k: v for k, v in stored.items() if k not in gone}
+        write_file(baseline, json.dumps({**kept, **current}, indent=2, sort_keys=True)
+                   + "\n")
+        return 0, [f"wrote {shown(baseline)} ({len(current)} scenarios recorded"
+                   + (f", {len(kept)} others kept as they were)" if kept else ")")], []
     results = []
     for (key, now), typed in zip(current.items(), paths):
         entry = stored.get(key, stored.get(str(typed)))    # (older baselines: as typed)

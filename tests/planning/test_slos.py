@@ -214,3 +214,17 @@ def test_policy_refusals_do_not_count_against_a_latency_slo():
     assert got["ttft_mean"] == float("inf")
     served = measure(req.iloc[:4], [parse_slo("ttft_mean=1s")])
     assert served["ttft_mean"] == pytest.approx(0.2)
+
+
+def test_update_of_one_scenario_keeps_the_others_in_the_baseline(tmp_path, capsys):
+    """A CI baseline serves a suite: recording one scenario anew keeps the others' entries
+    (a later check of the whole suite still finds them)."""
+    a = _write(tmp_path, "a.yaml", slos={"ttft_p99": "2s"})
+    b = _write(tmp_path, "b.yaml", slos={"ttft_p99": "2s"})
+    baseline = tmp_path / "base.json"
+    assert main(["check", str(a), str(b), "--baseline", str(baseline), "--update"]) == 0
+    first = json.loads(baseline.read_text())
+    assert main(["check", str(b), "--baseline", str(baseline), "--update"]) == 0
+    assert "1 scenarios recorded, 1 others kept" in capsys.readouterr().out
+    assert json.loads(baseline.read_text()) == first
+    assert main(["check", str(a), str(b), "--baseline", str(baseline)]) == 0
