@@ -401,7 +401,9 @@ CASES = [
           ("layers-nan", "  num_layers: 8\n", "  num_layers: .nan\n",
            ["model.num_layers must be a whole number, got nan"]),
           ("dtype-a-list", "\ndtype: fp32\n", "\ndtype: [fp32]\n",
-           ["dtype must be a dtype name such as fp32, got a list"]))),
+           ["dtype must be a dtype name such as fp32, got a list"]),
+          ("of-a-later-version", "\nversion: 1\n", "\nversion: 2\n",
+           ["version 2: this fleetsim reads calibrated profiles of version 1"]))),
     Case("calibrated-profile-not-a-profile",
          append_to_pool("    cost_model: {type: calibrated, profile: t.csv}\n"), 27,
          "pools.main.cost_model.profile", ["not a calibrated profile"],
@@ -833,6 +835,12 @@ CASES += [
         "scheduled, period: 10s, table: [[0, 0], [3, 2], [6, 0]]}\n"), 28,
          "pools.main.autoscaler.table[1]",
          ["row 1 adds replicas (0 -> 2) for 3 s (row 2 asks for 0)", "stopped before ever"]),
+    Case("decode-pool-shorter-than-its-prefill-pool", edit((GATEWAY_MODELS[0], GATEWAY_MODELS[0] +
+        "  models:\n    llama-3.1-8b:\n      disaggregated: {prefill: main, decode: second}\n"))
+         + SECOND_POOL % "llama-3.1-8b" + "    max_model_len: 4096\n", 33,
+         "pools.second.max_model_len",
+         ["decode pool 'second' takes contexts of up to 4,096 tokens, prefill pool 'main' up "
+          "to 131,072", "give both pools the same max_model_len"]),
     Case("kv-link-of-one-byte-a-second", edit((GATEWAY_MODELS[0], GATEWAY_MODELS[0] +
         "  models:\n    llama-3.1-8b:\n      disaggregated: {prefill: main, decode: second, "
         "link_bandwidth: 1B/s}\n")) + SECOND_POOL % "llama-3.1-8b", 19,

@@ -230,3 +230,21 @@ def test_scenarios_lists_every_shipped_scenario(capsys):
     assert "scenarios/quickstart.yaml" in out and "Two teams share" in out
     for path in (ROOT / "scenarios").glob("*.yaml"):
         assert f"scenarios/{path.name} " in out
+
+
+def test_file_names_with_control_characters_are_printed_escaped(tmp_path, capsys):
+    """A file name from a pull request must not drive the CI log's terminal: lint's ok
+    line, run's and check's lines and compare's columns print names escaped."""
+    text = (ROOT / "scenarios" / "quickstart.yaml").read_text(encoding="utf-8")
+    scenario = tmp_path / "a\x1b[31mRED\x1b[0m.yaml"
+    scenario.write_text(text.replace("duration: 5min", "duration: 5s"), encoding="utf-8")
+    out = tmp_path / "r\x1b[2J"
+    assert main(["lint", str(scenario)]) == 0
+    assert main(["run", str(scenario), "--out", str(out)]) == 0
+    assert main(["compare", str(out), str(out)]) == 0
+    assert main(["check", str(scenario), "--baseline", str(tmp_path / "b.json"),
+                 "--slo", "ttft_p99=10s", "--update"]) == 0
+    assert main(["check", str(scenario), "--baseline", str(tmp_path / "b.json"),
+                 "--slo", "ttft_p99=10s"]) == 0
+    printed = capsys.readouterr().out
+    assert "\x1b" not in printed and "\\x1b[31mRED" in printed and "\\x1b[2J" in printed

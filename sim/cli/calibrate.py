@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from calibrate.arguments import add_torch_arguments
+from sim.config.inputs import shown
 from sim.config import profiles
 from sim.config.errors import ScenarioError
 
@@ -59,7 +60,7 @@ def _cmd_calibrate_from_kernels(args: argparse.Namespace) -> int:
                 print(f"  {term:<13} {err['points']:5d} points: median {100 * err['median']:5.1f}%"
                       f" max {100 * err['max']:6.1f}%; held back: median "
                       + ("n/a" if held["median"] is None else f"{100 * held['median']:.1f}%"))
-    print(f"wrote {path}")
+    print(f"wrote {shown(path)}")
     return 0
 
 
@@ -125,12 +126,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                             f"({type(exc).__name__} while allocating them): calibrate a "
                             "smaller model (its shape is what is timed) or a larger --tp",
                             field="--model") from None
-    print(f"held-back relative error ({result.yaml_path}):")
+    print(f"held-back relative error ({shown(result.yaml_path)}):")
     for term, err in result.errors.items():
         if err["points"]:
             print(f"  {term:<18} median {100 * err['median']:5.1f}%   "
                   f"max {100 * err['max']:5.1f}%   ({err['points']} points)")
-    print(f"calibrated in {result.elapsed_s:.0f} s; wrote {result.yaml_path}, "
+    print(f"calibrated in {result.elapsed_s:.0f} s; wrote {shown(result.yaml_path)}, "
           f"{result.plot_path.name if result.plot_path else 'no plot'}, {result.log_path.name}")
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from sim.config.inputs import shown
 from sim.config import profiles
 from sim.cli.common import allowed_paths, add_allow_path, path_arg
 
@@ -50,7 +51,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     out = check_file(Path(args.out), kind="a scenario schema fleetsim wrote",
                      is_kind=_is_schema)
     write_file(out, text)
-    print(f"wrote {out}")
+    print(f"wrote {shown(out)}")
     return 0
 
 
@@ -60,7 +61,7 @@ def _cmd_lint(args: argparse.Namespace) -> int:
     for path in args.scenarios:
         # everything up to the first simulated event: data files read, arrivals drawn
         prepare(sim.load_scenario(path, allow_paths=allowed_paths(args)))
-        print(f"{path}: ok")
+        print(f"{shown(path)}: ok")
     return 0
 
 
@@ -128,7 +129,7 @@ def _cmd_import_model(args: argparse.Namespace) -> int:
         print(text, end="")
     else:
         write_file(out, text)
-        print(f"wrote {out} (model '{profile['name']}')")
+        print(f"wrote {shown(out)} (model '{profile['name']}')")
     return 0
 
 

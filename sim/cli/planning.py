@@ -6,6 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+from sim.config.inputs import shown
 from sim.config.errors import ScenarioError
 from sim.output.output_paths import slug
 from sim.cli.common import (path_arg, count_arg, tolerance_arg, MAX_WORKERS, count_bar,
@@ -130,7 +131,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         write_file(Path(args.report), build_sweep_report(table, scenario.name))
     if not args.quiet:
         with_pd_options(lambda: print(table.to_string(index=False)))
-        print(f"{len(table)} points -> {out}" + (f", {args.report}" if args.report else ""))
+        print(f"{len(table)} points -> {shown(out)}"
+              + (f", {shown(args.report)}" if args.report else ""))
     return 0
 
 
@@ -218,7 +220,7 @@ def _cmd_drift_check(args: argparse.Namespace) -> int:
                          indent=2))
     else:
         for line in lines:
-            print(line)
+            print(shown(line))
     return code
 
 

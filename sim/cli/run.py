@@ -5,6 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
+from sim.config.inputs import shown
 from sim.config.errors import ScenarioError
 from sim.output.output_paths import slug
 from sim.cli.common import (duration_arg, path_arg, count_arg, MAX_REPLICATIONS,
@@ -112,7 +113,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(json.dumps(results.summary, indent=2))
     elif not args.quiet:
         print_summary(results.summary)
-        print(f"wrote {len(written)} files to {out_dir}/ "
+        print(f"wrote {len(written)} files to {shown(out_dir)}/ "
               f"(simulated {results.summary['end_s']:,.0f} s in {results.wall_s:.1f} s)")
     return 0
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sim.config.inputs import shown
 from sim.config.errors import ScenarioError
 from sim.cli.common import positive_int_arg, path_arg, allowed_paths, inputs_of
 
@@ -101,7 +102,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         print(f"error: the engine: {exc}", file=sys.stderr)
         return 1
     print(format_table(report))
-    print(f"wrote {out}/validation.{{txt,csv,json}}, {out}/ttft_cdf.png and each workload's "
+    print(f"wrote {shown(out)}/validation.{{txt,csv,json}}, {shown(out)}/ttft_cdf.png "
+          f"and each workload's "
           f"engine and simulated requests")
     missed = [row for row in report.rows() if row["within_target"] is False]
     if args.strict and missed:

@@ -269,6 +269,8 @@ def _check_gateway(scenario: Scenario, problems: list[tuple[Loc, str]]) -> None:
                                  f"pool '{split.prefill}' serves "
                                  f"'{scenario.pools[split.prefill].model}': one model's KV "
                                  "cache cannot be decoded by another"))
+            elif split.prefill in scenario.pools and split.decode in scenario.pools:
+                problems.extend(_decode_shorter(split.prefill, split.decode, scenario))
         base = name.split("@", 1)[0].lower()
         for pool in pools:
             if pool not in scenario.pools:
@@ -279,6 +281,26 @@ def _check_gateway(scenario: Scenario, problems: list[tuple[Loc, str]]) -> None:
             else:
                 problems.extend((here, msg) for msg in _needs_unmet(name, served, pool,
                                                                     scenario))
+
+
+def _decode_shorter(prefill: str, decode: str, scenario: Scenario
+                    ) -> list[tuple[Loc, str]]:
+    """A decode pool that takes shorter contexts than its prefill pool: the requests
+    between would be prefilled, sent over the link and then refused."""
+    first, then = scenario.pools[prefill], scenario.pools[decode]
+    if then.max_model_len is None or (first.max_model_len is not None
+                                      and first.max_model_len <= then.max_model_len):
+        return []
+    model = profiles.find_model(first.model, scenario.models)
+    if model is None:               # (said where the pool names it)
+        return []
+    longest = first.max_model_len or model.max_model_len
+    if longest <= then.max_model_len:
+        return []
+    return [(("pools", decode, "max_model_len"), f"decode pool '{decode}' takes contexts "
+             f"of up to {then.max_model_len:,} tokens, prefill pool '{prefill}' up to "
+             f"{longest:,}: requests between would be prefilled, their KV cache sent, and "
+             f"then refused; give both pools the same max_model_len")]
 
 
 def _needs_unmet(name: str, served, pool_name: str, scenario: Scenario) -> list[str]:

@@ -280,7 +280,16 @@ def _whole(value, field: str, where: str) -> int:
     return int(value)
 
 
+PROFILE_VERSION = 1      # the layout of the profiles this fleetsim writes and reads
+
+
 def _check_profile(data: dict, model: ModelSpec, tp: int, where: str) -> None:
+    version = data.get("version", PROFILE_VERSION)
+    if isinstance(version, bool) or version != PROFILE_VERSION:
+        raise ValueError(f"{where}: version {version!r}: this fleetsim reads calibrated "
+                         f"profiles of version {PROFILE_VERSION} (a profile written by "
+                         "another fleetsim may mean other things by its tables): "
+                         "calibrate it anew with this one")
     for block in ("model", "tables", "overhead", "engine"):
         if data.get(block) is not None and not isinstance(data[block], dict):
             raise ValueError(f"{where}: {block} must be a mapping")

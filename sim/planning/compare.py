@@ -89,7 +89,7 @@ def labels_for(paths: list[str]) -> list[str]:
     """A short name per run (its folder's or scenario file's name); numbered by position
     ('2: x') where two runs share a name or one would read as another column."""
     names = [Path(p).name if Path(p).is_dir() else Path(p).stem for p in paths]
-    names = [n or str(p) for n, p in zip(names, paths)]
+    names = [shown(n or str(p)) for n, p in zip(names, paths)]     # printable
     columns = _columns(names)
     if len(set(columns)) == len(columns) and not any(" vs " in n for n in names):
         return names
