@@ -145,3 +145,19 @@ def test_a_scenario_may_name_a_config_file_as_a_model(tmp_path, capsys):
     assert main(["lint", str(path)]) == 2
     err = capsys.readouterr().err
     assert "models.mine.config: config file /etc/hostname: lies outside" in err
+
+
+def test_a_config_saved_with_a_bom_reads(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(LLAMA_31_8B).encode())
+    assert main(["import-model", str(path), "--name", "bom"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["name"] == "bom"
+
+
+def test_a_name_from_the_config_that_breaks_the_rules_says_where_and_how_to_fix_it(
+        tmp_path, capsys):
+    assert run(tmp_path, {**LLAMA_31_8B, "_name_or_path": "org/" + "x" * 200}) == 2
+    err = capsys.readouterr().err
+    assert "_name_or_path" in err and "name it with --name" in err
+    assert run(tmp_path, {**LLAMA_31_8B, "_name_or_path": "org/" + "x" * 200},
+               "--name", "fine") == 0
