@@ -182,6 +182,7 @@ def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None,
     ``progress(done, total)`` is told after each option."""
     pools = pools or list(scenario.pools)
     check_budget(scenario, pools)
+    _sends_requests(scenario)
     total = sum(len(_option_grid(scenario, p)) for p in pools)
     done = 0
     rows = []
@@ -206,6 +207,17 @@ def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None,
         table = table.sort_values(["pool", "feasible", "cost_usd_per_h"],
                                   ascending=[True, False, True], kind="stable")
     return table.reset_index(drop=True)
+
+
+def _sends_requests(scenario: Scenario) -> None:
+    """Refuse a scenario whose streams drew no request (a low rate over a short window may
+    draw none): no load, nothing to size (every pool would read as idle capacity)."""
+    from sim.api import prepare
+    if len(prepare(scenario).arrivals) == 0:
+        raise sim.ScenarioError(
+            f"the streams drew no request in this run (seed {scenario.seed}): there is no "
+            "load to size for; lengthen the run, raise the rates or try another seed",
+            **located(scenario, ("workload", "streams")))
 
 
 def _option_row(scenario: Scenario, pool: str, slos: list[Slo], option: dict) -> dict:
@@ -237,6 +249,7 @@ def max_rate(scenario: Scenario, slos: list[Slo], pool: str, *, precision: float
              hi_scale: float = 64.0) -> dict:
     """The largest multiple of the scenario's load (its own ``rate_scale`` included) at which
     ``pool`` still meets the SLOs."""
+    _sends_requests(scenario)
     own = scenario.workload.rate_scale          # scales are of the scenario's own load
 
     def ok(scale: float) -> bool:

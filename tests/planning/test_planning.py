@@ -344,3 +344,21 @@ def test_size_refuses_a_search_past_its_budget_before_simulating(tmp_path, capsy
     assert main(["size", str(path), "--slo", "ttft_p99=1s", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "pools.p.sizing" in err and "24 option(s)" in err and "max_replicas" in err
+
+
+def test_size_refuses_a_scenario_whose_streams_drew_no_request(tmp_path, capsys):
+    """A low rate over a short window may draw no request: no load, so nothing to size
+    (the pool read as idle capacity, and --max-rate said the SLOs were missed)."""
+    import yaml
+    import sim
+    from sim.config.scenario import Scenario
+    for seed in range(20):          # 0.5 expected arrivals: most seeds draw none
+        data = chat(duration=10, rate=0.05).model_dump(mode="json")
+        data["seed"] = seed
+        if len(sim.run(Scenario.model_validate(data)).requests) == 0:
+            break
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    for extra in ([], ["--max-rate"]):
+        assert main(["size", str(path), "--slo", "ttft_p99=1s", "--quiet", *extra]) == 2
+        assert "the streams drew no request in this run" in capsys.readouterr().err
