@@ -106,21 +106,14 @@ def _cmd_import_model(args: argparse.Namespace) -> int:
 
     from pathlib import Path
 
-    import pydantic
-    from pydantic import TypeAdapter
-
-    from sim.config.common import Name
     from sim.config.errors import ScenarioError
-    from sim.config.import_model import import_model
+    from sim.config.import_model import import_model, name_problem
     from sim.output.atomic_write import write_file
     from sim.output.output_paths import check_file
 
-    if args.name is not None:       # the rules of every name a scenario gives
-        try:
-            TypeAdapter(Name).validate_python(args.name)
-        except pydantic.ValidationError as exc:
-            message = exc.errors()[0]["msg"].removeprefix("Value error, ")
-            raise ScenarioError(f"{message}", field="--name") from None
+    message = None if args.name is None else name_problem(args.name)
+    if message is not None:         # the rules of every name a scenario gives
+        raise ScenarioError(message, field="--name")
     out = check_file(Path(args.out), kind="a model profile fleetsim import-model wrote",
                      is_kind=_is_imported_profile) if args.out else None
     profile = import_model(Path(args.config), args.name)

@@ -132,20 +132,23 @@ def import_model(path: Path, name: str | None = None) -> dict:
         given = given.rstrip("/").split("/")[-1] if isinstance(given, str) else ""
         name = given or (path.parent.name if path.stem == "config" else path.stem) or "model"
         name = name.lower()
-        _check_name(name, "_name_or_path" if given else "the file's name", shown(path))
+        message = name_problem(name)
+        if message is not None:
+            source = "_name_or_path" if given else "the file's name"
+            raise ScenarioError(f"the profile's name, taken from {source}, is not a name a "
+                                f"scenario can give ({message}): name it with --name",
+                                file=shown(path),
+                                field="_name_or_path" if given else None)
     return profile_from_config(data, name, shown(path))
 
 
-def _check_name(name: str, source: str, where: str) -> None:
-    """The name taken from the config (or its file) follows the rules of every name."""
+def name_problem(name: str) -> str | None:
+    """What breaks the rules of every name a scenario gives in ``name``, or None."""
     from pydantic import TypeAdapter
 
     from sim.config.common import Name
     try:
         TypeAdapter(Name).validate_python(name)
     except pydantic.ValidationError as exc:
-        message = exc.errors()[0]["msg"].removeprefix("Value error, ")
-        raise ScenarioError(f"the profile's name, taken from {source}, is not a name a "
-                            f"scenario can give ({message}): name it with --name",
-                            file=where, field=source if source == "_name_or_path" else None
-                            ) from None
+        return exc.errors()[0]["msg"].removeprefix("Value error, ")
+    return None

@@ -78,12 +78,16 @@ MAX_FLEET_REPLICAS = 20_000     # engines simulated at once, all pools together
 MAX_SPOT_LOSSES = 1_000_000     # expected spot preemptions over a run, all pools together
 
 
+def most_replicas(pool) -> int:
+    """The most replicas a pool may hold at once: its replicas or its autoscaler's max."""
+    return max(pool.replicas, getattr(pool.autoscaler, "max_replicas", 0) or 0)
+
+
 def _fleet_size(scenario: Scenario, run_s: float) -> list[tuple[Loc, str]]:
     """Budgets over all pools together: replicas (the most each may have), autoscaler
     decisions and spot preemptions (each bounded per pool elsewhere)."""
     problems: list[tuple[Loc, str]] = []
-    most = {name: max(pool.replicas, getattr(pool.autoscaler, "max_replicas", 0) or 0)
-            for name, pool in scenario.pools.items()}
+    most = {name: most_replicas(pool) for name, pool in scenario.pools.items()}
     if sum(most.values()) > MAX_FLEET_REPLICAS:
         problems.append((("pools",), f"the pools may hold {sum(most.values()):,} replicas "
                          f"together (each its replicas or its autoscaler's max_replicas); "

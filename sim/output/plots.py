@@ -264,8 +264,6 @@ def render_all(results) -> dict[str, bytes]:
     return {name: png_bytes(make(results)) for name, make in FIGURES.items()}
 
 
-
-
 def _tight(fig: Figure) -> None:
     """``tight_layout``, quietly: a figure with hundreds of series may not fit its margins,
     and is drawn as it is (a warning would break ``--quiet``)."""

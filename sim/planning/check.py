@@ -184,10 +184,10 @@ def check(paths: list[str], baseline: Path, slos: list[Slo], tolerance: float,
     the baseline instead (the caller has checked it may be written: see
     :func:`sim.output.output_paths.check_file`)."""
     from sim.output.atomic_write import write_file
-    if not update and not baseline.exists() and not baseline.is_symlink():
+    exists = baseline.exists() or baseline.is_symlink()
+    if not update and not exists:
         raise ScenarioError("no such baseline; make it with --update (it records today's "
                             "figures)", file=shown(baseline), field="--baseline")
-    exists = baseline.exists() or baseline.is_symlink()
     stored = read_baseline(baseline) if exists else {}      # (read before any work)
     current = {baseline_key(p, baseline): measure_scenario(p, slos, allow_paths)
                for p in paths}

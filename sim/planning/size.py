@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 import sim
-from sim.config.sanity import MAX_FLEET_REPLICAS
+from sim.config.sanity import MAX_FLEET_REPLICAS, most_replicas
 from sim.api import located
 from sim.config.scenario import Scenario
 from sim.planning.overrides import with_values
@@ -171,8 +171,7 @@ def replica_cap(scenario: Scenario, pool: str) -> int:
     cfg = scenario.pools[pool]
     if cfg.sizing:
         return cfg.sizing.max_replicas
-    others = sum(max(p.replicas, getattr(p.autoscaler, "max_replicas", 0) or 0)
-                 for name, p in scenario.pools.items() if name != pool)
+    others = sum(most_replicas(p) for name, p in scenario.pools.items() if name != pool)
     return max(1, min(64, MAX_FLEET_REPLICAS - others))
 
 

@@ -109,14 +109,11 @@ def _finite(values: dict[str, np.ndarray], upto: int) -> bool:
 
 def _block_ids(column, chunk: bytes) -> list[tuple]:
     """Each row's ids as a tuple (empty where the row names none)."""
-    n = len(column)
-    if column.null_count == n:
-        if b"null" in chunk:        # an explicit null is an error, a missing list is not
-            raise _Declined
-        return [()] * n
-    if column.null_count and b"null" in chunk:
-        raise _Declined
-    flat = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    if column.null_count and b"null" in chunk:   # an explicit null is an error, a
+        raise _Declined                          # missing list is not
+    if column.null_count == len(column):
+        return [()] * len(column)
+    flat = column.combine_chunks()
     values = flat.flatten().to_numpy(zero_copy_only=False)
     if len(values) and values.min() < 0:
         raise _Declined
