@@ -1,14 +1,15 @@
 """The step-time cost model interface shared by roofline and calibrated sources.
 
 step_time = overhead(num_seqs)
-          + layers · [dense(num_tokens) + attn_prefill(prefill_attn_work)
-                      + attn_decode(decode_kv_tokens) + tp_comm(num_tokens)]
-          + lm_head(num_seqs)
+          + layers · [dense(num_tokens) + tp_comm(num_tokens)
+                      + attn_prefill(prefill_attn_work) + attn_decode(decode_kv_tokens)]
+          + lm_head(num_seqs) + engine(shape)
 
 A source implements the five terms (each vectorised over numpy arrays, in
 seconds for one layer on one tensor-parallel shard) and the work counters
-used for MFU/MBU; this class adds them up. Keeping the sum here means a
-calibrated table and the datasheet roofline are combined identically.
+used for MFU/MBU; ``step_sum`` adds them up, for the vectorised path here and
+for each source's scalar path (the simulator's hot path) alike, so a calibrated
+table and the datasheet roofline are combined identically.
 """
 from __future__ import annotations
 
@@ -22,6 +23,16 @@ from sim.cost.steps import LinearStepEnds, StepEnds
 
 # A step that starts after the engine sat idle this long may cost more (``after_idle_s``).
 IDLE_AFTER_S = 0.1
+
+
+def step_sum(overhead: ArrayLike, num_layers: float, dense: ArrayLike, tp_comm: ArrayLike,
+             attn_prefill: ArrayLike, attn_decode: ArrayLike, lm_head: ArrayLike,
+             engine: ArrayLike = 0.0) -> ArrayLike:
+    """A step's seconds from its terms: the one sum every cost model uses, on plain floats
+    (the simulator's hot path) and on numpy arrays alike, added in one order so both give
+    the same bits."""
+    return (overhead + num_layers * (dense + tp_comm + attn_prefill + attn_decode) + lm_head
+            + engine)
 
 
 class CostModel(ABC):
@@ -71,12 +82,11 @@ class CostModel(ABC):
         return 0.0
 
     def step_time_s(self, shape: BatchShape) -> ArrayLike:
-        per_layer = (self.dense_s(shape.num_tokens)
-                     + self.attn_prefill_s(shape.prefill_attn_work)
-                     + self.attn_decode_s(shape.decode_kv_tokens)
-                     + self.tp_comm_s(shape.num_tokens))
-        return (self.overhead_s(shape.num_seqs) + self.num_layers * per_layer
-                + self.lm_head_s(shape.num_seqs) + self.engine_s(shape))
+        return step_sum(self.overhead_s(shape.num_seqs), self.num_layers,
+                        self.dense_s(shape.num_tokens), self.tp_comm_s(shape.num_tokens),
+                        self.attn_prefill_s(shape.prefill_attn_work),
+                        self.attn_decode_s(shape.decode_kv_tokens),
+                        self.lm_head_s(shape.num_seqs), self.engine_s(shape))
 
     def step(self, shape: BatchShape) -> StepCost:
         flops, bytes_moved = self.work(shape)

@@ -49,7 +49,7 @@ from pydantic import Field
 
 from sim.config.common import FilePath, StrictModel
 from sim.config.specs import HardwareSpec, ModelSpec
-from sim.cost.base import CostModel, DecodeRun
+from sim.cost.base import CostModel, DecodeRun, step_sum
 from sim.cost.steps import StepEnds
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.cost.shape import ArrayLike, BatchShape, default_kv_read
@@ -418,9 +418,7 @@ class CalibratedCostModel(CostModel):
         return self._head(num_seqs)
 
     def engine_s(self, shape: BatchShape) -> ArrayLike:
-        out = 0.0
-        if self._prefill_step_s:
-            out = np.where(np.asarray(shape.prefill_attn_work) > 0, self._prefill_step_s, 0.0)
+        out = np.where(np.asarray(shape.prefill_attn_work) > 0, self._prefill_step_s, 0.0)
         if self._packed:
             out = out + shape.kv_read() * self._per_key(shape.num_tokens)
         return out
@@ -436,16 +434,16 @@ class CalibratedCostModel(CostModel):
     def step_scalar(self, num_tokens: float, num_seqs: float, prefill_attn_work: float,
                     decode_kv_tokens: float, kv_read_tokens: float | None = None
                     ) -> tuple[float, float, float]:
-        per_layer = (self._dense.scalar(num_tokens) + self._prefill.scalar(prefill_attn_work)
-                     + self._decode.scalar(decode_kv_tokens) + self._comm_scalar(num_tokens))
-        time_s = (self._const_s + self._per_seq_s * num_seqs + self.num_layers * per_layer
-                  + self._head.scalar(num_seqs))
+        engine = self._prefill_step_s if prefill_attn_work > 0 else 0.0
         if self._packed:
             kv = (float(default_kv_read(num_tokens, num_seqs, decode_kv_tokens))
                   if kv_read_tokens is None else kv_read_tokens)
-            time_s += kv * self._per_key.scalar(num_tokens)
-        if prefill_attn_work > 0:
-            time_s += self._prefill_step_s
+            engine += kv * self._per_key.scalar(num_tokens)
+        time_s = step_sum(self._const_s + self._per_seq_s * num_seqs, self.num_layers,
+                          self._dense.scalar(num_tokens), self._comm_scalar(num_tokens),
+                          self._prefill.scalar(prefill_attn_work),
+                          self._decode.scalar(decode_kv_tokens), self._head.scalar(num_seqs),
+                          engine)
         _, flops, moved = self._roofline.step_scalar(num_tokens, num_seqs, prefill_attn_work,
                                                      decode_kv_tokens)
         return time_s, flops, moved

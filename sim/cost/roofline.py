@@ -35,7 +35,7 @@ from pydantic import Field
 
 from sim.config.common import PositiveFraction, Seconds, StrictModel
 from sim.config.specs import BYTES_PER_ELEMENT, HardwareSpec, ModelSpec
-from sim.cost.base import CostModel, DecodeRun
+from sim.cost.base import CostModel, DecodeRun, step_sum
 from sim.cost.shape import ArrayLike, BatchShape
 from sim.cost.steps import LinearStepEnds
 
@@ -228,22 +228,25 @@ class RooflineCostModel(CostModel):
         return e * (1.0 - (1.0 - k / e) ** np.asarray(num_tokens, dtype=np.float64))
 
     def _dense_bytes(self, num_tokens: ArrayLike) -> ArrayLike:
-        weights = self._weight_bytes(num_tokens)
-        activations = 4.0 * num_tokens * self.model.hidden_size * ACTIVATION_BYTES
-        return weights + activations
+        return self._weight_bytes(num_tokens) + self._act_bytes_per_token * num_tokens
 
     def _weight_bytes(self, num_tokens: ArrayLike) -> ArrayLike:
+        if self._num_experts == 1:
+            return np.full_like(np.asarray(num_tokens, dtype=np.float64), self._dense_weight_bytes)
         return self._attn_weight_bytes + self._experts_touched(num_tokens) * self._expert_weight_bytes
 
+    # Each term below has a plain-float twin in ``step_scalar``, written with the same
+    # coefficients in the same order; tests/cost/test_step_sum.py holds them to the bit.
     def dense_s(self, num_tokens: ArrayLike) -> ArrayLike:
+        num_tokens = np.asarray(num_tokens, dtype=np.float64)
         weights = self._weight_bytes(num_tokens)
-        flops = (self._active_flops_per_token * num_tokens
-                 + self._half_flops_per_weight_byte * weights)
-        compute = flops / self._gemm_flops_per_s
-        memory = (weights + 4.0 * num_tokens * self.model.hidden_size * ACTIVATION_BYTES
-                  ) / self._weight_bw
-        return np.where(np.asarray(num_tokens) > 0,
-                        self._gemm_fixed_s + np.maximum(compute, memory), 0.0)
+        if self._num_experts == 1:
+            compute = self._dense_half_s + self._dense_s_per_token * num_tokens
+        else:
+            compute = ((self._active_flops_per_token * num_tokens
+                        + self._half_flops_per_weight_byte * weights) / self._gemm_flops_per_s)
+        memory = (weights + self._act_bytes_per_token * num_tokens) / self._weight_bw
+        return np.where(num_tokens > 0, self._gemm_fixed_s + np.maximum(compute, memory), 0.0)
 
     def attn_prefill_s(self, prefill_attn_work: ArrayLike) -> ArrayLike:
         compute = self._attn_flops_per_work * prefill_attn_work / self._attn_flops_per_s
@@ -254,8 +257,8 @@ class RooflineCostModel(CostModel):
         return np.where(np.asarray(decode_kv_tokens) > 0, self._decode_fixed_s + memory, 0.0)
 
     def tp_comm_s(self, num_tokens: ArrayLike) -> ArrayLike:
-        msg_bytes = np.asarray(num_tokens, dtype=np.float64) * self.model.hidden_size * ACTIVATION_BYTES
-        return 2.0 * allreduce_s(self.hardware, self.cfg, self.tp, msg_bytes)
+        """Two ring all-reduces of the layer's activations (``allreduce_s`` each)."""
+        return self._tp_latency_s + self._tp_s_per_token * np.asarray(num_tokens, dtype=np.float64)
 
     def lm_head_s(self, num_seqs: ArrayLike) -> ArrayLike:
         compute = self._head_half_s + self._head_s_per_seq * np.asarray(num_seqs, dtype=np.float64)
@@ -265,7 +268,7 @@ class RooflineCostModel(CostModel):
     def step_scalar(self, num_tokens: float, num_seqs: float, prefill_attn_work: float,
                     decode_kv_tokens: float, kv_read_tokens: float | None = None
                     ) -> tuple[float, float, float]:
-        """The same sums as ``step_time_s`` and ``work`` without numpy overhead."""
+        """``step_time_s`` and ``work`` of one step, term by term in plain floats."""
         (flops_per_token, act_bytes_per_token, weight_bw, gemm_fixed, attn_per_work,
          attn_flops_per_s, prefill_fixed, kv_per_token, kv_bw, decode_fixed, tp_latency,
          tp_per_token, head_half, head_per_seq, head_memory, step_overhead, per_seq_overhead,
@@ -281,24 +284,19 @@ class RooflineCostModel(CostModel):
             compute = ((dense_flops + self._half_flops_per_weight_byte * weight_bytes)
                        / self._gemm_flops_per_s)
         dense_bytes = weight_bytes + act_bytes_per_token * num_tokens
+        dense = 0.0
         if num_tokens > 0:
-            # max(compute, memory), without the call
-            per_layer = dense_bytes / weight_bw
-            if compute > per_layer:
-                per_layer = compute
-            per_layer += gemm_fixed + tp_latency + tp_per_token * num_tokens
-        else:
-            per_layer = tp_latency
+            memory = dense_bytes / weight_bw
+            dense = gemm_fixed + (compute if compute > memory else memory)
         attn_flops = attn_per_work * prefill_attn_work
-        if prefill_attn_work > 0:
-            per_layer += prefill_fixed + attn_flops / attn_flops_per_s
+        prefill = prefill_fixed + attn_flops / attn_flops_per_s if prefill_attn_work > 0 else 0.0
         kv_bytes = kv_per_token * decode_kv_tokens
-        if decode_kv_tokens > 0:
-            per_layer += decode_fixed + kv_bytes / kv_bw
+        decode = decode_fixed + kv_bytes / kv_bw if decode_kv_tokens > 0 else 0.0
         head = head_half + head_per_seq * num_seqs
         if head_memory > head:
             head = head_memory
-        time_s = step_overhead + per_seq_overhead * num_seqs + layers * per_layer + head
+        time_s = step_sum(step_overhead + per_seq_overhead * num_seqs, layers, dense,
+                          tp_latency + tp_per_token * num_tokens, prefill, decode, head)
         # a decode token meets each key as a prefill query does: the same FLOPs per pair
         flops = (layers * (dense_flops + attn_flops + attn_per_work * decode_kv_tokens)
                  + head_flops_per_seq * num_seqs) * tp
@@ -327,8 +325,7 @@ class RooflineCostModel(CostModel):
         layers = self.num_layers
         flops_shard = (layers * (self._active_flops_per_token * shape.num_tokens
                                  + self._attn_flops_per_work * shape.prefill_attn_work
-                                 + 4.0 * self.model.num_heads * self.model.head_dim / self.tp
-                                 * shape.decode_kv_tokens)
+                                 + self._attn_flops_per_work * shape.decode_kv_tokens)
                        + self._head_flops_per_seq * shape.num_seqs)
         bytes_shard = (layers * (self._dense_bytes(shape.num_tokens)
                                  + self._kv_bytes_per_token_layer * shape.decode_kv_tokens)
