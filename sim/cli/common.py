@@ -144,7 +144,7 @@ def count_bar(label: str):
 def load_from_args(args: argparse.Namespace):
     import sim
     from sim.api import cross_check
-    from sim.planning.overrides import nested_in, parse_value, with_values
+    from sim.planning.overrides import parse_value, refuse_clash, with_values
 
     scenario = sim.load_scenario(args.scenario, allow_paths=allowed_paths(args))
     scenario = sim.with_overrides(scenario, seed=getattr(args, "seed", None),
@@ -156,14 +156,7 @@ def load_from_args(args: argparse.Namespace):
         if not eq or not path.strip():
             raise ScenarioError(f"--set {item!r}: write PATH=VALUE, e.g. "
                                 "pools.main.replicas=4", field="--set")
-        if path in sets:
-            raise ScenarioError(f"--set {path}: given twice; give each field one value",
-                                field="--set")
-        inner = nested_in(path, sets)
-        if inner is not None:
-            raise ScenarioError(f"--set {path} and --set {inner}: one holds the other, and "
-                                "the outer value would replace the inner; give one",
-                                field="--set")
+        refuse_clash("--set", path, "--set", sets)
         if path in flags and getattr(args, path, None) is not None:
             raise ScenarioError(f"--set {path} and {flags[path]} both set it; give one",
                                 field="--set")

@@ -221,6 +221,11 @@ def _no_room(model, hw, pool: PoolConfig) -> tuple[str, str]:
                   f"{pool.activation_reserve / gib:.2f} GiB{hint}")
 
 
+# routes that name two pools: (field, first role, second role, why they must differ)
+_TWO_POOL_ROUTES = (("by_prompt_length", "short", "long", "the route would do nothing"),
+                    ("disaggregated", "prefill", "decode", "disaggregation needs two pools"))
+
+
 def _one_pool_twice(loc: Loc, first: str, second: str, roles: str, why: str
                     ) -> list[tuple[Loc, str]]:
     """A route that names the same pool for both of its roles."""
@@ -249,18 +254,15 @@ def _check_gateway(scenario: Scenario, problems: list[tuple[Loc, str]]) -> None:
         pools = dict(served.pools)
         if served.cascade is not None:
             pools = {served.cascade.first: 1.0, served.cascade.then: 1.0}
-        if served.by_prompt_length is not None:
-            split_by = served.by_prompt_length
-            pools = {split_by.short: 1.0, split_by.long: 1.0}
-            problems.extend(_one_pool_twice(here + ("by_prompt_length", "long"), split_by.short,
-                                            split_by.long, "short and long",
-                                            "the route would do nothing"))
-        if served.disaggregated is not None:
-            split = served.disaggregated
-            pools = {split.prefill: 1.0, split.decode: 1.0}
-            problems.extend(_one_pool_twice(here + ("disaggregated", "decode"), split.prefill,
-                                            split.decode, "prefill and decode",
-                                            "disaggregation needs two pools"))
+        for field, one, two, why in _TWO_POOL_ROUTES:
+            route = getattr(served, field)
+            if route is not None:
+                first, second = getattr(route, one), getattr(route, two)
+                pools = {first: 1.0, second: 1.0}
+                problems.extend(_one_pool_twice(here + (field, two), first, second,
+                                                f"{one} and {two}", why))
+        split = served.disaggregated
+        if split is not None:
             # (one pool serves one model: only two pools can disagree)
             if split.prefill in scenario.pools and split.decode in scenario.pools and \
                     scenario.pools[split.prefill].model != scenario.pools[split.decode].model:

@@ -147,12 +147,7 @@ class Replica:
         now = self.env.now
         sched = self.scheduler
         sched.segment_ended(now)
-        if self.recorder.steps is None:
-            # _record's usual case, inline: once per segment
-            tokens, flops, moved = seg.totals(steps)
-            self.usage.add(start_s, end_s, steps, seg.num_seqs, tokens, flops, moved)
-        else:
-            self._record(seg, steps, start_s, end_s)
+        self._record(seg, steps, start_s, end_s)
         sched.finish_segment(seg, steps, start_s, end_s)
         self._plan(now)
 

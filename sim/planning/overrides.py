@@ -93,27 +93,28 @@ def nested_in(path: str, others: Iterable[str]) -> str | None:
                                                       or path.startswith(o + "."))), None)
 
 
+def refuse_clash(flag: str, path: str, given_flag: str, given: Iterable[str],
+                 twice_hint: str = "give each field one value") -> None:
+    """Refuse ``flag path`` when ``given_flag`` already gave ``path``, or a field that holds
+    it or lies inside it (one value would silently replace the other)."""
+    if path in given:
+        raise ScenarioError(f"{flag} {path}: given twice; {twice_hint}" if flag == given_flag
+                            else f"{flag} {path} and {given_flag} {path} both give it; give one",
+                            field=flag)
+    inner = nested_in(path, given)
+    if inner is not None:
+        raise ScenarioError(f"{flag} {path} and {given_flag} {inner}: one holds the other, and "
+                            "the outer value would replace the inner; give one", field=flag)
+
+
 def check_grid(varies: list[tuple[str, list[Any]]], fixed: Iterable[str] = ()) -> None:
     """The whole grid (every combination of the --vary values) within MAX_GRID_POINTS,
     each field varied once, with distinct values, and not also fixed (``--set``)."""
     seen = set()
     fixed = set(fixed)
     for path, values in varies:
-        if path in seen:
-            raise ScenarioError(f"--vary {path}: given twice; list all its values in one "
-                                "--vary", field="--vary")
-        if path in fixed:
-            raise ScenarioError(f"--vary {path} and --set {path} both give it; give one",
-                                field="--vary")
-        inner = nested_in(path, fixed)
-        if inner is not None:
-            raise ScenarioError(f"--vary {path} and --set {inner}: one holds the other, and "
-                                "the outer value would replace the inner; give one",
-                                field="--vary")
-        inner = nested_in(path, seen)
-        if inner is not None:
-            raise ScenarioError(f"--vary {path} and --vary {inner}: one holds the other; "
-                                "vary one", field="--vary")
+        refuse_clash("--vary", path, "--vary", seen, "list all its values in one --vary")
+        refuse_clash("--vary", path, "--set", fixed)
         keys = [json.dumps(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
                            else v, sort_keys=True) for v in values]
         twice = next((v for v, k in zip(values, keys) if keys.count(k) > 1), None)

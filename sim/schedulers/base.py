@@ -195,6 +195,14 @@ class Scheduler(ABC):
     def add(self, req: Request) -> None:
         self.waiting.append(req)
 
+    def requeue(self, victim: Request) -> None:
+        """Preemption by recompute, once the policy has taken ``victim`` off its running
+        set: its KV goes back, its progress is lost and it waits at the head of the queue."""
+        self.kv.preempt(victim)
+        victim.num_computed_tokens = 0
+        victim.preemptions += 1
+        self.waiting.appendleft(victim)
+
     @property
     def num_waiting(self) -> int:
         return len(self.waiting)

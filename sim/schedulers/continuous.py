@@ -190,12 +190,9 @@ class ContinuousScheduler(Scheduler):
             self.cohort.remove(victim, self.step, alloc_step)
         else:
             self.prefilling.remove(victim)
-        self.kv.preempt(victim)
-        victim.num_computed_tokens = 0
-        victim.preemptions += 1
         if self._no_evict:
             self._release(victim)
-        self.waiting.appendleft(victim)
+        self.requeue(victim)
 
     def _allocate_decode_step(self) -> tuple[bool, bool]:
         """Blocks for one more token of every decoder; returns (preempted,
@@ -214,7 +211,7 @@ class ContinuousScheduler(Scheduler):
         tokens, so the coming step needs one block per member that reaches a
         block boundary."""
         cohort = self.cohort
-        need = cohort.residues[-self.step % cohort.bs]    # blocks_entering(step + 1), inline
+        need = cohort.blocks_entering(self.step + 1)
         if need == 0:
             return True
         kv = self.kv

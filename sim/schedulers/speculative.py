@@ -193,12 +193,6 @@ class SpeculativeScheduler(Scheduler):
         self.num_accepted_tokens = 0
 
     # -- planning -------------------------------------------------------------------
-    def _preempt(self, victim: Request) -> None:
-        self.kv.preempt(victim)
-        victim.num_computed_tokens = 0
-        victim.preemptions += 1
-        self.waiting.appendleft(victim)
-
     def _wanted(self, req: Request, budget: int) -> tuple[int, int]:
         """(tokens, drafts) a running request asks for within ``budget``."""
         if req.is_decoding:
@@ -216,7 +210,7 @@ class SpeculativeScheduler(Scheduler):
             num_new, drafts = self._wanted(req, budget)
             while not self.kv.allocate(req, num_new):
                 victim = self.running.pop()
-                self._preempt(victim)
+                self.requeue(victim)
                 preempted = True
                 if victim is req:
                     break
