@@ -197,11 +197,15 @@ class FakeReplica:
     """What a router sees of a replica: index, load and KV cache use."""
 
     def __init__(self, index: int, outstanding: int = 0, used_blocks: int = 0,
-                 num_blocks: int = 100) -> None:
+                 num_blocks: int = 100, cached_tokens: int = 0) -> None:
         self.index = index
         self.num_outstanding = outstanding
         self.used_blocks = used_blocks
         self.kv_blocks_total = num_blocks
+        self.cached_tokens = cached_tokens      # of any prompt, in its prefix cache
+
+    def cached_prompt_tokens(self, req) -> int:
+        return min(self.cached_tokens, req.prompt_tokens)
 
     def kv_used_blocks(self) -> int:
         return self.used_blocks

@@ -79,6 +79,12 @@ class Replica:
         """The replica's KV cache, in blocks."""
         return self.scheduler.kv.num_blocks
 
+    def cached_prompt_tokens(self, req: Request) -> int:
+        """Tokens of ``req``'s prompt this replica's prefix cache holds now (whole blocks
+        from its start, as admission would find them; 0 without prefix caching)."""
+        kv = self.scheduler.kv
+        return kv.hit_blocks(req) * kv.block_size_tokens
+
     @property
     def num_waiting(self) -> int:
         """Requests handed to the replica and not yet running."""

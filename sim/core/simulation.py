@@ -218,6 +218,7 @@ class Simulation:
             self._arr_sessions = arr.session.tolist()
             self._arr_think = arr.think_s.tolist()
             self._arr_next_turn = arr.next_turn.tolist()
+            self._arr_turn = arr.turn.tolist()
         self._arr_next = 0
         self._release_calls = (self._release_due,)
         self._timed_done = False
@@ -241,6 +242,8 @@ class Simulation:
                                          req.prompt_tokens + req.max_output_tokens)
             req.prefix_group = conversation
             req.session_next = self._arr_next_turn[i]
+            req.session = self._arr_sessions[i]
+            req.turn = self._arr_turn[i]
         if self._arr_blocks is not None and self._arr_blocks[i] is not None:
             # a traced prompt naming its blocks: shared exactly where the names match
             copy, ids = self._arr_blocks[i]
@@ -315,6 +318,7 @@ class Simulation:
         self._arr_groups.extend(group)
         if self.arrivals.session is not None:
             self._arr_sessions.extend([-1] * len(prompt))
+            self._arr_turn.extend([-1] * len(prompt))
         if self._arr_blocks is not None:
             self._arr_blocks.extend([None] * len(prompt))
         return range(first, first + len(prompt))

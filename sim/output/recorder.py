@@ -92,6 +92,8 @@ class RequestField:
 REQUEST_ROW = (
     RequestField("request_id", "int64", "request_id"),
     RequestField("stream", "int32", "stream_index"),     # decoded by the run's stream names
+    RequestField("session", "int64", "session"),
+    RequestField("turn", "int32", "turn"),
     RequestField("team", "int32", "team", "teams"),
     RequestField("model", "int32", "model", "models"),
     RequestField("pool", "int32", "pool", "pools"),

@@ -19,8 +19,8 @@ from sim.output.summary import EarlierWork, summarise
 from sim.output.timeseries import build_timeseries
 
 REQUEST_TABLE_COLUMNS = [
-    "request_id", "stream", "team", "model", "pool", "replica", "priority", "arrival_s",
-    "admitted_s", "first_token_s", "finish_s", "prompt_tokens", "cached_prompt_tokens",
+    "request_id", "stream", "session", "turn", "team", "model", "pool", "replica",
+    "priority", "arrival_s", "admitted_s", "first_token_s", "finish_s", "prompt_tokens", "cached_prompt_tokens",
     "output_tokens", "max_output_tokens", "status", "reject_reason", "ttft_s", "tpot_s",
     "e2e_s", "queue_s", "max_itl_s", "kv_transfer_s", "preemptions", "attempts",
     "api_key", "served_model", "cost_usd",

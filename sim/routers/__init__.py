@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from sim.routers.least_kv import LeastKvConfig, LeastKvRouter
 from sim.routers.least_outstanding import LeastOutstandingConfig, LeastOutstandingRouter
+from sim.routers.longest_prefix import LongestPrefixConfig, LongestPrefixRouter
 from sim.routers.power_of_two import PowerOfTwoConfig, PowerOfTwoRouter
 from sim.routers.prefix_affinity import PrefixAffinityConfig, PrefixAffinityRouter
 from sim.routers.round_robin import RoundRobinConfig, RoundRobinRouter
@@ -14,5 +15,6 @@ ROUTERS = Family("router", {
     LeastKvConfig: LeastKvRouter,
     PowerOfTwoConfig: PowerOfTwoRouter,
     PrefixAffinityConfig: PrefixAffinityRouter,
+    LongestPrefixConfig: LongestPrefixRouter,
 })
 RouterConfig = ROUTERS.union()

@@ -45,6 +45,7 @@ class RequestArrivals:
     session: np.ndarray | None = None        # int64
     think_s: np.ndarray | None = None        # float64
     next_turn: np.ndarray | None = None      # int64, -1 for a conversation's last turn
+    turn: np.ndarray | None = None           # int32, 1 for a first turn, -1 for none
     # a traced prompt's named blocks (Mooncake hash_ids), None when no trace names them:
     # per row (copy of the trace, ids) or None
     block_ids: np.ndarray | None = None      # object
@@ -186,19 +187,26 @@ class ClosedRefill:
         return prompt.tolist(), output.tolist(), group.tolist()
 
 
-def _next_turns(stream_index: np.ndarray, session: np.ndarray) -> np.ndarray:
-    """For each row, the row of its conversation's next turn (-1 for none): rows of one
-    conversation keep their turn order through the stable sort by time (a first turn is
-    timed, the later ones come last in generation order)."""
+def _next_turns(stream_index: np.ndarray, session: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """For each row, the row of its conversation's next turn (-1 for none) and its turn's
+    number (1 for the first, -1 for a row of no conversation): rows of one conversation
+    keep their turn order through the stable sort by time (a first turn is timed, the
+    later ones come last in generation order)."""
     nxt = np.full(len(session), -1, dtype=np.int64)
+    turn = np.full(len(session), -1, dtype=np.int32)
     rows = np.flatnonzero(session >= 0)
     if not len(rows):
-        return nxt
+        return nxt, turn
     order = rows[np.lexsort((rows, session[rows], stream_index[rows]))]
     same = ((stream_index[order[1:]] == stream_index[order[:-1]])
             & (session[order[1:]] == session[order[:-1]]))
     nxt[order[:-1][same]] = order[1:][same]
-    return nxt
+    position = np.arange(len(order))
+    starts = np.flatnonzero(np.concatenate(([True], ~same)))     # each conversation's first
+    first = np.repeat(starts, np.diff(np.append(starts, len(order))))
+    turn[order] = position - first + 1
+    return nxt, turn
 
 
 def generate_arrivals(workload: WorkloadConfig, duration_s: float,
@@ -224,11 +232,11 @@ def generate_arrivals(workload: WorkloadConfig, duration_s: float,
     stream_index = np.repeat(np.arange(len(names), dtype=np.int32),
                              [len(p[0]) for p in parts])
     stream_index = stream_index[order]
-    session = think_s = next_turn = None
+    session = think_s = next_turn = turn = None
     if any(stream.sessions is not None for stream in workload.streams.values()):
         session = np.concatenate([p[4] for p in parts]).astype(np.int64)[order]
         think_s = np.concatenate([p[5] for p in parts]).astype(np.float64)[order]
-        next_turn = _next_turns(stream_index, session)
+        next_turn, turn = _next_turns(stream_index, session)
     block_ids = None
     if any(isinstance(stream.arrival, TraceArrivalConfig) and stream.arrival.format == "mooncake"
            for stream in workload.streams.values()):
@@ -240,7 +248,7 @@ def generate_arrivals(workload: WorkloadConfig, duration_s: float,
         stream_index=stream_index,
         stream_names=names,
         prefix_group=np.concatenate([p[3] for p in parts]).astype(np.int32)[order],
-        session=session, think_s=think_s, next_turn=next_turn, block_ids=block_ids,
+        session=session, think_s=think_s, next_turn=next_turn, turn=turn, block_ids=block_ids,
         refills={s: ClosedRefill(stream, _child(seq, 5), as_data_files(base_dir))
                  for s, (stream, seq) in enumerate(zip(workload.streams.values(), seqs))
                  if isinstance(stream.arrival, ClosedArrivalConfig)

@@ -75,6 +75,30 @@ def test_each_turn_is_sent_its_think_time_after_the_last_answer_and_hits_the_cac
     assert sim.run(scenario(caching=False)).summary["pools"]["p"]["prefix_hit_rate"] == 0
 
 
+def test_the_request_table_names_each_requests_conversation_and_turn():
+    """``session`` and ``turn`` link a conversation's rows in requests.csv: turns 1..k of
+    one (stream, session), each sent its think time after the previous one finished, its
+    prompt the previous prompt and answer plus a message; other requests have -1."""
+    two = {"chat": {**chat(), "team": "t"},
+           "plain": {"arrival": {"type": "poisson", "rate": 0.5},
+                     "prompt_tokens": 100, "output_tokens": 10, "team": "t"}}
+    scn = make_scenario(streams=two, duration=400.0, pools={"p": make_pool(prefix_caching=True)})
+    req = sim.run(scn).requests
+    plain = req[req["stream"].astype(str) == "plain"]
+    assert len(plain) > 50 and (plain["session"] == -1).all() and (plain["turn"] == -1).all()
+    chats = req[req["stream"].astype(str) == "chat"].sort_values(["session", "turn"])
+    assert (chats["session"] >= 0).all()
+    longest = 0
+    for _, conv in chats.groupby("session"):
+        assert conv["turn"].tolist() == list(range(1, len(conv) + 1))
+        longest = max(longest, len(conv))
+        for (_, a), (_, b) in zip(conv.iloc[:-1].iterrows(), conv.iloc[1:].iterrows()):
+            assert b["arrival_s"] == pytest.approx(a["finish_s"] + 5.0, abs=1e-9)
+            message = b["prompt_tokens"] - a["prompt_tokens"] - a["output_tokens"]
+            assert 50 <= message <= 400
+    assert longest > 2
+
+
 def test_sessions_are_deterministic_and_every_turn_ends_once():
     a, b = sim.run(scenario(seed=4)), sim.run(scenario(seed=4))
     assert a.requests.equals(b.requests)
