@@ -2,7 +2,12 @@
 the start of the prompt to the end of that block (as vLLM chains each block's hash to its
 parent's), so the cache (:mod:`sim.core.kv`) can share exactly the blocks two prompts have
 in common. A pool names blocks of its own size; the names do not depend on it beyond the
-block's index."""
+block's index.
+
+Names are given to runs of consecutive blocks that are cached, shared and evicted together
+(``run``), each name ending with its run's length in blocks: a session names every block
+on its own; a traced prompt names the pool blocks of one trace block together (a trace
+says nothing finer), so a 12,000-token prompt is 24 runs, not 750 blocks."""
 from __future__ import annotations
 
 
@@ -20,10 +25,11 @@ class SessionKeys:
         self.conversation = conversation
         self.limit_tokens = limit_tokens        # tokens that may be shared: all of them
 
-    def key(self, index: int, block_tokens: int) -> tuple:
+    def run(self, index: int, block_tokens: int, limit_blocks: int) -> tuple[tuple, int]:
+        """(name, end) of the run of blocks starting at block ``index``: one block each."""
         if (index + 1) * block_tokens <= self.prefix_tokens:
-            return (self.prefix_key, index)
-        return (self.conversation, index)
+            return (self.prefix_key, index, 1), index + 1
+        return (self.conversation, index, 1), index + 1
 
 
 class HashKeys:
@@ -40,6 +46,9 @@ class HashKeys:
         self.trace_block_tokens = trace_block_tokens
         self.limit_tokens = min(prompt_tokens, len(ids) * trace_block_tokens)
 
-    def key(self, index: int, block_tokens: int) -> tuple:
-        return (self.scope, self.ids[((index + 1) * block_tokens - 1)
-                                     // self.trace_block_tokens], index)
+    def run(self, index: int, block_tokens: int, limit_blocks: int) -> tuple[tuple, int]:
+        """(name, end) of the run starting at block ``index``: the pool blocks whose last
+        token lies in one trace block (named by that block's id), up to ``limit_blocks``."""
+        j = ((index + 1) * block_tokens - 1) // self.trace_block_tokens
+        end = min((j + 1) * self.trace_block_tokens // block_tokens, limit_blocks)
+        return (self.scope, self.ids[j], j, end - index), end

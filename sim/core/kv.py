@@ -28,16 +28,18 @@ re-admission they are its own blocks again. Without prefix caching a preempted
 request recomputes everything.
 
 Prefix identity by block (multi-turn sessions, traces that name their prompt's blocks): a
-request may carry ``block_keys``, which name each of its full blocks so that equal keys
-mean equal tokens up to the end of that block (the chained block hashes of vLLM's prefix
-cache). Such blocks are cached in one table shared by every request on the replica, a
-tree in effect: a request hits the longest run of its keys, from its first block, still
-cached, so conversations share a system prompt and then go their own ways, and a turn
-starts from its conversation's earlier turns. Blocks are cached as they are computed
-(the prompt's) and when the request ends (every full block, its answer's too, so that the
-next turn finds them). A block whose key another request cached meanwhile: that block stays the request's own, as vLLM keeps one block per hash, and its later
-blocks are cached still. Cached blocks
-no request holds are evicted least recently freed first, a request's tail before its head.
+request may carry ``block_keys``, which name runs of its full blocks so that equal names
+mean equal tokens up to the end of that run (the chained block hashes of vLLM's prefix
+cache; a session's runs are single blocks, a trace's the pool blocks of one named trace
+block, since the trace says nothing finer). Runs are cached in one table shared by every
+request on the replica, a tree in effect: a request hits the longest sequence of its runs,
+from its first block, still cached, so conversations share a system prompt and then go
+their own ways, and a turn starts from its conversation's earlier turns. Runs are cached
+as they are computed (the prompt's) and when the request ends (every full run, its
+answer's too, so that the next turn finds them). A run whose name another request cached
+meanwhile stays the request's own, as vLLM keeps one block per hash, and its later runs
+are cached still. Cached runs no request holds are evicted whole, least recently freed
+first, a request's tail before its head.
 
 Eviction order is an approximation of vLLM's single free-block queue (least recently
 freed first): never-used blocks and blocks of finished requests (which no later
@@ -206,12 +208,17 @@ class KvCacheManager:
         return min(len(chain), usable)
 
     def _keyed_hit(self, req: Request) -> int:
-        """Leading blocks of ``req``'s keys still cached (never its last token's)."""
+        """Leading blocks of ``req``'s named runs still cached, whole runs (never its last
+        token's block)."""
         keys, bs, cache = req.block_keys, self.block_size_tokens, self._keyed
+        limit = keys.limit_tokens // bs
         usable = min(keys.limit_tokens, req.num_tokens - 1) // bs
         n = 0
-        while n < usable and keys.key(n, bs) in cache:
-            n += 1
+        while n < usable:
+            key, end = keys.run(n, bs, limit)
+            if end > usable or key not in cache:
+                break
+            n = end
         return n
 
     def _split(self, req: Request, hit: int) -> tuple[int, int]:
@@ -226,7 +233,12 @@ class KvCacheManager:
         pinned = own                            # a request's own cached blocks are all evictable
         if shared and req.block_keys is not None:
             keys, bs, cache = req.block_keys, self.block_size_tokens, self._keyed
-            pinned += sum(1 for i in range(shared) if cache[keys.key(i, bs)] == 0)
+            limit, i = keys.limit_tokens // bs, 0
+            while i < shared:
+                key, end = keys.run(i, bs, limit)
+                if cache[key] == 0:
+                    pinned += end - i
+                i = end
         elif shared:
             chain = self._chains[req.prefix_group]
             pinned += sum(1 for i in range(shared) if chain[i] == 0)
@@ -242,14 +254,18 @@ class KvCacheManager:
             return
         if req.block_keys is not None:
             keys, bs, cache = req.block_keys, self.block_size_tokens, self._keyed
-            taken = [keys.key(i, bs) for i in range(shared)]
-            for key in taken:
+            limit, i = keys.limit_tokens // bs, 0
+            taken = []
+            while i < shared:
+                key, end = keys.run(i, bs, limit)
                 held = cache[key]
                 if held == 0:
                     del self._evictable[key]
-                    self.num_cached_blocks -= 1
-                    self.num_free_blocks -= 1
+                    self.num_cached_blocks -= end - i
+                    self.num_free_blocks -= end - i
                 cache[key] = held + 1
+                taken.append(key)
+                i = end
             self._held[req] = taken
             self._next_key[req] = shared
             req.prefix_blocks = shared
@@ -272,8 +288,9 @@ class KvCacheManager:
                 cache[key] = held
                 if held == 0:
                     self._evictable[key] = None
-                    self.num_cached_blocks += 1
-                    self.num_free_blocks += 1
+                    size = key[-1]                              # blocks in the run
+                    self.num_cached_blocks += size
+                    self.num_free_blocks += size
             req.prefix_blocks = 0
             return
         chain = self._chains[req.prefix_group]
@@ -327,24 +344,29 @@ class KvCacheManager:
         self._chains.move_to_end(req.prefix_group)
 
     def _register_keyed(self, req: Request, num_tokens: int) -> None:
-        """``req``'s own full blocks past those cached already, up to ``num_tokens``,
-        cached under their keys; a block whose key another request cached meanwhile stays
-        its own (vLLM keeps one block per hash), and the later ones are cached still."""
+        """``req``'s own full runs of blocks past those cached already, up to
+        ``num_tokens``, cached under their names; a run whose name another request cached
+        meanwhile stays its own (vLLM keeps one block per hash), and the later ones are
+        cached still."""
         keys, bs, cache = req.block_keys, self.block_size_tokens, self._keyed
         full = min(num_tokens, keys.limit_tokens) // bs
         i = self._next_key.get(req, 0)
         if i >= full:
             return
+        limit = keys.limit_tokens // bs
         held = self._held.setdefault(req, [])
-        while i < full and req.num_blocks > 0:
-            key = keys.key(i, bs)
+        while i < full:
+            key, end = keys.run(i, bs, limit)
+            size = end - i
+            if end > full or req.num_blocks < size:
+                break
             if key not in cache:
                 cache[key] = 1
-                req.num_blocks -= 1
+                req.num_blocks -= size
+                req.prefix_blocks += size
                 held.append(key)
-            i += 1
+            i = end
         self._next_key[req] = i
-        req.prefix_blocks = len(held)
 
     def _evict(self, count: int) -> None:
         for group in list(self._chains):
@@ -358,10 +380,11 @@ class KvCacheManager:
                 self._resume_from.pop(group, None)
             if not count:
                 return
+        # a named run goes whole: past ``count``, its blocks become never-used free ones
         evictable, cache = self._evictable, self._keyed
-        while count and evictable:
+        while count > 0 and evictable:
             key, _ = evictable.popitem(last=False)
             del cache[key]
-            self.num_cached_blocks -= 1
-            count -= 1
-        assert count == 0, "evicted fewer cached blocks than the free count promised"
+            self.num_cached_blocks -= key[-1]
+            count -= key[-1]
+        assert count <= 0, "evicted fewer cached blocks than the free count promised"

@@ -36,7 +36,7 @@ def run_to_end(kv: KvCacheManager, req) -> None:
 def check_counts(kv: KvCacheManager, held: int = 0) -> None:
     assert kv.num_free_blocks + held == kv.num_blocks
     assert 0 <= kv.num_cached_blocks <= kv.num_free_blocks
-    assert kv.num_cached_blocks == len(kv._evictable) + sum(
+    assert kv.num_cached_blocks == sum(key[-1] for key in kv._evictable) + sum(
         c.count(0) for c in kv._chains.values())
 
 
@@ -104,6 +104,8 @@ def test_a_block_another_request_cached_meanwhile_stays_the_requests_own():
 
 
 def test_traced_block_ids_share_exactly_the_common_blocks_at_the_pools_block_size():
+    """A traced prompt's pool blocks are cached in runs, one per trace block (its id): a
+    prompt hits the runs it shares from the start, whole, never its last token's block."""
     kv = KvCacheManager(num_blocks=400, block_size_tokens=BS, prefix_caching=True)
 
     def traced(request_id, ids, prompt):
@@ -113,9 +115,33 @@ def test_traced_block_ids_share_exactly_the_common_blocks_at_the_pools_block_siz
         return req
 
     run_to_end(kv, traced(0, (1, 2, 3), 1500))
+    check_counts(kv)
     assert kv.hit_blocks(traced(1, (1, 2, 9), 1500)) == 1024 // BS    # two blocks alike
-    assert kv.hit_blocks(traced(2, (1, 2, 3, 4), 2000)) == 1500 // BS  # all it computed
+    assert kv.hit_blocks(traced(2, (1, 2, 3), 1500)) == 1500 // BS    # all it computed
     assert kv.hit_blocks(traced(3, (7, 2, 3), 1500)) == 0              # differs at once
+    # a prompt of whole pool blocks must compute its last token: its last run is not hit
+    run_to_end(kv, traced(4, (5, 6), 1024))
+    assert kv.hit_blocks(traced(5, (5, 6), 1024)) == 512 // BS
     # a block straddling two trace blocks at another block size takes the later id
     keys = HashKeys("t", (1, 2), 512, 1024)
-    assert keys.key(0, 384) == ("t", 1, 0) and keys.key(1, 384) == ("t", 2, 1)
+    assert keys.run(0, 384, 1024 // 384) == (("t", 1, 0, 1), 1)
+    assert keys.run(1, 384, 1024 // 384) == (("t", 2, 1, 1), 2)
+    # at 16 tokens a trace block is one run of 32 pool blocks; a partial one is shorter
+    assert keys.run(0, 16, 64) == (("t", 1, 0, 32), 32)
+    assert HashKeys("t", (1, 2), 512, 1000).run(32, 16, 1000 // 16) == (("t", 2, 1, 30), 62)
+
+
+def test_eviction_takes_a_traced_run_whole_and_keeps_the_counts():
+    """Evicting one block of a cached run frees the whole run: the extra blocks become
+    never-used free ones, and every count stays consistent."""
+    kv = KvCacheManager(num_blocks=70, block_size_tokens=BS, prefix_caching=True)
+    first = make_request(request_id=0, prompt_tokens=1024, max_output_tokens=2)
+    first.prefix_group = "t@1"
+    first.block_keys = HashKeys("t", (1, 2), 512, 1024)
+    run_to_end(kv, first)
+    assert kv.num_cached_blocks == 64 and kv.num_free_blocks == 70
+    other = make_request(request_id=1, prompt_tokens=16 * 10, max_output_tokens=1)
+    assert kv.allocate(other, 16 * 10)               # 6 never-used blocks, then 4 evicted
+    check_counts(kv, held=10)
+    assert kv.num_cached_blocks == 32                  # the tail run went, all 32 blocks
+    assert kv.num_free_blocks == 60 and kv.hit_blocks(first) == 32
