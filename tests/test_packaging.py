@@ -77,3 +77,21 @@ def test_a_dask_sweep_without_dask_says_what_to_install(tmp_path, capsys, monkey
     err = capsys.readouterr().err
     assert "--executor" in err and "fleetsim[cluster]" in err
     assert not (tmp_path / "t.csv").exists()
+
+
+def test_the_readmes_ci_example_installs_no_torch_and_fleetsim_check_needs_none(tmp_path):
+    """The CI job the README suggests installs fleetsim alone (torch is only for
+    calibration), and the command it runs starts without importing torch."""
+    import yaml
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("# .github/workflows/capacity.yml\n", 1)[1].split("```", 1)[0]
+    steps = yaml.safe_load(block)["jobs"]["check"]["steps"]
+    runs = [step["run"] for step in steps if "run" in step]
+    assert any("pip install fleetsim" in run for run in runs)
+    assert not any("torch" in run.split("#")[0] for run in runs)
+    code = ("import sys, sim.cli\n"
+            "try:\n    sim.cli.main(['check', '--help'])\nexcept SystemExit:\n    pass\n"
+            "assert 'torch' not in sys.modules, 'check imported torch'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
