@@ -356,7 +356,7 @@ def _check_slos(scenario: Scenario) -> list[tuple[Loc, str]]:
     if slos is None:
         return []
     problems: list[tuple[Loc, str]] = []
-    if not targets(slos) and not slos.teams:
+    if not targets(slos) and not slos.teams and not slos.streams:
         problems.append((("slos",), "sets no objective; give e.g. ttft_p99: 2s, or remove "
                          "the block"))
     gw = scenario.gateway
@@ -370,12 +370,13 @@ def _check_slos(scenario: Scenario) -> list[tuple[Loc, str]]:
                  if s.output_tokens is not None and longest(s.output_tokens) == 1]
     if one_token and len(one_token) == len(scenario.workload.streams):
         for metric in (o.metric for o in targets(slos)):
-            if metric.startswith("tpot_"):
+            if metric.startswith(("tpot_", "max_itl_")):
                 problems.append((("slos", metric), "no stream has an answer longer than one "
-                                 "token, so no request has a time per output token: bound "
-                                 "TTFT or E2E instead"))
-    for where, block in [(("slos",), slos)] + [(("slos", "teams", t), b)
-                                                for t, b in slos.teams.items()]:
+                                 "token, so no request has a time per output token or a "
+                                 "gap between two: bound TTFT or E2E instead"))
+    for where, block in [(("slos",), slos)] + [
+            (("slos", "teams", t), b) for t, b in slos.teams.items()] + [
+            (("slos", "streams", s), b) for s, b in slos.streams.items()]:
         metrics = [o.metric for o in targets(block)]
         if metrics == ["attainment"]:
             problems.append((where + ("attainment",), ATTAINMENT_ALONE))
@@ -386,6 +387,14 @@ def _check_slos(scenario: Scenario) -> list[tuple[Loc, str]]:
         elif not targets(block):
             problems.append((("slos", "teams", team), "sets no objective; give e.g. "
                              "ttft_p99: 2s, or remove the team"))
+    streams = scenario.workload.streams
+    for name, block in slos.streams.items():
+        if name not in streams:
+            problems.append((("slos", "streams", name), f"no stream '{name}'; streams: "
+                             f"{', '.join(streams)}"))
+        elif not targets(block):
+            problems.append((("slos", "streams", name), "sets no objective; give e.g. "
+                             "ttft_p99: 2s, or remove the stream"))
     return problems
 
 

@@ -2,9 +2,11 @@
 ``--slo ttft_p99=2s``, ``--slo tpot_p99=50ms``, ``--slo attainment=0.99``.
 
 A latency SLO bounds a statistic (mean or a percentile) of TTFT, TPOT, end-to-end
-latency or queueing delay over the completed requests that arrived after the warm-up;
-``attainment`` is the least share of all those arrivals that must complete within every
-percentile and mean bound given beside it.
+latency, queueing delay or a request's longest gap between two output tokens
+(``max_itl``: how smoothly it streamed) over the completed requests that arrived after
+the warm-up; ``attainment`` is the least share of all those arrivals that must complete
+within every percentile and mean bound given beside it. SLOs apply to every request, to
+a team's (``teams:``) or to a stream's (``streams:``).
 """
 from __future__ import annotations
 
@@ -18,11 +20,12 @@ from sim.config import units
 from sim.config.common import Name, PositiveFraction, PositiveSeconds, StrictModel
 from sim.config.errors import ScenarioError
 
-LATENCIES = ("ttft", "tpot", "e2e", "queue")
+LATENCIES = ("ttft", "tpot", "e2e", "queue", "max_itl")
 STATS = ("mean", "p50", "p90", "p95", "p99")
 METRICS = [f"{m}_{s}" for m in LATENCIES for s in STATS] + ["attainment"]
 WHAT = {"ttft": "time to first token", "tpot": "time per output token",
-        "e2e": "end-to-end latency", "queue": "time queued before the first step"}
+        "e2e": "end-to-end latency", "queue": "time queued before the first step",
+        "max_itl": "a request's longest gap between two output tokens"}
 
 
 @dataclass(frozen=True)
@@ -79,14 +82,17 @@ def _targets_model(name: str, doc: str):
 
 
 TeamSlos = _targets_model("TeamSlos", "One team's SLOs (its requests only).")
+StreamSlos = _targets_model("StreamSlos", "One stream's SLOs (its requests only).")
 _FleetTargets = _targets_model("FleetTargets", "SLOs over every request.")
 
 
 class SlosConfig(_FleetTargets):
-    """SLOs over every request, and a team's own over its requests."""
+    """SLOs over every request, a team's own over its requests, a stream's over its."""
 
     teams: dict[Name, TeamSlos] = Field(
         default_factory=dict, description="Team -> SLOs over that team's requests")
+    streams: dict[Name, StreamSlos] = Field(
+        default_factory=dict, description="Stream -> SLOs over that stream's requests")
 
 
 ATTAINMENT_ALONE = ("attainment counts the requests within every latency bound given "

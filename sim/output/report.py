@@ -156,13 +156,14 @@ def _provenance(results) -> str:
 
 def _slo_section(slo: dict | None) -> list[str]:
     """The SLO verdict first: each objective's target, measured value and margin, and
-    the goodput, fleet-wide and per team."""
+    the goodput, fleet-wide, per team and per stream."""
     if not slo:
         return []
     verdict = "all met" if slo.get("met") else "MISSED"
     rows = []
     scopes = ([("all requests", slo["fleet"])] if slo.get("fleet") else []) + \
-        [(f"team {team}", v) for team, v in (slo.get("teams") or {}).items()]
+        [(f"team {team}", v) for team, v in (slo.get("teams") or {}).items()] + \
+        [(f"stream {name}", v) for name, v in (slo.get("streams") or {}).items()]
     for scope, part in scopes:
         for metric, o in part["objectives"].items():
             unit = 1.0 if metric == "attainment" else 1e3

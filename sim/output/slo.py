@@ -115,8 +115,9 @@ def _verdicts(requests: pd.DataFrame, slos: list[Slo], window_s: float) -> dict:
 
 def slo_section(requests: pd.DataFrame, slos_cfg, warmup_s: float, end_s: float) -> dict:
     """summary.json's ``slo``: the verdict over every request after the warm-up and over
-    each team's requests for a team with SLOs of its own. Goodput is requests completed
-    within every bound per second of the measured window (warm-up to the run's end)."""
+    each team's (stream's) requests for a team (stream) with SLOs of its own. Goodput is
+    requests completed within every bound per second of the measured window (warm-up to
+    the run's end)."""
     measured = requests[requests["arrival_s"] >= warmup_s]
     window_s = end_s - warmup_s
     out = {"met": True}
@@ -124,11 +125,13 @@ def slo_section(requests: pd.DataFrame, slos_cfg, warmup_s: float, end_s: float)
     if fleet:
         out["fleet"] = _verdicts(measured, fleet, window_s)
         out["met"] = out["fleet"]["met"]
-    teams = {}
-    for team, block in slos_cfg.teams.items():
-        mine = measured[measured["team"].astype(str) == team]
-        teams[team] = _verdicts(mine, targets(block), window_s)
-        out["met"] = out["met"] and teams[team]["met"]
-    if teams:
-        out["teams"] = teams
+    for scope, column, blocks in (("teams", "team", slos_cfg.teams),
+                                  ("streams", "stream", slos_cfg.streams)):
+        verdicts = {}
+        for name, block in blocks.items():
+            mine = measured[measured[column].astype(str) == name]
+            verdicts[name] = _verdicts(mine, targets(block), window_s)
+            out["met"] = out["met"] and verdicts[name]["met"]
+        if verdicts:
+            out[scope] = verdicts
     return out

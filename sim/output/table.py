@@ -153,7 +153,7 @@ def _target(metric: str, value: float | None) -> str:
 
 
 def _slo(s: dict) -> Table | None:
-    """The SLO verdict: one row per objective (fleet-wide, then each team's), with the
+    """The SLO verdict: one row per objective (fleet-wide, each team's, each stream's), with the
     measured value and the margin, and the goodput."""
     slo = s.get("slo")
     if not slo:
@@ -161,7 +161,8 @@ def _slo(s: dict) -> Table | None:
     title = "SLOs: " + ("all met" if slo.get("met") else "MISSED")
     t = _new(title, "objective", "target", "measured", "margin", "verdict")
     scopes = ([("", slo["fleet"])] if slo.get("fleet") else []) + \
-        [(f"{team}: ", v) for team, v in (slo.get("teams") or {}).items()]
+        [(f"{team}: ", v) for team, v in (slo.get("teams") or {}).items()] + \
+        [(f"stream {name}: ", v) for name, v in (slo.get("streams") or {}).items()]
     for prefix, scope in scopes:
         for metric, o in (scope.get("objectives") or {}).items():
             margin = o.get("margin")

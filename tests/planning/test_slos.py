@@ -70,6 +70,39 @@ def test_slo_verdict_has_the_known_margins(plain):
     assert "+50.0%" in text and "-100.0%" in text and "b: e2e_p95" in text
 
 
+def test_a_streams_slos_and_the_longest_gap_between_tokens_have_their_known_margins(plain):
+    """A stream's SLOs are judged over its requests only, and ``max_itl_p90`` is the 90th
+    percentile of each request's longest gap between two output tokens (max_itl_s): set at
+    its value for stream t it is met with margin 0, at half of stream s's it is missed."""
+    done = _measured(plain.requests)
+    gaps_t = done[done["stream"] == "t"]["max_itl_s"].dropna()
+    gaps_s = done[done["stream"] == "s"]["max_itl_s"].dropna()
+    p90_t, p90_s = float(np.percentile(gaps_t, 90)), float(np.percentile(gaps_s, 90))
+    assert p90_t > 0 and p90_s > 0
+    res = sim.run(_scenario(slos={"streams": {"t": {"max_itl_p90": p90_t},
+                                              "s": {"max_itl_p90": p90_s / 2}}}))
+    slo = res.summary["slo"]
+    assert slo["met"] is False and "fleet" not in slo and "teams" not in slo
+    t, s = slo["streams"]["t"], slo["streams"]["s"]
+    assert t["met"] and t["objectives"]["max_itl_p90"]["margin"] == pytest.approx(0, abs=1e-12)
+    assert t["requests"] == int((plain.requests["arrival_s"] >= 5.0)[
+        plain.requests["stream"] == "t"].sum())
+    assert not s["met"] and s["objectives"]["max_itl_p90"]["margin"] == pytest.approx(-1.0)
+    console = Console(file=io.StringIO(), width=200)
+    print_summary(res.summary, console)
+    assert "stream s: max_itl_p90" in console.file.getvalue()
+
+
+def test_a_stream_slo_for_a_stream_that_does_not_exist_is_located(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    data = _scenario().model_dump(mode="json", exclude_none=True)
+    data["slos"] = {"streams": {"nope": {"ttft_p99": "2s"}}}
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    assert main(["lint", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "slos.streams.nope" in err and "no stream 'nope'" in err and "streams: s, t" in err
+
+
 def test_attainment_counts_every_arrival_after_the_warm_up(plain):
     done = _measured(plain.requests)
     bound = float(np.percentile(done["ttft_s"], 80))
