@@ -178,6 +178,14 @@ def replicas_figure(results) -> Figure:
     return fig
 
 
+@plain_text
+def throughput_figure(results) -> Figure:
+    """Output tokens per second and cost per hour (billed replicas at the pool's price),
+    per pool over time."""
+    return _timeseries_figure(results, [("tokens_per_s", "tokens per s", 1.0),
+                                        ("cost_usd_per_h", "cost (USD per hour)", 1.0)])
+
+
 # a figure shows at most this many teams (the ones with the most requests): a line or a
 # bar each, past which a plot is unreadable and slow to draw
 MAX_PLOTTED_TEAMS = 20
@@ -237,6 +245,7 @@ FIGURES = {
     "queue.png": queue_figure,
     "kv_util.png": kv_util_figure,
     "replicas.png": replicas_figure,
+    "throughput.png": throughput_figure,
     "teams.png": teams_figure,
 }
 

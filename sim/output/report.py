@@ -95,6 +95,7 @@ def build_report(results, sweep=None, images: dict[str, bytes] | None = None) ->
                      for name, t in s["teams"].items()]),
              "<h2>Latency</h2>", _png(images["ttft_cdf.png"]), _png(images["tpot_cdf.png"]),
              "<h2>Load, replicas and cost over time</h2>", _png(images["replicas.png"]),
+             _png(images["throughput.png"]),
              _png(images["queue.png"]), _png(images["kv_util.png"]),
              "<h2>Per team</h2>", _png(images["teams.png"]),
              *(_sweep_section(sweep) if sweep is not None else []),

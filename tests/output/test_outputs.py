@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from rich.console import Console
@@ -58,7 +59,7 @@ pools:
 EXPECTED_FILES = ["summary.json", "requests.parquet", "requests.csv", "timeseries.csv",
                   "scenario.yaml", "plots/ttft_cdf.png", "plots/tpot_cdf.png",
                   "plots/queue.png", "plots/kv_util.png", "plots/replicas.png",
-                  "plots/teams.png", "report.html"]
+                  "plots/throughput.png", "plots/teams.png", "report.html"]
 
 
 @pytest.fixture(scope="module")
@@ -204,8 +205,25 @@ def test_plots_survive_empty_results(results, tmp_path):
                                 timeseries=pd.DataFrame(), summary={})
     paths = save_all(empty, tmp_path)
     assert [p.name for p in paths] == ["ttft_cdf.png", "tpot_cdf.png", "queue.png",
-                                       "kv_util.png", "replicas.png", "teams.png"]
+                                       "kv_util.png", "replicas.png", "throughput.png",
+                                       "teams.png"]
     assert all(p.read_bytes()[:8] == PNG_SIGNATURE for p in paths)
+
+
+def test_the_throughput_figure_draws_each_pools_tokens_and_cost_over_time(results):
+    """Its two panels hold, per pool, the time series' tokens_per_s and cost_usd_per_h."""
+    from sim.output.plots import throughput_figure
+    fig = throughput_figure(results)
+    tokens, cost = fig.axes[:2]
+    ts = results.timeseries
+    for ax, column in ((tokens, "tokens_per_s"), (cost, "cost_usd_per_h")):
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        for pool in ts["pool"].astype(str).unique():
+            rows = ts[ts["pool"].astype(str) == pool]
+            line = lines[f"pool {pool}"]
+            assert np.array_equal(line.get_xdata(), rows["time_s"].to_numpy())
+            assert np.array_equal(line.get_ydata(), rows[column].to_numpy())
+    assert ts["cost_usd_per_h"].max() > 0 and ts["tokens_per_s"].max() > 0
 
 
 def test_print_summary_renders(results):
