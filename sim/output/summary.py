@@ -61,6 +61,19 @@ def attribute_cost(requests: pd.DataFrame, pool_cost: dict[str, float],
     return out
 
 
+def _prompt_pools(requests: pd.DataFrame, earlier: EarlierWork | None) -> np.ndarray:
+    """Per request, the pool that computed its prompt: its last pool, or the earlier one
+    that handed it over with its prompt's KV (``carried`` tokens: disaggregation; a
+    cascade's next pool starts over and computes the prompt itself)."""
+    pools = requests["pool"].astype(str).to_numpy()
+    if earlier is None:
+        return pools
+    handed = earlier.carried > 0
+    if not handed.any():
+        return pools
+    return np.where(handed, np.asarray(earlier.pool, dtype=object).astype(str), pools)
+
+
 def summarise(run: RunAccount, requests: pd.DataFrame, ts: pd.DataFrame,
               earlier: EarlierWork | None = None) -> dict:
     end_s = run.end_s
@@ -72,6 +85,8 @@ def summarise(run: RunAccount, requests: pd.DataFrame, ts: pd.DataFrame,
     pools: dict[str, dict] = {}
     pool_cost: dict[str, float] = {}
     total_cost = 0.0
+    prompt_pool = _prompt_pools(requests, earlier)
+    completed = (status == Status.COMPLETED).to_numpy()
     for code, name in enumerate(run.recorder.pools.names):
         pool = run.pools[name]
         usage = pool.usage
@@ -82,7 +97,9 @@ def summarise(run: RunAccount, requests: pd.DataFrame, ts: pd.DataFrame,
         busy_s = usage.busy_total_s
         pool_cost[name] = cost
         total_cost += cost
-        served = requests[(requests["pool"] == name) & (requests["status"] == Status.COMPLETED)]
+        # the prompt's cache hits belong to the pool that computed it (a disaggregated
+        # request's prefill pool, not the decode pool its row names)
+        served = requests[(prompt_pool == name) & completed]
         prompt_total = int(served["prompt_tokens"].sum())
         pools[name] = {
             "model": pool.model,

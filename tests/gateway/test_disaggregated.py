@@ -8,6 +8,7 @@ import pytest
 
 import sim
 from sim.config.scenario import Scenario
+from tests.simfactories import make_pool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,3 +58,25 @@ def test_each_pool_computes_its_phase_only():
         (req.prompt_tokens - req.cached_prompt_tokens).sum(), rel=1e-12)
     assert pools["decode"]["tokens_computed"] == pytest.approx(
         (req.output_tokens - 1).sum(), rel=1e-12)
+
+
+def test_prefix_cache_hits_are_reported_on_the_pool_that_computed_the_prompt():
+    """A disaggregated request's row names its decode pool, but its prompt (and so its
+    prefix-cache hits) was computed on the prefill pool: prefix_hit_rate is that pool's."""
+    scenario = Scenario.model_validate({
+        "seed": 1, "duration": 20.0,
+        "workload": {"streams": {"chat": {
+            "team": "a", "model": "split", "arrival": {"type": "poisson", "rate": 2.0},
+            "prefix": {"tokens": 2000}, "prompt_tokens": 200, "output_tokens": 20}}},
+        "gateway": {"models": {"split": {"disaggregated": {"prefill": "pre",
+                                                           "decode": "dec"}}}},
+        "pools": {"pre": make_pool(prefix_caching=True, replicas=1),
+                  "dec": make_pool(prefix_caching=True, replicas=1)}})
+    res = sim.run(scenario)
+    done = res.requests[res.requests["status"] == "completed"]
+    assert len(done) > 20 and (done["pool"].astype(str) == "dec").all()
+    expected = done["cached_prompt_tokens"].sum() / done["prompt_tokens"].sum()
+    assert expected > 0.5
+    pools = res.summary["pools"]
+    assert pools["pre"]["prefix_hit_rate"] == pytest.approx(expected)
+    assert pools["dec"]["prefix_hit_rate"] == 0.0
