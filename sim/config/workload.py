@@ -156,6 +156,17 @@ class TraceColumnsConfig(StrictModel):
     prompt_tokens: Name = Field("prompt_tokens", description="Column of prompt lengths.")
     output_tokens: Name = Field("output_tokens", description="Column of output lengths.")
 
+    @model_validator(mode="after")
+    def _distinct(self) -> "TraceColumnsConfig":
+        roles = {"timestamp": self.timestamp, "prompt_tokens": self.prompt_tokens,
+                 "output_tokens": self.output_tokens}
+        for i, (role, column) in enumerate(roles.items()):
+            other = next((r for r, c in list(roles.items())[i + 1:] if c == column), None)
+            if other is not None:
+                raise ValueError(f"column '{column}' is named for both {role} and {other}; "
+                                 "each must be a column of its own")
+        return self
+
 
 MOONCAKE_BLOCK_TOKENS = 512
 

@@ -271,6 +271,23 @@ def test_layout_settings_belong_to_csv_traces_only():
         TraceArrivalConfig(type="trace", path="a.csv", format="azure", timestamp_unit="ms")
 
 
+def test_one_column_named_for_two_roles_is_refused(tmp_path, capsys):
+    """Mapping two of timestamp, prompt and output lengths to one column is refused where
+    the mapping is written (it crashed reading the file)."""
+    (tmp_path / "t.csv").write_text("timestamp,prompt_tokens,output_tokens\n0,100,10\n")
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: s\nduration: 30s\nworkload:\n  streams:\n    s:\n      model: m\n"
+        "      arrival: {type: trace, path: t.csv, columns: {timestamp: timestamp,\n"
+        "                prompt_tokens: timestamp}}\n"
+        "pools:\n  main: {model: llama-3.1-8b, hardware: H100-SXM}\n", encoding="utf-8")
+    from sim.cli import main
+    assert main(["lint", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "s.yaml:7: workload.streams.s.arrival.columns" in err
+    assert "'timestamp' is named for both timestamp and prompt_tokens" in err
+
+
 @pytest.mark.parametrize("name, fmt", [("azure-2023-conv.csv.gz", "azure"),
                                        ("mooncake-conversation.jsonl.gz", "mooncake"),
                                        ("mooncake-synthetic.jsonl.gz", "mooncake")])
