@@ -136,8 +136,11 @@ def render(table: pd.DataFrame) -> str:
         return f"{value:,.4g}" if abs(value) < 1e5 else f"{value:,.0f}"
 
     columns = list(table.columns)
-    cells = [[str(v) if c == "figure" else cell(c, v) for c, v in zip(columns, row)]
+    # a figure's name holds pool and team names read from the summaries: a crafted one
+    # must not reach the terminal as control sequences
+    cells = [[shown(str(v)) if c == "figure" else cell(c, v) for c, v in zip(columns, row)]
              for row in table.itertuples(index=False)]
+    columns = [shown(c) for c in columns]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                        for i, (c, w) in enumerate(zip(columns, widths)))]

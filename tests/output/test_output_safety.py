@@ -753,3 +753,15 @@ def test_a_finished_result_folder_named_like_a_stage_is_never_taken_for_a_leftov
     write_folder(write, tmp_path / "other", force=False, command="run")
     write_file(tmp_path / "t.csv", "a\n1\n")
     assert all((folder / "summary.json").read_text() == "{}" for folder in kept)
+
+
+def test_compare_escapes_pool_names_read_from_a_crafted_summary(tmp_path, capsys):
+    """A result folder's summary.json is data: a pool name in it that holds terminal
+    control sequences is printed escaped, never raw."""
+    from sim.planning.compare import compare, render
+    base = {"arrived": 10, "pools": {"main": {"replicas_mean": 1.0, "busy_frac": 0.5}}}
+    crafted = json.loads(json.dumps(base))
+    crafted["pools"]["\x1b]0;pwned\x07x"] = crafted["pools"]["main"]
+    text = render(compare({"a": base, "b": crafted}))
+    assert "\x1b" not in text and "\x07" not in text
+    assert "\\x1b]0;pwned\\x07x.replicas_mean" in text
