@@ -26,6 +26,16 @@ KNOWN = {
     "qwen2_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
     "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
 }
+# model types whose config class ties the LM head to the embeddings unless it says not to
+# (transformers' GemmaConfig, Gemma2Config); the others default to untied
+TIED_BY_DEFAULT = ("gemma", "gemma2")
+# fields of an architecture fleetsim does not model: a config that uses them is refused
+# rather than read as a model it is not (field -> what it would take)
+UNMODELLED = {
+    "shared_expert_intermediate_size": "a shared expert beside the routed ones, run for "
+                                       "every token",
+    "mlp_only_layers": "layers with a dense MLP instead of experts",
+}
 REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
             "vocab_size")
 
@@ -69,7 +79,13 @@ def profile_from_config(data: dict, name: str, file: str) -> dict:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ScenarioError(f"expected a whole number, got a {type(value).__name__}",
                                 file=file, field=field)
-    tied = data.get("tie_word_embeddings", False)
+    for field, what in UNMODELLED.items():
+        if data.get(field):
+            raise ScenarioError(f"the config has {what}, which fleetsim does not model (its "
+                                "weights and time would be left out); write the profile by "
+                                "hand with the nearest shape, see profiles/models/",
+                                file=file, field=field)
+    tied = data.get("tie_word_embeddings", kind in TIED_BY_DEFAULT)
     if not isinstance(tied, bool):
         raise ScenarioError(f"expected true or false, got a {type(tied).__name__}",
                             file=file, field="tie_word_embeddings")

@@ -22,6 +22,15 @@ MIXTRAL_8X7B = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral"
                 "max_position_embeddings": 32768, "num_local_experts": 8,
                 "num_experts_per_tok": 2}
 
+QWEN15_MOE = {"model_type": "qwen2_moe", "num_hidden_layers": 24, "hidden_size": 2048,
+              "num_attention_heads": 16, "num_key_value_heads": 16, "intermediate_size": 5632,
+              "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+              "num_experts": 60, "num_experts_per_tok": 4, "vocab_size": 151936}
+GEMMA_7B = {"model_type": "gemma", "num_hidden_layers": 28, "hidden_size": 3072,
+            "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256,
+            "intermediate_size": 24576, "vocab_size": 256000,
+            "_name_or_path": "google/gemma-7b"}
+
 
 def run(tmp_path, config: dict, *args: str) -> int:
     path = tmp_path / "config.json"
@@ -75,6 +84,12 @@ def test_moe_sizes_gqa_and_a_head_size_from_hidden_over_heads(tmp_path, capsys):
                                                   "number, got a bool"]),
     ({**MIXTRAL_8X7B, "num_experts_per_tok": 9}, ["the config's fields do not make a model",
                                                   "experts"]),
+    # Qwen1.5-MoE's shared expert runs for every token: read without it, 40% of each
+    # token's work would be missing
+    (QWEN15_MOE, ["shared_expert_intermediate_size: the config has a shared expert",
+                  "does not model"]),
+    ({**QWEN15_MOE, "shared_expert_intermediate_size": 0, "mlp_only_layers": [0, 1]},
+     ["mlp_only_layers: the config has layers with a dense MLP"]),
 ])
 def test_a_config_fleetsim_cannot_read_is_a_located_error(tmp_path, capsys, config, fragments):
     assert run(tmp_path, config) == 2
@@ -161,3 +176,17 @@ def test_a_name_from_the_config_that_breaks_the_rules_says_where_and_how_to_fix_
     assert "_name_or_path" in err and "name it with --name" in err
     assert run(tmp_path, {**LLAMA_31_8B, "_name_or_path": "org/" + "x" * 200},
                "--name", "fine") == 0
+
+
+@pytest.mark.parametrize("config, tied", [(GEMMA_7B, True),
+                                          ({**GEMMA_7B, "tie_word_embeddings": False}, False),
+                                          ({**GEMMA_7B, "model_type": "gemma2"}, True),
+                                          ({k: v for k, v in LLAMA_31_8B.items()
+                                            if k != "tie_word_embeddings"}, False)])
+def test_a_config_without_tie_word_embeddings_takes_its_model_types_default(
+        tmp_path, capsys, config, tied):
+    """transformers' Gemma configs tie the LM head unless they say not to; the others
+    do not: a config that leaves the key out means its class's default."""
+    assert run(tmp_path, config) == 0
+    profile = yaml.safe_load(capsys.readouterr().out)
+    assert profile.get("tied_embeddings", False) is tied
