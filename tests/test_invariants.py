@@ -27,7 +27,8 @@ from sim.core.simulation import run_resolved
 
 MODEL = "llama-3.1-8b"
 SERVED = "llama-3.1-8b@1"
-ROUTERS = ["round_robin", "least_outstanding", "least_kv", "power_of_two", "prefix_affinity"]
+ROUTERS = ["round_robin", "least_outstanding", "least_kv", "power_of_two", "prefix_affinity",
+           "longest_prefix"]
 SCHEDULERS = ["single", "static", "continuous"]
 TEAMS = ["alpha", "beta", "gamma"]
 STATUSES = {"completed", "rejected", "unfinished"}

@@ -116,12 +116,14 @@ def summarise(run: RunAccount, requests: pd.DataFrame, ts: pd.DataFrame,
             if gpu_s > 0 else 0.0,
             "mbu": usage.bytes_total / (gpu_s * pool.peak_bytes_per_s_per_gpu)
             if gpu_s > 0 else 0.0,
-            "kv_util_mean": float(pts["kv_util"].mean()) if len(pts) else 0.0,
+            # means over the samples: none when no sample fell inside the run (a
+            # sample_interval as long as the duration), not a made-up 0
+            "kv_util_mean": float(pts["kv_util"].mean()) if len(pts) else None,
             "max_running_seqs": usage.max_seqs,
             "tokens_computed": usage.tokens_total,
             "prefix_hit_rate": float(served["cached_prompt_tokens"].sum()) / prompt_total
             if prompt_total else 0.0,
-            "queue_mean": float(pts["queued"].mean()) if len(pts) else 0.0,
+            "queue_mean": float(pts["queued"].mean()) if len(pts) else None,
         }
 
     # Each pool's billed cost is shared among its requests in proportion to the

@@ -310,3 +310,19 @@ def test_tables_into_a_file_never_cut_a_figure():
     assert "…" not in text and "..." not in text
     assert text.count("98,765,432,101") == 3 and text.count("team-with-a-rather-long-name-2") == 1
     assert "$1,299" in text
+
+
+def test_means_over_no_samples_are_null_not_zero(tmp_path):
+    """A sample interval as long as the run (which ends before 20 s when its last
+    request does) leaves no sample inside it: the pools' means over the samples are null
+    (no figure), not 0."""
+    from simfactories import make_pool, make_scenario, poisson_stream
+    res = sim.run(make_scenario(stream={**poisson_stream(rate=2.0), "output_tokens": 10},
+                                pools={"p": make_pool(replicas=1)}, duration=20.0,
+                                sample_interval=20.0))
+    assert len(res.timeseries) == 0 and len(res.requests) > 0
+    pool = res.summary["pools"]["p"]
+    assert pool["kv_util_mean"] is None and pool["queue_mean"] is None
+    write_outputs(res, tmp_path / "run")
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["pools"]["p"][
+        "queue_mean"] is None
