@@ -248,3 +248,29 @@ def test_file_names_with_control_characters_are_printed_escaped(tmp_path, capsys
                  "--slo", "ttft_p99=10s"]) == 0
     printed = capsys.readouterr().out
     assert "\x1b" not in printed and "\\x1b[31mRED" in printed and "\\x1b[2J" in printed
+
+
+def test_lint_checks_every_file_and_fails_when_any_failed(tmp_path, capsys):
+    """A bad file does not hide the others: each is reported (its error, or ok), and the
+    exit code is 2 when any failed."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nduration: -1s\n", encoding="utf-8")
+    good = ROOT / "scenarios" / "quickstart.yaml"
+    assert main(["lint", str(bad), str(good), str(bad)]) == 2
+    out, err = capsys.readouterr()
+    assert f"{good}: ok" in out
+    assert err.count(f"error: {bad}:2: duration") == 2 and "Traceback" not in err
+    assert main(["lint", str(good)]) == 0
+
+
+@pytest.mark.parametrize("given, ok", [("5%", True), ("0.05", True), ("1", True),
+                                       ("5", False), ("150%", True), ("2.5", False)])
+def test_a_bare_tolerance_above_one_asks_for_a_percent_sign(given, ok):
+    """``--tolerance 5`` would be 500% as a fraction: refused, pointing at 5%."""
+    import argparse
+    from sim.cli.common import tolerance_arg
+    if ok:
+        assert 0 <= tolerance_arg(given) <= 10
+    else:
+        with pytest.raises(argparse.ArgumentTypeError, match=f"write {given}% for a percentage"):
+            tolerance_arg(given)

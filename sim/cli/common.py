@@ -78,6 +78,11 @@ def tolerance_arg(text: str) -> float:
     if not 0 <= value <= 10:    # NaN fails too: a gate that can never fail is no gate
         raise argparse.ArgumentTypeError(
             f"a tolerance from 0 to 1000% (5% or 0.05), got {text!r}")
+    if value > 1 and not text.endswith("%"):
+        # a bare 5 is the fraction 5 (500%): most likely 5% was meant
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is {value:.0%} as a fraction; write {text}% for a percentage, or "
+            "a fraction up to 1 (0.05)")
     return value
 
 

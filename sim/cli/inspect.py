@@ -56,13 +56,23 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_lint(args: argparse.Namespace) -> int:
+    """Every file checked, each with its errors or ``ok``; exit 2 when any failed."""
+    import sys
+
     import sim
     from sim.api import prepare
+    from sim.config.errors import ScenarioError, format_cli_error
+    code = 0
     for path in args.scenarios:
-        # everything up to the first simulated event: data files read, arrivals drawn
-        prepare(sim.load_scenario(path, allow_paths=allowed_paths(args)))
+        try:
+            # everything up to the first simulated event: data files read, arrivals drawn
+            prepare(sim.load_scenario(path, allow_paths=allowed_paths(args)))
+        except (ScenarioError, OSError, UnicodeError) as exc:
+            print(format_cli_error(exc), file=sys.stderr)
+            code = max(code, getattr(exc, "exit_code", 2))
+            continue
         print(f"{shown(path)}: ok")
-    return 0
+    return code
 
 
 def _cmd_scenarios(args: argparse.Namespace) -> int:
