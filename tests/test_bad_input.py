@@ -1538,6 +1538,12 @@ FLAG_CASES = [
                                        "--max-tokens", "1"], "--max-tokens", "from 64 to"),
     ("sweep-empty-out", ["sweep", "{s}", "--vary", "seed=1,2", "--out", " "], "--out",
      "an empty path"),
+    ("run-empty-sweep", ["run", "{s}", "--sweep", "", "--out", "{d}/o"], "--sweep",
+     "an empty path"),
+    ("import-model-empty-out", ["import-model", "{s}", "--out", ""], "--out", "an empty path"),
+    ("import-model-empty-config", ["import-model", ""], "config", "an empty path"),
+    ("check-bare-tolerance-above-one", ["check", "{s}", "--baseline", "{d}/b.json",
+                                        "--tolerance", "5"], "--tolerance", "write 5%"),
 ]
 
 

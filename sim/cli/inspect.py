@@ -176,8 +176,8 @@ def add_inspect(sub) -> None:
 
     imp = sub.add_parser("import-model", help="write a model profile from a Hugging Face "
                                               "config.json (Llama, Mistral, Mixtral, Qwen, ...)")
-    imp.add_argument("config", help="the model's config.json")
+    imp.add_argument("config", type=path_arg, help="the model's config.json")
     imp.add_argument("--name", help="the profile's name (default: the config's model name)")
-    imp.add_argument("--out", help="write the profile here (default: print it); use it in "
+    imp.add_argument("--out", type=path_arg, help="write the profile here (default: print it); use it in "
                                    "a scenario under models: or as a file in profiles/models/")
     imp.set_defaults(func=_cmd_import_model)
