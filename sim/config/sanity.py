@@ -187,6 +187,15 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
                              f"after the run's arrivals end (duration {duration_s:g} s): it "
                              "would send nothing"))
         problems.extend(_check_closed_loop(here, scenario, stream))
+        sessions = getattr(stream, "sessions", None)
+        least = least_request(stream)
+        if sessions is not None and sessions.max_context_tokens is not None and \
+                least is not None and least > sessions.max_context_tokens:
+            problems.append((here + ("sessions", "max_context_tokens"), "every conversation "
+                             "would end before its first turn: a first prompt and its answer "
+                             f"take at least {least:,} tokens, past max_context_tokens "
+                             f"({sessions.max_context_tokens:,}); the stream would send "
+                             "nothing"))
         expected = expected_requests(scenario, stream)
         if not isinstance(stream.arrival, (ClosedArrivalConfig, TraceArrivalConfig)) and \
                 stream.start < duration_s and not expected >= 1e-3:     # NaN too

@@ -131,3 +131,15 @@ def test_a_refused_turn_ends_its_conversation():
 def test_unbounded_turns_are_refused(bad, fragment):
     with pytest.raises(ValidationError, match=fragment):
         make_scenario(stream={**chat(), "sessions": bad})
+
+
+def test_a_context_window_shorter_than_any_first_turn_is_refused():
+    """Every conversation would end before its first turn: the stream would send nothing,
+    so the scenario is refused at max_context_tokens (it ran and arrived 0)."""
+    from sim.config.sanity import check
+    stream = {**chat(max_context_tokens=200), "prompt_tokens": 100, "output_tokens": 20}
+    problems = dict(check(scenario(stream=stream)))
+    where = ("workload", "streams", "s", "sessions", "max_context_tokens")
+    assert "every conversation would end before its first turn" in problems[where]
+    assert "at least 420 tokens" in problems[where]          # prefix 300 + 100 + 20
+    assert not any("first turn" in m for m in dict(check(scenario())).values())
