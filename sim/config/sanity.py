@@ -389,21 +389,17 @@ def _check_slos(scenario: Scenario) -> list[tuple[Loc, str]]:
         metrics = [o.metric for o in targets(block)]
         if metrics == ["attainment"]:
             problems.append((where + ("attainment",), ATTAINMENT_ALONE))
-    for team, block in slos.teams.items():
-        if team not in sending:
-            problems.append((("slos", "teams", team), f"no stream sends for team '{team}'; "
-                             f"teams: {', '.join(sorted(sending))}"))
-        elif not targets(block):
-            problems.append((("slos", "teams", team), "sets no objective; give e.g. "
-                             "ttft_p99: 2s, or remove the team"))
-    streams = scenario.workload.streams
-    for name, block in slos.streams.items():
-        if name not in streams:
-            problems.append((("slos", "streams", name), f"no stream '{name}'; streams: "
-                             f"{', '.join(streams)}"))
-        elif not targets(block):
-            problems.append((("slos", "streams", name), "sets no objective; give e.g. "
-                             "ttft_p99: 2s, or remove the stream"))
+    # a team's or a stream's own SLOs: for one that sends, and setting something
+    for scope, blocks, known, unknown in (
+            ("teams", slos.teams, sorted(sending), "no stream sends for team '{}'"),
+            ("streams", slos.streams, list(scenario.workload.streams), "no stream '{}'")):
+        for name, block in blocks.items():
+            if name not in known:
+                problems.append((("slos", scope, name), f"{unknown.format(name)}; {scope}: "
+                                 f"{', '.join(known)}"))
+            elif not targets(block):
+                problems.append((("slos", scope, name), "sets no objective; give e.g. "
+                                 f"ttft_p99: 2s, or remove the {scope[:-1]}"))
     return problems
 
 

@@ -15,6 +15,7 @@ numbers are turned into arrays by :mod:`sim.workload`.
 """
 from __future__ import annotations
 
+import itertools
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
@@ -160,9 +161,8 @@ class TraceColumnsConfig(StrictModel):
     def _distinct(self) -> "TraceColumnsConfig":
         roles = {"timestamp": self.timestamp, "prompt_tokens": self.prompt_tokens,
                  "output_tokens": self.output_tokens}
-        for i, (role, column) in enumerate(roles.items()):
-            other = next((r for r, c in list(roles.items())[i + 1:] if c == column), None)
-            if other is not None:
+        for (role, column), (other, also) in itertools.combinations(roles.items(), 2):
+            if column == also:
                 raise ValueError(f"column '{column}' is named for both {role} and {other}; "
                                  "each must be a column of its own")
         return self

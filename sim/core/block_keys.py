@@ -25,7 +25,7 @@ class SessionKeys:
         self.conversation = conversation
         self.limit_tokens = limit_tokens        # tokens that may be shared: all of them
 
-    def run(self, index: int, block_tokens: int, limit_blocks: int) -> tuple[tuple, int]:
+    def run(self, index: int, block_tokens: int) -> tuple[tuple, int]:
         """(name, end) of the run of blocks starting at block ``index``: one block each."""
         if (index + 1) * block_tokens <= self.prefix_tokens:
             return (self.prefix_key, index, 1), index + 1
@@ -46,9 +46,11 @@ class HashKeys:
         self.trace_block_tokens = trace_block_tokens
         self.limit_tokens = min(prompt_tokens, len(ids) * trace_block_tokens)
 
-    def run(self, index: int, block_tokens: int, limit_blocks: int) -> tuple[tuple, int]:
+    def run(self, index: int, block_tokens: int) -> tuple[tuple, int]:
         """(name, end) of the run starting at block ``index``: the pool blocks whose last
-        token lies in one trace block (named by that block's id), up to ``limit_blocks``."""
+        token lies in one trace block (named by that block's id), up to the last full
+        block of ``limit_tokens``."""
         j = ((index + 1) * block_tokens - 1) // self.trace_block_tokens
-        end = min((j + 1) * self.trace_block_tokens // block_tokens, limit_blocks)
+        end = min((j + 1) * self.trace_block_tokens // block_tokens,
+                  self.limit_tokens // block_tokens)
         return (self.scope, self.ids[j], j, end - index), end

@@ -211,11 +211,10 @@ class KvCacheManager:
         """Leading blocks of ``req``'s named runs still cached, whole runs (never its last
         token's block)."""
         keys, bs, cache = req.block_keys, self.block_size_tokens, self._keyed
-        limit = keys.limit_tokens // bs
         usable = min(keys.limit_tokens, req.num_tokens - 1) // bs
         n = 0
         while n < usable:
-            key, end = keys.run(n, bs, limit)
+            key, end = keys.run(n, bs)
             if end > usable or key not in cache:
                 break
             n = end
@@ -233,9 +232,9 @@ class KvCacheManager:
         pinned = own                            # a request's own cached blocks are all evictable
         if shared and req.block_keys is not None:
             keys, bs, cache = req.block_keys, self.block_size_tokens, self._keyed
-            limit, i = keys.limit_tokens // bs, 0
+            i = 0
             while i < shared:
-                key, end = keys.run(i, bs, limit)
+                key, end = keys.run(i, bs)
                 if cache[key] == 0:
                     pinned += end - i
                 i = end
@@ -254,10 +253,10 @@ class KvCacheManager:
             return
         if req.block_keys is not None:
             keys, bs, cache = req.block_keys, self.block_size_tokens, self._keyed
-            limit, i = keys.limit_tokens // bs, 0
+            i = 0
             taken = []
             while i < shared:
-                key, end = keys.run(i, bs, limit)
+                key, end = keys.run(i, bs)
                 held = cache[key]
                 if held == 0:
                     del self._evictable[key]
@@ -353,10 +352,9 @@ class KvCacheManager:
         i = self._next_key.get(req, 0)
         if i >= full:
             return
-        limit = keys.limit_tokens // bs
         held = self._held.setdefault(req, [])
         while i < full:
-            key, end = keys.run(i, bs, limit)
+            key, end = keys.run(i, bs)
             size = end - i
             if end > full or req.num_blocks < size:
                 break

@@ -61,17 +61,16 @@ def attribute_cost(requests: pd.DataFrame, pool_cost: dict[str, float],
     return out
 
 
-def _prompt_pools(requests: pd.DataFrame, earlier: EarlierWork | None) -> np.ndarray:
-    """Per request, the pool that computed its prompt: its last pool, or the earlier one
+def _prompt_pools(requests: pd.DataFrame, earlier: EarlierWork | None):
+    """Per request, the pool that computed its prompt: its last pool (the categorical
+    column itself, compared by code, when no request was handed over), or the earlier one
     that handed it over with its prompt's KV (``carried`` tokens: disaggregation; a
     cascade's next pool starts over and computes the prompt itself)."""
-    pools = requests["pool"].astype(str).to_numpy()
-    if earlier is None:
-        return pools
-    handed = earlier.carried > 0
-    if not handed.any():
-        return pools
-    return np.where(handed, np.asarray(earlier.pool, dtype=object).astype(str), pools)
+    handed = earlier.carried > 0 if earlier is not None else None
+    if handed is None or not handed.any():
+        return requests["pool"]
+    return np.where(handed, np.asarray(earlier.pool, dtype=object).astype(str),
+                    requests["pool"].astype(str).to_numpy())
 
 
 def summarise(run: RunAccount, requests: pd.DataFrame, ts: pd.DataFrame,

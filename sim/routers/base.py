@@ -6,6 +6,7 @@ their own counts and need not scan every replica per request.
 """
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import Callable, Sequence
 
@@ -36,3 +37,43 @@ class Router(ABC):
             if has_room is None or has_room(replica):
                 return replica
         return None
+
+
+class BoundedLoadRouter(Router):
+    """The bookkeeping of a router with bounded loads (consistent hashing with bounded
+    loads, Mirrokni, Thorup and Zadimoghaddam, 2018): the requests it routed to each
+    replica that are not done yet, their total over the ready replicas, and the bound a
+    replica must be under to take one more."""
+
+    def __init__(self, load_factor: float) -> None:
+        self.load_factor = load_factor
+        self._ready: dict[int, Replica] = {}
+        self._counts: dict[int, int] = {}
+        self._total = 0                   # outstanding over the ready replicas
+
+    def on_ready(self, replica: Replica) -> None:
+        i = replica.index
+        self._ready[i] = replica
+        self._total += self._counts.setdefault(i, 0)
+
+    def on_leave(self, replica: Replica) -> bool:
+        """Forget ``replica``'s load; whether it was ready."""
+        i = replica.index
+        if self._ready.pop(i, None) is None:
+            return False
+        self._total -= self._counts.get(i, 0)
+        return True
+
+    def on_done(self, replica_index: int) -> None:
+        self._counts[replica_index] -= 1
+        if replica_index in self._ready:
+            self._total -= 1
+
+    def _bound(self) -> int:
+        """A replica takes one more request while its count is below this."""
+        return math.ceil(self.load_factor * (self._total + 1) / len(self._ready))
+
+    def _routed(self, replica: Replica) -> Replica:
+        self._counts[replica.index] += 1
+        self._total += 1
+        return replica

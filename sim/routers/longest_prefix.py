@@ -29,7 +29,7 @@ from pydantic import Field
 from sim.config.common import StrictModel
 from sim.core.replica import Replica
 from sim.core.request import Request
-from sim.routers.base import HasRoom, Router
+from sim.routers.base import BoundedLoadRouter, HasRoom
 
 
 class LongestPrefixConfig(StrictModel):
@@ -46,35 +46,17 @@ class LongestPrefixConfig(StrictModel):
                     "match (the request goes by load alone)")
 
 
-class LongestPrefixRouter(Router):
+class LongestPrefixRouter(BoundedLoadRouter):
     def __init__(self, cfg: LongestPrefixConfig,
                  rng: np.random.Generator | None = None) -> None:
-        self.load_factor = cfg.load_factor
+        super().__init__(cfg.load_factor)
         self.min_cached_fraction = cfg.min_cached_fraction
-        self._ready: dict[int, Replica] = {}
-        self._counts: dict[int, int] = {}
-        self._total = 0                   # outstanding over the ready replicas
-
-    def on_ready(self, replica: Replica) -> None:
-        i = replica.index
-        self._ready[i] = replica
-        self._total += self._counts.setdefault(i, 0)
-
-    def on_leave(self, replica: Replica) -> None:
-        i = replica.index
-        if self._ready.pop(i, None) is not None:
-            self._total -= self._counts.get(i, 0)
-
-    def on_done(self, replica_index: int) -> None:
-        self._counts[replica_index] -= 1
-        if replica_index in self._ready:
-            self._total -= 1
 
     def pick(self, req: Request, ready: Sequence[Replica], has_room: HasRoom) -> Replica | None:
         live, counts = self._ready, self._counts
         if not live:
             return None
-        bound = math.ceil(self.load_factor * (self._total + 1) / len(live))
+        bound = self._bound()
         least = math.ceil(self.min_cached_fraction * req.prompt_tokens)
         best = best_rank = None
         fallback = fallback_rank = None       # the least loaded with room, bound or not
@@ -92,8 +74,4 @@ class LongestPrefixRouter(Router):
             if best_rank is None or rank < best_rank:
                 best, best_rank = replica, rank
         chosen = best if best is not None else fallback
-        if chosen is None:
-            return None
-        counts[chosen.index] += 1
-        self._total += 1
-        return chosen
+        return None if chosen is None else self._routed(chosen)

@@ -28,7 +28,6 @@ run and process.
 from __future__ import annotations
 
 import hashlib
-import math
 from bisect import bisect_right
 from typing import Literal, Sequence
 
@@ -38,7 +37,7 @@ from pydantic import Field
 from sim.config.common import StrictModel
 from sim.core.replica import Replica
 from sim.core.request import Request
-from sim.routers.base import HasRoom, Router
+from sim.routers.base import BoundedLoadRouter, HasRoom
 
 
 class PrefixAffinityConfig(StrictModel):
@@ -63,14 +62,11 @@ def affinity_key(req: Request) -> str:
     return group if group is not None else f"{req.team}/{req.model}"
 
 
-class PrefixAffinityRouter(Router):
+class PrefixAffinityRouter(BoundedLoadRouter):
     def __init__(self, cfg: PrefixAffinityConfig,
                  rng: np.random.Generator | None = None) -> None:
+        super().__init__(cfg.load_factor)
         self.virtual_nodes = cfg.virtual_nodes
-        self.load_factor = cfg.load_factor
-        self._ready: dict[int, Replica] = {}
-        self._counts: dict[int, int] = {}
-        self._total = 0                   # outstanding over the ready replicas
         self._points: list[int] = []      # sorted ring points
         self._owners: list[int] = []      # replica index of each point
         self._replica_points: dict[int, list[int]] = {}
@@ -95,29 +91,22 @@ class PrefixAffinityRouter(Router):
         return self._owners[bisect_right(self._points, stable_hash(key)) % len(self._points)]
 
     def on_ready(self, replica: Replica) -> None:
-        i = replica.index
-        self._ready[i] = replica
-        self._total += self._counts.setdefault(i, 0)
+        super().on_ready(replica)
         self._rebuild()
 
-    def on_leave(self, replica: Replica) -> None:
-        i = replica.index
-        if self._ready.pop(i, None) is not None:
-            self._total -= self._counts.get(i, 0)
-            self._replica_points.pop(i, None)
-            self._rebuild()
-
-    def on_done(self, replica_index: int) -> None:
-        self._counts[replica_index] -= 1
-        if replica_index in self._ready:
-            self._total -= 1
+    def on_leave(self, replica: Replica) -> bool:
+        if not super().on_leave(replica):
+            return False
+        self._replica_points.pop(replica.index, None)
+        self._rebuild()
+        return True
 
     # -- routing -----------------------------------------------------------------------
     def pick(self, req: Request, ready: Sequence[Replica], has_room: HasRoom) -> Replica | None:
         points, owners, live, counts = self._points, self._owners, self._ready, self._counts
         if not points:
             return None
-        bound = math.ceil(self.load_factor * (self._total + 1) / len(live))
+        bound = self._bound()
         n = len(points)
         start = bisect_right(points, stable_hash(affinity_key(req)))
         seen: set[int] = set()
@@ -138,6 +127,4 @@ class PrefixAffinityRouter(Router):
             if not rooms:
                 return None
             chosen = min(rooms, key=lambda r: (counts[r.index], r.index))
-        counts[chosen.index] += 1
-        self._total += 1
-        return chosen
+        return self._routed(chosen)

@@ -124,11 +124,11 @@ def test_traced_block_ids_share_exactly_the_common_blocks_at_the_pools_block_siz
     assert kv.hit_blocks(traced(5, (5, 6), 1024)) == 512 // BS
     # a block straddling two trace blocks at another block size takes the later id
     keys = HashKeys("t", (1, 2), 512, 1024)
-    assert keys.run(0, 384, 1024 // 384) == (("t", 1, 0, 1), 1)
-    assert keys.run(1, 384, 1024 // 384) == (("t", 2, 1, 1), 2)
+    assert keys.run(0, 384) == (("t", 1, 0, 1), 1)
+    assert keys.run(1, 384) == (("t", 2, 1, 1), 2)
     # at 16 tokens a trace block is one run of 32 pool blocks; a partial one is shorter
-    assert keys.run(0, 16, 64) == (("t", 1, 0, 32), 32)
-    assert HashKeys("t", (1, 2), 512, 1000).run(32, 16, 1000 // 16) == (("t", 2, 1, 30), 62)
+    assert keys.run(0, 16) == (("t", 1, 0, 32), 32)
+    assert HashKeys("t", (1, 2), 512, 1000).run(32, 16) == (("t", 2, 1, 30), 62)
 
 
 def test_eviction_takes_a_traced_run_whole_and_keeps_the_counts():
