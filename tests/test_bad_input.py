@@ -970,6 +970,22 @@ CASES += [
          "pools.main.cost_model.profile", ["p.yaml is nested too deeply"], files={"p.yaml": "model: " + "[" * 20000 + "]" * 20000 + "\n"}),
 ]
 
+# JSON-lines traces (format mooncake): a line too long for a row is not called a CSV, and
+# a field an object names twice is refused (json.loads kept the last value).
+MOONCAKE = edit((POISSON_LINES, "      arrival: {type: trace, path: m.jsonl, format: mooncake}\n"))
+MOONCAKE_ROW = '{"timestamp": 0, "input_length": 50, "output_length": 5}\n'
+CASES += [
+    Case("a-jsonl-trace-line-of-70-kib", MOONCAKE, 2, None,
+         ["a line is longer than 64 KiB: not a row of a JSON-lines trace"], where="m.jsonl",
+         files={"m.jsonl": MOONCAKE_ROW + '{"timestamp": 1, "input_length": 5, '
+                           '"output_length": 2, "note": "' + "a" * 70000 + '"}\n'},
+         absent=["CSV", "aaaa"]),
+    Case("a-jsonl-trace-row-naming-a-field-twice", MOONCAKE, 2, None,
+         ["field 'input_length': given twice in the object"], where="m.jsonl",
+         files={"m.jsonl": MOONCAKE_ROW + '{"timestamp": 1, "input_length": 5, '
+                           '"input_length": 6, "output_length": 2}\n'}),
+]
+
 assert len(CASES) >= 30
 assert len({c.id for c in CASES}) == len(CASES)
 

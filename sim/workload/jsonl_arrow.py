@@ -6,8 +6,8 @@ parses whole chunks in C++ and keeps columns, not objects. It gives exactly what
 line-by-line reader of :mod:`sim.workload.trace_formats` gives, or declines (``None``)
 and leaves the file to that reader, which names the line and field at fault: it
 declines on anything it cannot prove it reads alike (a blank line, two objects on a
-line, a lone carriage return, a byte-order mark, text that is not UTF-8, a missing,
-null, non-finite or non-numeric field, a negative or non-integer block id).
+line, a lone carriage return, text that is not UTF-8, a missing, null, non-finite,
+non-numeric or repeated field, a negative or non-integer block id).
 """
 from __future__ import annotations
 
@@ -70,7 +70,8 @@ def read_jsonl_arrow(path: pathlib.Path, fields: tuple[str, ...], horizon: float
 
 def _chunks(path: pathlib.Path):
     """The file's bytes in chunks of whole lines (each ending in a newline), checked to be
-    UTF-8 without a byte-order mark or a carriage return that is not before a newline."""
+    UTF-8 without a carriage return that is not before a newline; a byte-order mark at the
+    start is dropped (as the line-by-line reader drops it)."""
     tail = b""
     first = True
     with open_data(path) as fh:
@@ -90,7 +91,7 @@ def _chunks(path: pathlib.Path):
 
 def _checked(chunk: bytes, first: bool) -> bytes:
     if first and chunk.startswith(b"\xef\xbb\xbf"):
-        raise _Declined
+        chunk = chunk[3:]
     if chunk.count(b"\r") != chunk.count(b"\r\n"):
         raise _Declined
     chunk.decode("utf-8")           # raises UnicodeDecodeError on bytes that are not

@@ -106,10 +106,11 @@ def open_data(path: pathlib.Path):
                                      MAX_DATA_BYTES))
 
 
-def scan_text(path: pathlib.Path) -> bool:
+def scan_text(path: pathlib.Path, kind: str = "a CSV of numbers") -> bool:
     """Refuse a file with NUL bytes or a line over MAX_CSV_LINE_BYTES before pandas reads it
-    (a 2 GB file of one line would be held whole, several times over). Returns whether
-    the file holds a double quote (a quoted field may span lines)."""
+    (a 2 GB file of one line would be held whole, several times over); ``kind`` says what
+    such a line is not. Returns whether the file holds a double quote (a quoted field may
+    span lines)."""
     line, since_newline, quoted = 1, 0, False
     with open_data(path) as fh:
         while block := fh.read(_SCAN_BLOCK_BYTES):
@@ -134,7 +135,7 @@ def scan_text(path: pathlib.Path) -> bool:
                 break
     if since_newline > MAX_CSV_LINE_BYTES:
         raise WorkloadDataError(path, f"a line is longer than {MAX_CSV_LINE_BYTES // 1024} KiB: "
-                                      "not a CSV of numbers", line=line)
+                                      f"not {kind}", line=line)
     return quoted
 
 

@@ -161,7 +161,7 @@ def read_jsonl_fields(path: pathlib.Path, fields: tuple[str, ...],
     as float64 arrays, with each object's line, and (with ``ids_field``) each object's list
     of non-negative integer ids there as a tuple (empty when it has none); reading stops
     after the first object whose first field is at or past ``horizon``."""
-    scan_text(path)                # no NUL bytes, no line over 64 KiB
+    scan_text(path, "a row of a JSON-lines trace (one object a line)")  # no NUL, no long line
     max_rows = MAX_CSV_ROWS if max_rows is None else max_rows
     too_many = too_many or f"more than {max_rows:,} rows; split the file"
     fast = read_jsonl_arrow(path, fields, horizon, max_rows, too_many, ids_field)
@@ -171,14 +171,15 @@ def read_jsonl_fields(path: pathlib.Path, fields: tuple[str, ...],
     lines: list[int] = []
     ids: list[tuple] | None = [] if ids_field is not None else None
     try:
-        with open_data(path) as raw, io.TextIOWrapper(raw, encoding="utf-8") as text:
+        # (utf-8-sig: a byte-order mark a Windows editor wrote before the first line)
+        with open_data(path) as raw, io.TextIOWrapper(raw, encoding="utf-8-sig") as text:
             for number, line in enumerate(text, start=1):
                 if not line.strip():
                     continue
                 if len(lines) >= max_rows:
                     raise WorkloadDataError(path, too_many, line=number)
                 try:
-                    row = json.loads(line)
+                    row = json.loads(line, object_pairs_hook=_Row)
                 except (ValueError, RecursionError):
                     raise WorkloadDataError(path, "not a JSON object (a trace of format "
                                                   "mooncake holds one a line)",
@@ -186,6 +187,10 @@ def read_jsonl_fields(path: pathlib.Path, fields: tuple[str, ...],
                 if not isinstance(row, dict):
                     raise WorkloadDataError(path, "not a JSON object (a trace of format "
                                                   "mooncake holds one a line)", line=number)
+                twice = next((f for f in (*fields, ids_field) if f in row.twice), None)
+                if twice is not None:       # json.loads would keep the last one silently
+                    raise WorkloadDataError(path, f"field {twice!r}: given twice in the "
+                                                  "object; give it once", line=number)
                 for field in fields:
                     value = row.get(field)
                     if field not in row:
@@ -210,6 +215,17 @@ def read_jsonl_fields(path: pathlib.Path, fields: tuple[str, ...],
             from None
     return ({f: np.asarray(v, dtype=np.float64) for f, v in out.items()},
             np.asarray(lines, dtype=np.int64), ids)
+
+
+class _Row(dict):
+    """A JSON object, with the keys it names more than once (``twice``)."""
+
+    def __init__(self, pairs: list[tuple[str, object]]) -> None:
+        super().__init__(pairs)
+        seen: set[str] = set()
+        self.twice: set[str] = set()
+        for key, _ in pairs:
+            (self.twice if key in seen else seen).add(key)
 
 
 MAX_ID = 2 ** 63 - 1

@@ -255,6 +255,38 @@ def test_mooncake_jsonl_with_errors_located_by_line(tmp_path):
             _load(tmp_path, "m.jsonl", rows + broken, format="mooncake")
 
 
+def test_a_jsonl_trace_after_a_byte_order_mark_reads_as_without(tmp_path, monkeypatch):
+    """A Windows editor's byte-order mark before the first object is no part of it (it was
+    refused as 'not a JSON object'), on the fast path and line by line alike."""
+    from sim.workload import trace_formats
+    rows = (b'{"timestamp": 0, "input_length": 6758, "output_length": 500}\n'
+            b'{"timestamp": 1500, "input_length": 70, "output_length": 5}\n')
+    tr = _load(tmp_path, "m.jsonl", b"\xef\xbb\xbf" + rows, format="mooncake")
+    assert tr.timestamp_s.tolist() == [0.0, 1.5] and tr.prompt_tokens.tolist() == [6758, 70]
+    monkeypatch.setattr(trace_formats, "read_jsonl_arrow", lambda *a, **k: None)
+    tr = _load(tmp_path, "m.jsonl", b"\xef\xbb\xbf" + rows, format="mooncake")
+    assert tr.timestamp_s.tolist() == [0.0, 1.5] and tr.prompt_tokens.tolist() == [6758, 70]
+
+
+def test_a_jsonl_object_naming_a_field_twice_is_refused_at_its_line(tmp_path):
+    """json.loads keeps the last of two values silently: which one was meant?"""
+    rows = (b'{"timestamp": 0, "input_length": 6758, "output_length": 500}\n'
+            b'{"timestamp": 1500, "input_length": 70, "output_length": 5, "hash_ids": [1], '
+            b'"hash_ids": [2]}\n')
+    with pytest.raises(WorkloadDataError, match=r"m\.jsonl:2: field 'hash_ids': given twice"):
+        _load(tmp_path, "m.jsonl", rows, format="mooncake")
+    with pytest.raises(WorkloadDataError, match=r"m\.jsonl:1: field 'timestamp': given twice"):
+        _load(tmp_path, "m.jsonl", b'{"timestamp": 0, "timestamp": 9, "input_length": 1, '
+                                   b'"output_length": 1}\n', format="mooncake")
+
+
+def test_a_jsonl_line_too_long_is_not_called_a_csv(tmp_path):
+    long = b'{"timestamp": 0, "input_length": 1, "output_length": 1, "x": "' + b"a" * 70000
+    with pytest.raises(WorkloadDataError, match=r"m\.jsonl:1: a line is longer than 64 KiB: "
+                                                r"not a row of a JSON-lines trace"):
+        _load(tmp_path, "m.jsonl", long + b'"}\n', format="mooncake")
+
+
 def test_a_gzip_trace_reads_as_its_content_and_a_false_one_is_refused(tmp_path):
     import gzip
     text = HEADER.encode() + b"0.5,100,10\n1.25,200,20\n"
