@@ -1372,7 +1372,7 @@ ARGV_CASES = [
      ["steps[1]: runs from", "takes at most 60 s"]),
     ("size-max-rate-of-closed-loop-streams",
      ["size", "{d}/closed.yaml", "--slo", "ttft_p99=2s", "--max-rate"],
-     ["--max-rate: --max-rate scales the streams' rates", "closed-loop"]),
+     ["error: --max-rate scales the streams' rates", "closed-loop"]),
     ("size-attainment-alone", ["size", "{s}", "--slo", "attainment=1", "--max-rate"],
      ["--slo: attainment counts the requests within every latency bound"]),
     ("check-baseline-of-an-unknown-slo-metric", ["check", "{s}", "--baseline",
@@ -1531,6 +1531,28 @@ def test_a_bad_command_line_is_refused_before_any_work(tmp_path, capsys, argv, f
         assert fragment in err, (fragment, err)
     assert "aws_secret_key" not in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("argv, start", [
+    (["sweep", "{s}", "--vary", "seed=1,2", "--vary", "seed=3,4", "--out", "{d}/o.csv"],
+     "error: --vary seed: given twice"),
+    (["sweep", "{s}", "--vary", "pools.main.replicas=5..1", "--out", "{d}/o.csv"],
+     "error: --vary 'pools.main.replicas=5..1': the range is empty"),
+    (["size", "{s}", "--slo", "ttft_p99=2s", "--slo", "ttft_p99=1s"],
+     "error: --slo ttft_p99: given twice"),
+    (["run", "{s}", "--workers", "2", "--out", "{d}/o"], "error: --workers runs replications"),
+    (["run", "{s}", "--set", "=5", "--out", "{d}/o"], "error: --set '=5': write PATH=VALUE"),
+])
+def test_a_flag_is_named_once_in_its_error(tmp_path, capsys, argv, start):
+    """A message that opens with its flag is not prefixed with the flag again (it read
+    ``--vary: --vary seed: given twice``)."""
+    path = tmp_path / "s.yaml"
+    path.write_text(BASE, encoding="utf-8")
+    code = run_main([a.format(s=path, d=tmp_path) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith(start), err
+    assert not re.search(r"(--[a-z-]+): \1\b", err), err
 
 
 # numbers on the command line outside what a run can use: argparse's usage error, exit 2

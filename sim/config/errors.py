@@ -37,7 +37,11 @@ class Problem:
                     where += f":{self.column}"
         elif self.line is not None:
             where = f"line {self.line}"
-        parts = [p for p in (where, self.field) if p]
+        field = self.field
+        if field and field.startswith("--") and self.message.startswith((field + " ",
+                                                                          field + ":")):
+            field = None        # a flag's message that opens with the flag names it once
+        parts = [p for p in (where, field) if p]
         return ": ".join(parts + [self.message])
 
 
