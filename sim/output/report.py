@@ -2,13 +2,15 @@
 
 The scenario, the summary, latency CDFs, queue and replicas over time and
 per-team usage, with the plots embedded as PNG data. Every string that came
-from a scenario (team, pool, model names, the YAML itself) is HTML-escaped.
+from a scenario (team, pool, model names, the YAML itself) is HTML-escaped, its control
+characters shown as ``\\xNN``.
 """
 from __future__ import annotations
 
 import base64
 import html
 import io
+import re
 
 import matplotlib
 import yaml
@@ -22,8 +24,15 @@ text-align:right}th{background:#f4f4f4}td:first-child,th:first-child{text-align:
 pre{background:#f8f8f8;padding:1em;overflow:auto;font-size:.85em}img{max-width:100%}"""
 
 
+# characters HTML may not hold as text: C0 controls but tab, line feed and carriage return,
+# DEL and the C1 controls (a scenario's description or a sweep table's values may carry them)
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
 def _e(value) -> str:
-    return html.escape(str(value), quote=True)
+    """``value`` as HTML text: escaped, and each control character shown as ``\\xNN``."""
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
+    return html.escape(text, quote=True)
 
 
 def _fmt(value) -> str:

@@ -24,6 +24,37 @@ def test_report_embeds_plots_and_escapes_scenario_strings():
     assert "http://" not in page and "https://" not in page       # nothing fetched
 
 
+def test_control_characters_reach_no_page_raw():
+    """Names with control characters are refused when read; a description or a sweep
+    table's values may still hold them (ESC, BEL): each page shows them as \\xNN, never
+    raw (HTML cannot hold them)."""
+    import pandas as pd
+    import pydantic
+    import pytest
+
+    from sim.output.report import build_sweep_report
+    stream = {"team": "t", "model": "llama-3.1-8b", "arrival": {"type": "poisson", "rate": 2},
+              "prompt_tokens": 100, "output_tokens": 20}
+    pools = {"p": {"model": "llama-3.1-8b", "hardware": "H100-SXM"}}
+    for bad in ({"name": "a\x1b[31m"}, {"pools": {"p\x07": pools["p"]}},
+                {"workload": {"streams": {"s": {**stream, "team": "t\x1b"}}}},
+                {"workload": {"streams": {"s\x1b": stream}}}):
+        with pytest.raises(pydantic.ValidationError, match="printable"):
+            Scenario.model_validate({"duration": 10, "workload": {"streams": {"s": stream}},
+                                     "pools": pools, **bad})
+    scn = Scenario.model_validate({"name": "n", "duration": 10, "pools": pools,
+                                   "description": "bell\x07 esc\x1b[31m",
+                                   "workload": {"streams": {"s": stream}}})
+    table = pd.DataFrame({"pools.p.router": ["x\x1b[31m\x07", "y"], "arrived": [40, 40],
+                          "output_tokens_per_s": [100.5, 200.0], "ttft_p99_s": [0.1, 0.2],
+                          "tpot_p99_s": [0.01, 0.02]})
+    report, sweep_page = build_report(sim.run(scn), table), build_sweep_report(table, "n")
+    for page in (report, sweep_page):
+        assert not any(ord(c) < 32 and c not in "\t\n\r" for c in page)
+        assert "x\\x1b[31m\\x07" in page
+    assert "bell\\x07 esc\\x1b[31m" in report
+
+
 def _small_sweep():
     from sim.planning.sweep import sweep
     scn = Scenario.model_validate({
