@@ -10,6 +10,7 @@ from sim.config.inputs import shown
 from sim.config.errors import ScenarioError
 from sim.output.output_paths import slug
 from sim.cli.common import (path_arg, count_arg, tolerance_arg, MAX_WORKERS, count_bar,
+                            MAX_REPLICATIONS,
                             load_from_args, allowed_paths, add_allow_path, inputs_of,
                             scenario_slos, slos_from_args, with_pd_options)
 
@@ -17,6 +18,7 @@ from sim.cli.common import (path_arg, count_arg, tolerance_arg, MAX_WORKERS, cou
 def _cmd_size(args: argparse.Namespace) -> int:
     from sim.output.output_paths import prepare_folder
     from sim.output.outputs import csv_safe, write_folder
+    from sim.planning.runner import DaskSchedulerError
     from sim.planning.size import max_rate, size
 
     if args.force and not args.out:
@@ -45,8 +47,14 @@ def _cmd_size(args: argparse.Namespace) -> int:
                             "closed-loop (its load is its concurrency): sweep "
                             "workload.streams.NAME.arrival.concurrency instead",
                             field="--max-rate")
+    confidence = _confidence(args)
     if args.max_rate:
-        rates = [{"pool": pool, **max_rate(scenario, slos, pool)}
+        for flag in ("workers", "executor", "scheduler"):
+            if getattr(args, flag) not in (1, "local", None):
+                raise ScenarioError(f"--{flag} runs size's options side by side, and "
+                                    "--max-rate searches one load at a time: leave it out",
+                                    field=f"--{flag}")
+        rates = [{"pool": pool, **max_rate(scenario, slos, pool, confidence=confidence)}
                  for pool in pools or list(scenario.pools)]
         if out is not None:
             def write_rates(folder: Path) -> list[Path]:
@@ -59,9 +67,14 @@ def _cmd_size(args: argparse.Namespace) -> int:
         for row in rates:
             print(json.dumps(row))
         return _verdict([r["pool"] for r in rates if not r["feasible"]], "no load")
+    _check_executor(args)
     bar, update = count_bar("size") if not args.quiet else (None, None)
     try:
-        table = size(scenario, slos, pools, progress=update)
+        table = size(scenario, slos, pools, progress=update, confidence=confidence,
+                     executor=args.executor, workers=args.workers,
+                     scheduler=args.scheduler)
+    except DaskSchedulerError as exc:
+        raise ScenarioError(str(exc), field="--scheduler") from None
     finally:
         if bar is not None:
             bar.stop()
@@ -76,6 +89,62 @@ def _cmd_size(args: argparse.Namespace) -> int:
     feasible = set(table.loc[table["feasible"], "pool"]) if len(table) else set()
     return _verdict([p for p in dict.fromkeys(table["pool"]) if p not in feasible]
                     if len(table) else [], "no option")
+
+
+def _confidence(args: argparse.Namespace):
+    """The confidence ``--confidence`` and ``--max-replications`` ask for, or None (each
+    verdict from one run with the scenario's seed)."""
+    from sim.planning.verdict import MIN_REPLICATIONS, Confidence
+
+    if args.confidence is None:
+        if args.max_replications is not None:
+            raise ScenarioError("--max-replications caps the seeds a confident verdict may "
+                                "take: give --confidence too (e.g. --confidence 95%)",
+                                field="--max-replications")
+        return None
+    cap = args.max_replications if args.max_replications is not None else \
+        Confidence().max_replications
+    if cap < MIN_REPLICATIONS:
+        raise ScenarioError(f"--max-replications {cap}: a confident verdict needs at least "
+                            f"{MIN_REPLICATIONS} replications", field="--max-replications")
+    return Confidence(level=args.confidence, max_replications=cap)
+
+
+def _confidence_arg(text: str) -> float:
+    """A confidence level: 95% or 0.95, from 50% to 99.99%."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"cannot read {text!r} as a confidence level (95% or 0.95)") from None
+    if not 0.5 <= value <= 0.9999:         # NaN fails too
+        raise argparse.ArgumentTypeError(
+            f"a confidence level from 50% to 99.99% (95% or 0.95), got {text!r}")
+    return value
+
+
+def _add_confidence(parser) -> None:
+    from sim.planning.verdict import DEFAULT_MAX_REPLICATIONS, MIN_REPLICATIONS
+    parser.add_argument(
+        "--confidence", type=_confidence_arg, metavar="LEVEL",
+        help="replicate each trial over independent seeds until every SLO's interval "
+             f"clears its target at this level (e.g. 95%%): from {MIN_REPLICATIONS} "
+             "replications, doubling, up to --max-replications; without it one seed "
+             "decides")
+    parser.add_argument(
+        "--max-replications", type=count_arg(MAX_REPLICATIONS), metavar="N",
+        help=f"most seeds per trial with --confidence (default "
+             f"{DEFAULT_MAX_REPLICATIONS}); a verdict still open there is the estimate's, "
+             "marked uncertain")
+
+
+def _check_executor(args: argparse.Namespace) -> None:
+    if args.scheduler is not None and args.executor != "dask":
+        raise ScenarioError("--scheduler names a Dask scheduler: add --executor dask",
+                            field="--scheduler")
+    if args.executor == "dask" and importlib.util.find_spec("distributed") is None:
+        raise ScenarioError("--executor dask needs Dask, which local runs do without: "
+                            "pip install 'fleetsim[cluster]'", field="--executor")
 
 
 def _verdict(failed: list[str], what: str) -> int:
@@ -96,12 +165,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from sim.planning.runner import DaskSchedulerError
     from sim.planning.sweep import sweep
 
-    if args.scheduler is not None and args.executor != "dask":
-        raise ScenarioError("--scheduler names a Dask scheduler: add --executor dask",
-                            field="--scheduler")
-    if args.executor == "dask" and importlib.util.find_spec("distributed") is None:
-        raise ScenarioError("--executor dask needs Dask, which local sweeps do without: "
-                            "pip install 'fleetsim[cluster]'", field="--executor")
+    _check_executor(args)
     scenario = load_from_args(args)
     varies = [parse_vary(v) for v in args.vary]
     check_grid(varies, fixed=[s.partition("=")[0] for s in args.set or []])
@@ -209,7 +273,8 @@ def _cmd_drift_check(args: argparse.Namespace) -> int:
                                 field="--junit")
     code, lines, verdicts = check(args.scenarios, baseline, slos_from_args(args),
                                   args.tolerance, args.update,
-                                  allow_paths=allowed_paths(args))
+                                  allow_paths=allowed_paths(args),
+                                  confidence=_confidence(args))
     if args.junit:
         write_file(Path(args.junit), junit_xml(((v.scenario, v.problems) for v in verdicts),
                                                str(baseline)))
@@ -222,6 +287,13 @@ def _cmd_drift_check(args: argparse.Namespace) -> int:
         for line in lines:
             print(shown(line))
     return code
+
+
+def _add_executor(parser, workers_help: str) -> None:
+    parser.add_argument("--executor", choices=["local", "dask"], default="local")
+    parser.add_argument("--workers", type=count_arg(MAX_WORKERS), default=1,
+                        help=workers_help)
+    parser.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786")
 
 
 def add_planning(sub) -> None:
@@ -237,6 +309,8 @@ def add_planning(sub) -> None:
     size_p.add_argument("--force", action="store_true",
                         help="replace an output folder an earlier fleetsim run wrote")
     size_p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_confidence(size_p)
+    _add_executor(size_p, "processes (or Dask workers) searching the options side by side")
     add_allow_path(size_p)
     size_p.set_defaults(func=_cmd_size)
 
@@ -245,10 +319,7 @@ def add_planning(sub) -> None:
     sweep_p.add_argument("--vary", action="append", required=True, metavar="PATH=VALUES",
                          help="e.g. pools.main.replicas=2..8:2 or workload.rate_scale=1,2,4")
     sweep_p.add_argument("--set", action="append", metavar="PATH=VALUE")
-    sweep_p.add_argument("--executor", choices=["local", "dask"], default="local")
-    sweep_p.add_argument("--workers", type=count_arg(MAX_WORKERS), default=1,
-                         help="processes (or Dask workers) for the grid's points")
-    sweep_p.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786")
+    _add_executor(sweep_p, "processes (or Dask workers) for the grid's points")
     sweep_p.add_argument("--out", type=path_arg, help="CSV file for the table (default: results/<scenario "
                                        "name>-sweep.csv); replaces only an earlier sweep table")
     sweep_p.add_argument("--report", type=path_arg, metavar="HTML",
@@ -283,5 +354,6 @@ def add_planning(sub) -> None:
                          help="also write the verdicts as JUnit XML (one case per scenario)")
     check_p.add_argument("--json", action="store_true",
                          help="print the verdicts as JSON instead of lines")
+    _add_confidence(check_p)
     add_allow_path(check_p)
     check_p.set_defaults(func=_cmd_drift_check)

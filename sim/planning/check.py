@@ -17,15 +17,19 @@ from pathlib import Path
 import sim
 from sim.config.errors import ScenarioError
 from sim.config.inputs import InputFileError, read_bytes, shown
-from sim.planning.size import check_budget, evaluate, min_replicas, reaches, replica_cap
+from sim.planning.size import check_budget, min_replicas, reaches, replica_cap, verdict
+from sim.planning.verdict import Confidence
 from sim.config.slos import METRICS, Slo, targets
 
 LATENCY_KEYS = ("ttft_p99", "tpot_p99", "e2e_p99")
 
 
-def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = ()) -> dict:
+def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = (),
+                     confidence: Confidence | None = None) -> dict:
     """Required replicas per pool and the run's latencies, against ``slos`` or, when none
-    are given, the scenario's own fleet-wide ``slos:``; the SLOs used are recorded."""
+    are given, the scenario's own fleet-wide ``slos:``; the SLOs used are recorded. With
+    ``confidence`` each verdict is replicated until that sure, and a pool whose count
+    rests on an uncertain verdict says so (``confident``)."""
     scenario = sim.load_scenario(path, allow_paths=allow_paths)
     if not slos and scenario.slos is not None:
         slos = targets(scenario.slos)
@@ -35,7 +39,8 @@ def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = ()
                             "own are not sized for)", file=str(path), field="slos")
     out: dict = {"pools": {}, "latency_s": {}, "slo_met": True,
                  "slos": {s.metric: s.target for s in slos}}
-    check_budget(scenario, list(scenario.pools), options=False)     # before any simulation
+    check_budget(scenario, list(scenario.pools), options=False,     # before any simulation
+                 confidence=confidence)
     summary = sim.run(scenario).summary
     for key in LATENCY_KEYS:
         name, stat = key.split("_")
@@ -45,10 +50,16 @@ def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = ()
             out["pools"][pool] = {"required_replicas": 0, "slo_met_as_configured": True}
             continue
         option = {"hardware": cfg.hardware, "tp": cfg.tp, "weight_dtype": cfg.weight_dtype}
-        need, _ = min_replicas(scenario, pool, slos, option, replica_cap(scenario, pool))
-        _, ok, _ = evaluate(scenario, pool, slos)
-        out["pools"][pool] = {"required_replicas": need, "slo_met_as_configured": ok}
-        out["slo_met"] &= ok
+        need, trials = min_replicas(scenario, pool, slos, option,
+                                    replica_cap(scenario, pool), confidence)
+        as_configured = verdict(scenario, pool, slos, confidence)
+        out["pools"][pool] = {"required_replicas": need,
+                              "slo_met_as_configured": as_configured.ok}
+        if confidence is not None:
+            decided = [trials[n] for n in (need, (need or 0) - 1) if n in trials]
+            out["pools"][pool]["confident"] = bool(
+                as_configured.certain and all(t.verdict.certain for t in decided))
+        out["slo_met"] &= as_configured.ok
     return out
 
 
@@ -62,10 +73,12 @@ def drift(base: dict, now: dict, tolerance: float) -> list[str]:
     for pool, fig in now["pools"].items():
         old = base.get("pools", {}).get(pool, {}).get("required_replicas")
         new = fig["required_replicas"]
+        unsure = " (an uncertain verdict: allow more replications with " \
+                 "--max-replications)" if fig.get("confident") is False else ""
         if old != new:
-            problems.append(f"pool {pool}: required replicas {old} -> {new}")
+            problems.append(f"pool {pool}: required replicas {old} -> {new}{unsure}")
         if not fig["slo_met_as_configured"]:
-            problems.append(f"pool {pool}: breaks the SLOs as configured")
+            problems.append(f"pool {pool}: breaks the SLOs as configured{unsure}")
     for key, new in now["latency_s"].items():
         old = base.get("latency_s", {}).get(key)
         if old is None or new is None:
@@ -178,7 +191,7 @@ def baseline_key(path: str, baseline: Path) -> str:
 
 
 def check(paths: list[str], baseline: Path, slos: list[Slo], tolerance: float,
-          update: bool, allow_paths: Iterable[str] = ()
+          update: bool, allow_paths: Iterable[str] = (), confidence: Confidence | None = None
           ) -> tuple[int, list[str], list[Verdict]]:
     """Measure ``paths`` and compare them with ``baseline``; with ``update``, write
     the baseline instead (the caller has checked it may be written: see
@@ -189,7 +202,7 @@ def check(paths: list[str], baseline: Path, slos: list[Slo], tolerance: float,
         raise ScenarioError("no such baseline; make it with --update (it records today's "
                             "figures)", file=shown(baseline), field="--baseline")
     stored = read_baseline(baseline) if exists else {}      # (read before any work)
-    current = {baseline_key(p, baseline): measure_scenario(p, slos, allow_paths)
+    current = {baseline_key(p, baseline): measure_scenario(p, slos, allow_paths, confidence)
                for p in paths}
     if update:      # the other scenarios' entries stay: a baseline serves a whole suite
         gone = set(current) | {str(p) for p in paths}   # (older baselines: as typed)

@@ -11,7 +11,7 @@ import multiprocessing
 import os
 import signal
 import tempfile
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from sim.config.scenario import Scenario
 
@@ -21,23 +21,37 @@ Progress = Callable[[int, int], None]
 Payload = tuple[dict, str | None, tuple[str, ...]]  # scenario, its file, allowed folders
 
 
-def _payload(scenario: Scenario) -> Payload:
+def scenario_payload(scenario: Scenario) -> Payload:
+    """A validated scenario as plain data a worker process can be sent."""
     return scenario.model_dump(mode="json"), scenario._source, scenario._allow_paths
+
+
+def scenario_from_payload(payload: Payload) -> Scenario:
+    data, source, allow_paths = payload
+    scenario = Scenario.model_validate(data)
+    scenario._source, scenario._allow_paths = source, allow_paths
+    return scenario
 
 
 def run_payload(payload: Payload) -> dict:
     """Worker entry point: rebuild the scenario, run it, return its summary."""
     import sim
-    data, source, allow_paths = payload
-    scenario = Scenario.model_validate(data)
-    scenario._source, scenario._allow_paths = source, allow_paths
-    return sim.run(scenario).summary
+    return sim.run(scenario_from_payload(payload)).summary
 
 
 def run_many(scenarios: Sequence[Scenario], *, executor: str = "local", workers: int = 1,
              scheduler: str | None = None, progress: Progress | None = None) -> list[dict]:
     """Summaries of ``scenarios``, in their order."""
-    payloads = [_payload(s) for s in scenarios]
+    return map_tasks(run_payload, [scenario_payload(s) for s in scenarios],
+                     executor=executor, workers=workers, scheduler=scheduler,
+                     progress=progress)
+
+
+def map_tasks(func: Callable[[Any], Any], payloads: Sequence, *, executor: str = "local",
+              workers: int = 1, scheduler: str | None = None,
+              progress: Progress | None = None) -> list:
+    """``func`` (a module-level function, so that workers can import it) of each payload,
+    in their order, here, on local processes or on Dask."""
     total = len(payloads)
     done = 0
 
@@ -48,17 +62,17 @@ def run_many(scenarios: Sequence[Scenario], *, executor: str = "local", workers:
             progress(done, total)
 
     if executor == "dask":
-        return _run_dask(payloads, workers, scheduler, tick)
+        return _run_dask(func, payloads, workers, scheduler, tick)
     if executor != "local":
         raise ValueError(f"unknown executor {executor!r}; choose local or dask")
     workers = min(workers, total, 4 * (os.cpu_count() or 1))
     if workers <= 1:
         out = []
         for p in payloads:
-            out.append(run_payload(p))
+            out.append(func(p))
             tick()
         return out
-    return _run_processes(payloads, workers, tick)
+    return _run_processes(func, payloads, workers, tick)
 
 
 def _ignore_interrupt() -> None:
@@ -66,11 +80,11 @@ def _ignore_interrupt() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _run_processes(payloads, workers: int, tick) -> list[dict]:
+def _run_processes(func, payloads, workers: int, tick) -> list:
     pool = multiprocessing.Pool(workers, initializer=_ignore_interrupt)
     try:
         out = []
-        for summary in pool.imap(run_payload, payloads):
+        for summary in pool.imap(func, payloads):
             out.append(summary)
             tick()
     except BaseException:           # Ctrl-C, a worker's error: stop the rest now
@@ -89,7 +103,7 @@ class DaskSchedulerError(ValueError):
     """The Dask scheduler named on the command line cannot be reached."""
 
 
-def _run_dask(payloads, workers: int, scheduler: str | None, tick) -> list[dict]:
+def _run_dask(func, payloads, workers: int, scheduler: str | None, tick) -> list:
     from dask.distributed import Client, LocalCluster, as_completed
 
     cluster = scratch = None
@@ -113,7 +127,7 @@ def _run_dask(payloads, workers: int, scheduler: str | None, tick) -> list[dict]
                                    local_directory=scratch.name)
             client = Client(cluster)
     try:
-        futures = client.map(run_payload, payloads, pure=False)
+        futures = client.map(func, payloads, pure=False)
         for _ in as_completed(futures):
             tick()
         return client.gather(futures)

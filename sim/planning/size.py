@@ -21,17 +21,30 @@ from sim.config.sanity import MAX_FLEET_REPLICAS, most_replicas
 from sim.api import located
 from sim.config.scenario import Scenario
 from sim.planning.overrides import with_values
+from sim.planning.runner import Payload, map_tasks, scenario_from_payload, scenario_payload
 from sim.config.resolve import resolve
 from sim.config.slos import Slo
 from sim.output.slo import margins, measure, met
+from sim.planning.verdict import Confidence, Verdict, judge
 
 
 @dataclass
 class Trial:
     replicas: int
-    measured: dict[str, float]
-    ok: bool
-    summary: dict
+    verdict: Verdict
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.ok
+
+    @property
+    def measured(self) -> dict[str, float]:
+        return self.verdict.estimate
+
+    @property
+    def summary(self) -> dict:
+        """The summary of the trial's first replication (its seed the scenario's)."""
+        return self.verdict.first
 
 
 def stage_of(scenario: Scenario, pool: str) -> set[str]:
@@ -63,6 +76,17 @@ def evaluate(scenario: Scenario, pool: str, slos: list[Slo]) -> tuple[dict, bool
     return measured, met(measured, slos), res.summary
 
 
+def verdict(scenario: Scenario, pool: str, slos: list[Slo],
+            confidence: Confidence | None) -> Verdict:
+    """The SLO verdict on ``pool`` for ``scenario``: one run with its seed, or replications
+    with the seeds after it until the verdict is as sure as ``confidence`` asks."""
+    def sample(i: int) -> tuple[dict, dict]:
+        scn = scenario if i == 0 else with_values(scenario, {"seed": scenario.seed + i})
+        measured, _, summary = evaluate(scn, pool, slos)
+        return measured, summary
+    return judge(sample, slos, confidence)
+
+
 def reaches(scenario: Scenario, pool: str) -> bool:
     """Whether any request of the scenario as configured reaches ``pool`` (an idle pool,
     allowed in a scenario, has nothing to size)."""
@@ -83,8 +107,10 @@ def _option_grid(scenario: Scenario, pool: str) -> list[dict]:
 
 
 def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
-                 max_replicas: int) -> tuple[int | None, dict[int, Trial]]:
-    """Fewest replicas meeting the SLOs with ``option``, or None within the cap."""
+                 max_replicas: int, confidence: Confidence | None = None
+                 ) -> tuple[int | None, dict[int, Trial]]:
+    """Fewest replicas meeting the SLOs with ``option``, or None within the cap (each
+    trial's verdict as sure as ``confidence`` asks)."""
     base = {f"pools.{pool}.{k}": v for k, v in option.items()}
     if option["weight_dtype"] in ("fp8", "int8"):
         base[f"pools.{pool}.kv_dtype"] = "fp8"
@@ -106,8 +132,7 @@ def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
     def trial(n: int) -> Trial:
         if n not in trials:
             scn = with_values(scenario, {**base, f"pools.{pool}.replicas": n, **held(n)})
-            measured, ok, summary = evaluate(scn, pool, slos)
-            trials[n] = Trial(n, measured, ok, summary)
+            trials[n] = Trial(n, verdict(scn, pool, slos, confidence))
         return trials[n]
 
     lo, hi = 1, 1
@@ -142,15 +167,18 @@ def search_bound(cap: int) -> tuple[int, int]:
     return trials + steps, replicas + steps * hi
 
 
-def check_budget(scenario: Scenario, pools: list[str], *, options: bool = True) -> None:
+def check_budget(scenario: Scenario, pools: list[str], *, options: bool = True,
+                 confidence: Confidence | None = None) -> None:
     """Refuse, before any simulation, a search whose worst case runs more simulations or
     simulates more replicas than one command should (``options``: over each pool's sizing
-    options; else its configuration alone, as `check` sizes it)."""
+    options; else its configuration alone, as `check` sizes it; ``confidence``: each
+    trial replicated up to its cap)."""
     trials = replicas = 0
+    each = confidence.max_replications if confidence is not None else 1
     for pool in pools:
         n_opts = len(_option_grid(scenario, pool)) if options else 1
         t, r = search_bound(replica_cap(scenario, pool))
-        trials, replicas = trials + n_opts * t, replicas + n_opts * r
+        trials, replicas = trials + n_opts * t * each, replicas + n_opts * r * each
     if trials <= MAX_SIZING_TRIALS and replicas <= MAX_SIZING_REPLICA_TRIALS:
         return
     sized = [p for p in pools if scenario.pools[p].sizing is not None] or pools
@@ -161,7 +189,8 @@ def check_budget(scenario: Scenario, pools: list[str], *, options: bool = True) 
         f"this search may run {trials:,} simulations of up to {replicas:,} replicas in all "
         f"({shape}); the most one `size` runs is {MAX_SIZING_TRIALS:,} simulations and "
         f"{MAX_SIZING_REPLICA_TRIALS:,} replicas: lower sizing.max_replicas, list fewer "
-        f"hardware/tp/weight_dtype options, or size one pool at a time with --pool",
+        f"hardware/tp/weight_dtype options, size one pool at a time with --pool"
+        + (", or cap the replications lower (--max-replications)" if each > 1 else ""),
         **located(scenario, ("pools", sized[0], "sizing")))
 
 
@@ -176,36 +205,65 @@ def replica_cap(scenario: Scenario, pool: str) -> int:
 
 
 def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None,
-         progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
-    """The cheapest replica count meeting ``slos`` for each option of each pool;
-    ``progress(done, total)`` is told after each option."""
+         progress: Callable[[int, int], None] | None = None, *,
+         confidence: Confidence | None = None, executor: str = "local", workers: int = 1,
+         scheduler: str | None = None) -> pd.DataFrame:
+    """The cheapest replica count meeting ``slos`` for each option of each pool, each
+    trial's verdict as sure as ``confidence`` asks (one seed when None);
+    ``progress(done, total)`` is told after each option. The options are searched side
+    by side on ``workers`` local processes or on Dask (``executor``), each search on
+    its own: the table is the same however many run it."""
     pools = pools or list(scenario.pools)
-    check_budget(scenario, pools)
+    check_budget(scenario, pools, confidence=confidence)
     _sends_requests(scenario)
-    total = sum(len(_option_grid(scenario, p)) for p in pools)
-    done = 0
-    rows = []
+    rows: list[dict | None] = []
+    tasks: list[tuple[int, OptionTask]] = []
     for pool in pools:
         cfg = scenario.pools[pool]
-        options = _option_grid(scenario, pool)
         if not reaches(scenario, pool):
             rows.append({"pool": pool, "hardware": cfg.hardware, "tp": cfg.tp,
                          "weight_dtype": cfg.weight_dtype, "replicas": 0, "gpus": 0,
                          "feasible": True, "cost_usd_per_h": 0.0, "note": IDLE_NOTE})
-            options = []
-        for option in options:
-            rows.append(_option_row(scenario, pool, slos, option))
-            done += 1
-            if progress is not None:
-                progress(done, total)
-        if not options and progress is not None:
-            done += len(_option_grid(scenario, pool))
-            progress(done, total)
-    table = pd.DataFrame(rows)
+            continue
+        for option in _option_grid(scenario, pool):
+            tasks.append((len(rows), (scenario_payload(scenario), pool, slos, option,
+                                      confidence)))
+            rows.append(None)
+    for (at, _), row in zip(tasks, map_tasks(option_task, [t for _, t in tasks],
+                                            executor=executor, workers=workers,
+                                            scheduler=scheduler, progress=progress)):
+        rows[at] = row
+    table = _in_order(pd.DataFrame(rows), slos)
     if len(table) and "cost_usd_per_h" in table:
         table = table.sort_values(["pool", "feasible", "cost_usd_per_h"],
                                   ascending=[True, False, True], kind="stable")
     return table.reset_index(drop=True)
+
+
+LEADING = ("pool", "hardware", "tp", "weight_dtype", "replicas", "gpus", "feasible",
+           "cost_usd_per_h", "usd_per_million_output_tokens")
+
+
+def _in_order(table: pd.DataFrame, slos: list[Slo]) -> pd.DataFrame:
+    """The table's columns in one order, whichever row came first: the option and its
+    answer, each SLO's estimate, its margin, then its interval and how sure, the note."""
+    metrics = [s.metric for s in slos]
+    order = [*LEADING, *metrics, *(f"margin_{m}" for m in metrics), "replications",
+             *(f"{m}_low" for m in metrics), *(f"{m}_high" for m in metrics), "confident"]
+    known = [c for c in order if c in table.columns]
+    rest = [c for c in table.columns if c not in known and c != "note"]
+    return table[known + rest + (["note"] if "note" in table.columns else [])]
+
+
+# one option's search as a worker gets it: the scenario as plain data, the pool, the
+# SLOs, the option and the confidence asked
+OptionTask = tuple[Payload, str, list[Slo], dict, "Confidence | None"]
+
+
+def option_task(task: OptionTask) -> dict:
+    """Worker entry point: the size table's row for one option."""
+    payload, pool, slos, option, confidence = task
+    return _option_row(scenario_from_payload(payload), pool, slos, option, confidence)
 
 
 def _sends_requests(scenario: Scenario) -> None:
@@ -219,17 +277,23 @@ def _sends_requests(scenario: Scenario) -> None:
             **located(scenario, ("workload", "streams")))
 
 
-def _option_row(scenario: Scenario, pool: str, slos: list[Slo], option: dict) -> dict:
+def _option_row(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
+                confidence: Confidence | None = None) -> dict:
     """The size table's row for one option of ``pool``."""
     cap = replica_cap(scenario, pool)
     try:
-        n, trials = min_replicas(scenario, pool, slos, option, cap)
+        n, trials = min_replicas(scenario, pool, slos, option, cap, confidence)
     except sim.ScenarioError as exc:     # the option does not fit (memory, TP)
         return {"pool": pool, **option, "replicas": None, "feasible": False,
                 "note": exc.message}
     if n is None:
+        last = trials[max(trials)]
         return {"pool": pool, **option, "replicas": None, "feasible": False,
-                "note": f"SLOs not met with {cap} replicas"}
+                **_sureness(last, None, confidence),
+                "note": f"SLOs not met with {cap} replicas"
+                        + ("" if last.verdict.certain is not False else
+                           f" (by the estimate only, over {last.verdict.replications} "
+                           "replications)")}
     best = trials[n]
     pool_sum = best.summary["pools"][pool]
     out_tok = sum(t["output_tokens"] for t in best.summary["teams"].values())
@@ -240,42 +304,80 @@ def _option_row(scenario: Scenario, pool: str, slos: list[Slo], option: dict) ->
         if out_tok else None,
         **best.measured,
         **{f"margin_{k}": v for k, v in margins(best.measured, slos).items()},
-        "note": "",
+        **_sureness(best, trials.get(n - 1), confidence),
+        "note": _uncertain_note(best, trials.get(n - 1)) if confidence else "",
     }
 
 
+def _sureness(trial: Trial, below: Trial | None, confidence: Confidence | None) -> dict:
+    """The confidence columns of a row: replications, each SLO's interval, and whether
+    both the count chosen and the one below it were decided with confidence."""
+    if confidence is None:
+        return {}
+    v = trial.verdict
+    return {"replications": v.replications,
+            **{f"{k}_low": v.low.get(k) for k in v.estimate},
+            **{f"{k}_high": v.high.get(k) for k in v.estimate},
+            "confident": bool(v.certain and (below is None or below.verdict.certain))}
+
+
+def _uncertain_note(best: Trial, below: Trial | None) -> str:
+    parts = []
+    if not best.verdict.certain:
+        parts.append(f"{best.replicas} replicas meet the SLOs by the estimate only "
+                     f"({best.verdict.replications} replications)")
+    if below is not None and not below.verdict.certain:
+        parts.append(f"{below.replicas} miss them by the estimate only "
+                     f"({below.verdict.replications} replications)")
+    return "uncertain: " + "; ".join(parts) if parts else ""
+
+
 def max_rate(scenario: Scenario, slos: list[Slo], pool: str, *, precision: float = 0.02,
-             hi_scale: float = 64.0) -> dict:
+             hi_scale: float = 64.0, confidence: Confidence | None = None) -> dict:
     """The largest multiple of the scenario's load (its own ``rate_scale`` included) at which
-    ``pool`` still meets the SLOs."""
+    ``pool`` still meets the SLOs (each verdict as sure as ``confidence`` asks; with it,
+    ``confident`` says whether the verdicts either side of the answer were both sure)."""
     _sends_requests(scenario)
     own = scenario.workload.rate_scale          # scales are of the scenario's own load
+    verdicts: dict[float, Verdict] = {}
 
     def ok(scale: float) -> bool:
-        return evaluate(with_values(scenario, {"workload.rate_scale": own * scale}), pool,
-                        slos)[1]
+        if scale not in verdicts:
+            verdicts[scale] = verdict(
+                with_values(scenario, {"workload.rate_scale": own * scale}), pool, slos,
+                confidence)
+        return verdicts[scale].ok
+
+    def sure(lo: float, hi: float | None) -> dict:
+        if confidence is None:
+            return {}
+        either = [verdicts[x] for x in (lo, hi) if x in verdicts]
+        return {"confident": all(v.certain for v in either),
+                "replications": max((v.replications for v in either), default=0)}
 
     lo, hi = 0.0, 1.0
     if not ok(hi):          # below the scenario's load: halve until the SLOs hold
         while not ok(hi / 2):
             hi /= 2
             if hi <= 1.0 / hi_scale:
-                return {"rate_scale": 0.0, "feasible": False,
+                return {"rate_scale": 0.0, "feasible": False, **sure(hi / 2, None),
                         "note": f"SLOs not met even at 1/{hi_scale:g} of the load"}
         lo = hi / 2
     while ok(hi):
         lo, hi = hi, hi * 2
         if hi > hi_scale:
-            return {"rate_scale": lo, "feasible": True,
+            return {"rate_scale": lo, "feasible": True, **sure(lo, None),
                     "note": f"still within the SLOs at {lo}x"}
         _, refused = resolve(with_values(scenario, {"workload.rate_scale": own * hi}))
         if refused:             # more requests than max_requests or this machine's memory
-            return {"rate_scale": lo, "feasible": True,
+            return {"rate_scale": lo, "feasible": True, **sure(lo, None),
                     "note": f"still within the SLOs at {lo:g}x; {hi:g}x would be refused: "
                             f"{'.'.join(map(str, refused[0][0]))}: {refused[0][1]}"}
     while hi - lo > precision * max(hi, 1e-9):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    base = sim.run(scenario).summary["requests"]["arrived"] / scenario.duration
+    # the scenario's own load, from its trial at 1x (always run first): no run of its own
+    base = verdicts[1.0].first["requests"]["arrived"] / scenario.duration
     return {"rate_scale": lo, "feasible": True, "requests_per_s": lo * base,
-            "requests_per_s_per_replica": lo * base / scenario.pools[pool].replicas}
+            "requests_per_s_per_replica": lo * base / scenario.pools[pool].replicas,
+            **sure(lo, hi)}

@@ -1,0 +1,147 @@
+"""`fleetsim size` and `size --max-rate` against answers known in closed form, with
+confident verdicts, and the same table however many processes search it."""
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+import yaml
+
+from sim.cli import main
+from sim.config import profiles
+from sim.config.scenario import Scenario
+from sim.config.slos import parse_slo
+from sim.cost.roofline import RooflineConfig, RooflineCostModel
+from sim.planning.size import max_rate, size
+from sim.planning.verdict import Confidence
+
+from tests.planning.test_planning import chat
+
+PROMPT = 2048
+
+
+def prefill_s() -> float:
+    """Service time of one request of the known-answer pools: a 2,048-token prompt and
+    one output token, served in one prefill step (the roofline's, no front end)."""
+    cost = RooflineCostModel(profiles.find_model("llama-3.1-8b"),
+                             profiles.find_hardware("H100-SXM"), 1, "bf16", "bf16",
+                             RooflineConfig())
+    return cost.step_scalar(PROMPT, 1, PROMPT * PROMPT / 2, 0)[0]
+
+
+def one_at_a_time(arrival: dict, duration_s: float, warmup_s: float, seed: int = 1,
+                  replicas: int = 1, router: str = "round_robin", max_replicas: int = 16
+                  ) -> Scenario:
+    return Scenario.model_validate({
+        "name": "known", "seed": seed, "duration": duration_s, "warmup": warmup_s,
+        "drain": 10 * duration_s,
+        "workload": {"streams": {"q": {"model": "llama-3.1-8b", "arrival": arrival,
+                                       "prompt_tokens": PROMPT, "output_tokens": 1}}},
+        "pools": {"p": {"model": "llama-3.1-8b", "hardware": "H100-SXM",
+                        "replicas": replicas, "router": {"type": router},
+                        "scheduler": {"type": "single"}, "cost_model": {"type": "roofline"},
+                        "front_end": 0, "sizing": {"max_replicas": max_replicas}}},
+    })
+
+
+def test_step_time_of_the_known_answer_request_is_one_prefill():
+    """The closed forms below rest on every request taking exactly one step of S."""
+    import sim
+    s = prefill_s()
+    scn = one_at_a_time({"type": "gamma", "rate": 0.2 / s, "cv": 0.001}, 200 * s, 0)
+    e2e = sim.run(scn).requests["e2e_s"].to_numpy()
+    assert len(e2e) > 30 and e2e == pytest.approx(s, rel=1e-9)
+
+
+@pytest.mark.parametrize("load", [5.5, 2.3])
+def test_size_finds_the_server_count_of_an_evenly_spaced_stream(load):
+    """Requests evenly spaced at rate λ, each served alone in S, dealt round robin over k
+    servers: each server sees a gap of k/λ, so none ever waits when k > λS and every
+    server's queue grows without end when k < λS. The fewest servers keeping e2e p99
+    within 1.5 S is therefore ceil(λS); size finds it, surely, at 95%."""
+    s = prefill_s()
+    scn = one_at_a_time({"type": "gamma", "rate": load / s, "cv": 0.001}, 300 * s, 20 * s)
+    slos = [parse_slo(f"e2e_p99={1.5 * s}s")]
+    table = size(scn, slos, confidence=Confidence(0.95, 6))
+    row = table.iloc[0]
+    assert row.replicas == math.ceil(load)
+    assert row.confident and row.replications == 3
+    assert row.e2e_p99 == pytest.approx(s, rel=1e-6)
+    assert row.e2e_p99_low <= row.e2e_p99 <= row.e2e_p99_high <= 1.5 * s
+
+
+def test_max_rate_of_a_single_server_matches_the_md1_mean_wait():
+    """One server, Poisson arrivals, a deterministic service S (M/D/1): the mean wait is
+    W = ρS / (2(1 − ρ)), so W <= S holds up to ρ = 2/3. From a base load of ρ = 0.4,
+    max_rate with replicated verdicts answers 2/3 / 0.4 = 1.667x within 5%."""
+    s = prefill_s()
+    scn = one_at_a_time({"type": "poisson", "rate": 0.4 / s}, 4000 * s, 200 * s,
+                        router="least_outstanding")
+    row = max_rate(scn, [parse_slo(f"queue_mean={s}s")], "p",
+                   confidence=Confidence(0.95, 6))
+    assert row["rate_scale"] == pytest.approx((2 / 3) / 0.4, rel=0.05)
+    assert row["requests_per_s"] == pytest.approx(row["rate_scale"] * 0.4 / s, rel=0.05)
+    assert 3 <= row["replications"] <= 6 and "confident" in row
+
+
+def test_parallel_and_serial_sizing_give_the_same_table():
+    """Each option is searched on its own, so two processes give the table one does,
+    replication counts and intervals included."""
+    scenario = chat(duration=30, rate=10)
+    slos = [parse_slo("ttft_p99=0.5s"), parse_slo("tpot_p99=40ms")]
+    conf = Confidence(0.95, 3)
+    serial = size(scenario, slos, confidence=conf)
+    parallel = size(scenario, slos, confidence=conf, workers=2)
+    pd.testing.assert_frame_equal(serial, parallel)
+    assert set(serial.hardware) == {"H100-SXM", "H200"}
+    assert (serial.replications == 3).all()
+
+
+def test_size_with_confidence_gives_each_slo_its_interval(tmp_path, capsys):
+    """size --confidence writes the estimate, its interval, the replications and whether
+    the verdicts either side of the answer were sure; without it none of those."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(chat(duration=20, rate=6).model_dump(mode="json")))
+    out = tmp_path / "sized"
+    assert main(["size", str(path), "--slo", "ttft_p99=2s", "--quiet", "--confidence", "95%",
+                 "--max-replications", "3", "--workers", "2", "--out", str(out)]) == 0
+    rows = json.loads((out / "size.json").read_text())
+    for row in rows:
+        assert row["replications"] == 3 and isinstance(row["confident"], bool)
+        assert row["ttft_p99_low"] <= row["ttft_p99"] <= row["ttft_p99_high"]
+    capsys.readouterr()
+    assert main(["size", str(path), "--slo", "ttft_p99=2s", "--quiet"]) == 0
+    assert "replications" not in capsys.readouterr().out
+
+
+def test_check_with_confidence_records_whether_each_count_is_sure(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(chat(duration=20, rate=6).model_dump(mode="json")))
+    baseline = tmp_path / "baseline.json"
+    args = ["check", str(path), "--baseline", str(baseline), "--slo", "ttft_p99=2s",
+            "--confidence", "0.9", "--max-replications", "3"]
+    assert main(args + ["--update"]) == 0
+    entry = next(iter(json.loads(baseline.read_text()).values()))
+    assert isinstance(entry["pools"]["p"]["confident"], bool)
+    assert main(args) == 0
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--max-replications", "5"], "give --confidence too"),
+    (["--confidence", "2"], "from 50% to 99.99%"),
+    (["--confidence", "95%", "--max-replications", "2"], "at least 3 replications"),
+    (["--max-rate", "--workers", "2"], "--max-rate searches one load at a time"),
+    (["--scheduler", "tcp://x:1"], "add --executor dask"),
+])
+def test_bad_confidence_and_executor_arguments_exit_2(argv, fragment, capsys, tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(chat(duration=10, rate=2).model_dump(mode="json")))
+    try:
+        code = main(["size", str(path), "--slo", "ttft_p99=2s", *argv])
+    except SystemExit as exc:           # argparse's own refusal of a value
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err
