@@ -248,7 +248,7 @@ def equivalence(plan_path: Path, log_path: Path) -> dict:
 def _summarise(name: str, folder: Path, log=print, write: Path | None = None) -> dict:
     eq = equivalence(folder / PLAN_NAME, log_file(folder))
     if vllm_schedule.read_json(log_file(folder)).get("calibration"):
-        eq["timing"] = timing(folder if write is None else _copy_run(folder, write), log)
+        eq["timing"] = timing(folder, log, None if write is None else _copy_run(folder, write))
     folder = write or folder
     (folder / "equivalence.json").write_text(json.dumps(eq, indent=1) + "\n",
                                              encoding="utf-8")

@@ -36,9 +36,10 @@ def _calibration_steps(log: dict) -> list:
     return out
 
 
-def timing(folder: Path, log=print) -> dict:
+def timing(folder: Path, log=print, out: Path | None = None) -> dict:
     """vLLM's step terms fitted on the run's calibration grid, and fleetsim (with them)
-    against vLLM's measured requests on the workload."""
+    against vLLM's measured requests on the workload; what it writes goes under ``out``
+    (default: the run's folder), and its errors name the run's folder."""
     import sim
     import yaml
 
@@ -57,7 +58,7 @@ def timing(folder: Path, log=print) -> dict:
     # attention tables hold (a packed fit held back a larger error on every workload's grid)
     fit = fit_continuous(plan_data["profile"], limits, _calibration_steps(log_data),
                          log=lambda m: log(f"{plan_data['scenario']}: {m}"), packed=False)
-    work = folder / "fleetsim"
+    work = (out or folder) / "fleetsim"
     work.mkdir(parents=True, exist_ok=True)
     profile_path = work / "vllm-profile.yaml"
     engine_profile(plan_data["profile"], fit, "vllm", log_data["meta"].get("vllm"), limits,
@@ -67,7 +68,13 @@ def timing(folder: Path, log=print) -> dict:
     pool["cost_model"] = {"type": "calibrated", "profile": profile_path.name}
     scen_path = work / "scenario.yaml"
     scen_path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
-    req = sim.run(sim.load_scenario(scen_path)).requests
+    from sim.config.errors import ScenarioError
+    try:
+        req = sim.run(sim.load_scenario(scen_path)).requests
+    except ScenarioError as exc:    # (it names the copy written under ``work``)
+        raise VllmError("\n".join(
+            f"{folder / PLAN_NAME}: scenario_yaml{'.' + p.field if p.field else ''}: "
+            f"{p.message}" for p in exc.problems)) from None
     planned = {int(r["id"]): float(r["arrival_s"]) for r in plan_data["requests"]}
     got = sorted((int(r["id"]), r) for r in log_data["requests"])
     if any(r["finish_s"] is None for _, r in got):

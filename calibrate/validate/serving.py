@@ -193,8 +193,11 @@ def _logged_workload(elog: EngineLog, where: Path, profile_path: Path, work: Pat
     from sim.config.errors import ScenarioError
     try:
         w = load_workload(path, allow_paths=(profile_path.parent,))
-    except (ScenarioError, ValidationError) as exc:
-        raise EngineLogError(f"{where}: scenario: {exc}") from None
+    except ScenarioError as exc:
+        raise _in_log(where, exc) from None
+    except ValidationError as exc:      # (it names the copy in the output's temporary folder)
+        raise EngineLogError(f"{where}: scenario: {str(exc).removeprefix(f'{path}: ')}") \
+            from None
     if w.kind != elog.kind or w.limits != elog.limits:
         raise EngineLogError(f"{where}: the engine's kind and limits ({elog.kind}, "
                              f"{elog.limits}) differ from its scenario's ({w.kind}, "
@@ -203,6 +206,14 @@ def _logged_workload(elog: EngineLog, where: Path, profile_path: Path, work: Pat
         raise EngineLogError(f"{where}: workload: the log names {elog.workload!r}, its "
                              f"scenario {w.scenario.name!r}")
     return w
+
+
+def _in_log(where: Path, exc) -> EngineLogError:
+    """A ScenarioError about the log's scenario, as written into the output's temporary
+    folder, named in the log's own terms: ``LOG: scenario.FIELD: message``."""
+    return EngineLogError("\n".join(
+        f"{where}: scenario{'.' + p.field if p.field else ''}: {p.message}"
+        for p in exc.problems))
 
 
 def validate_logs(paths: list[str | Path], out_dir: str | Path, *, force: bool = False,
@@ -222,6 +233,7 @@ def validate_logs(paths: list[str | Path], out_dir: str | Path, *, force: bool =
 
     def build(tmp: Path) -> ValidationReport:
         from calibrate.profile_io import write_profile
+        from sim.config.errors import ScenarioError
         folder = tmp / "profile"
         folder.mkdir(parents=True, exist_ok=True)
         profile_path = folder / safe_name(logs[0].meta.get("profile_file", ""),
@@ -238,7 +250,10 @@ def validate_logs(paths: list[str | Path], out_dir: str | Path, *, force: bool =
         for where, elog, w in zip(files, logs, workloads):
             log(f"{elog.workload}: recorded run ({len(elog.replays)} replays, "
                 f"{len({g for g, _ in elog.calibration})} calibration runs) from {where}")
-            analysed.append(_analyse(w, elog, tmp, log))
+            try:
+                analysed.append(_analyse(w, elog, tmp, log))
+            except ScenarioError as exc:        # (a run the scenario refuses)
+                raise _in_log(where, exc) from None
         return _report(analysed, profile_path, tmp)
 
     for name in names:

@@ -269,6 +269,24 @@ def test_cli_from_logs_errors(tmp_path, capsys, argv, match):
     assert not (tmp_path / "o").exists()
 
 
+def test_cli_from_logs_names_the_log_not_the_output_folder(tmp_path, capsys):
+    """A log whose scenario does not validate is named by its own path and the scenario's
+    field (the copy written into the output's temporary folder was named)."""
+    from sim.cli import main
+    elog = _log("validate-smoke")
+    elog.scenario = copy.deepcopy(elog.scenario)
+    next(iter(elog.scenario["pools"].values()))["replicas"] = 0
+    (tmp_path / "logs").mkdir()
+    elog.write(tmp_path / "logs" / FILE_NAME)
+    assert main(["validate", "--from-logs", str(tmp_path / "logs"),
+                 "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'logs' / FILE_NAME}: "
+                          "scenario.pools.engine.replicas: Input should be greater than 0"), err
+    assert ".tmp-" not in err and "scenario-recorded.yaml" not in err
+    assert not (tmp_path / "o").exists()
+
+
 def test_an_engine_log_that_is_a_fifo_is_refused_at_once(tmp_path):
     """A named pipe with no writer: refused without waiting on it (it would block)."""
     import os

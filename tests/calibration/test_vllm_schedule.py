@@ -196,3 +196,34 @@ def test_validate_from_recorded_vllm_runs(tmp_path):
                                                             nan_ok=True), part
     bad = _cli("validate", "--engine", "vllm", "--from-logs", str(tmp_path / "missing"))
     assert bad.returncode == 2 and "not a folder of recorded vLLM runs" in bad.stderr
+
+
+def test_a_recorded_run_s_errors_name_its_folder_not_the_output_folder(tmp_path, capsys):
+    """The timing comparison reads a copy written into the output's temporary folder: its
+    errors name the recorded run's folder, and its plan's scenario by field."""
+    import gzip
+
+    from sim.cli import main
+    recorded = DATA / "vllm-light"
+    plan = json.loads((recorded / vllm_engine.PLAN_NAME).read_text("utf-8"))
+    log = json.loads(gzip.decompress((recorded / "vllm_log.json.gz").read_bytes()))
+    bad_plan = json.loads(json.dumps(plan))
+    next(iter(bad_plan["scenario_yaml"]["pools"].values()))["replicas"] = 0
+    unfinished = json.loads(json.dumps(log))
+    unfinished["requests"][0]["finish_s"] = None
+    for name, plan_data, log_data in (("bad-plan", bad_plan, log),
+                                      ("unfinished", plan, unfinished)):
+        folder = tmp_path / name / "vllm-light"
+        folder.mkdir(parents=True)
+        (folder / vllm_engine.PLAN_NAME).write_text(json.dumps(plan_data), "utf-8")
+        (folder / "vllm_log.json").write_text(json.dumps(log_data), "utf-8")
+    for name, message in (("bad-plan", f"plan.json: scenario_yaml.pools.engine.replicas: "
+                                        "Input should be greater than 0"),
+                          ("unfinished", ": vLLM left requests unfinished")):
+        folder = tmp_path / name / "vllm-light"
+        assert main(["validate", "--engine", "vllm", "--from-logs", str(tmp_path / name),
+                     "--out", str(tmp_path / "o"), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {folder}"), err
+        assert message in err and ".tmp-" not in err, err
+        assert not (tmp_path / "o").exists()
