@@ -187,17 +187,44 @@ def apply(data: dict, path: str, value: Any) -> dict:
     node = out
     keys = split_path(out, path)
     for depth, key in enumerate(keys[:-1]):
+        if node is None and depth:
+            raise _unset(keys[:depth], path)
         if not isinstance(node, dict) or key not in node:
             valid = sorted(node) if isinstance(node, dict) else []
+            where = ".".join(keys[:depth]) or "top level"
+            if isinstance(node, dict) and not valid:
+                raise ScenarioError(f"no '{key}' in {where}, which holds none: add it whole "
+                                    f"({'.'.join(keys[:depth + 1])}={{...}})", field=path)
             close = difflib.get_close_matches(key, valid, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ScenarioError(f"no field '{key}' at {'.'.join(keys[:depth]) or 'top level'};"
-                                f" valid: {', '.join(map(str, valid))}{hint}", field=path)
+            raise ScenarioError(f"no field '{key}' at {where}; valid: "
+                                f"{', '.join(map(str, valid))}{hint}", field=path)
         node = node[key]
+    if node is None:
+        raise _unset(keys[:-1], path)
     if not isinstance(node, dict):
         raise ScenarioError(f"'{'.'.join(keys[:-1])}' is not a mapping", field=path)
     node[keys[-1]] = value
     return out
+
+
+def _unset(keys: list[str], path: str) -> ScenarioError:
+    """A field inside a block the scenario leaves out: the block is set whole, and these
+    are its keys (or, for a block of several types, its types)."""
+    block = ".".join(keys)
+    annotation = _plain(_block_type(keys))
+    arms = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) \
+        else (annotation,)
+    models = [a for a in arms if isinstance(a, type) and issubclass(a, pydantic.BaseModel)]
+    if len(models) > 1 and all("type" in m.model_fields for m in models):
+        choices = "type: " + ", ".join(t for m in models
+                                       for t in get_args(m.model_fields["type"].annotation))
+    elif len(models) == 1:
+        choices = "keys: " + ", ".join(models[0].model_fields)
+    else:
+        choices = ""
+    return ScenarioError(f"{block} is not set in the scenario: set the block whole "
+                         f"({block}={{...}})" + (f"; {choices}" if choices else ""), field=path)
 
 
 def _block_type(keys: list[str]):
