@@ -44,7 +44,31 @@ class Trial:
     @property
     def summary(self) -> dict:
         """The summary of the trial's first replication (its seed the scenario's)."""
-        return self.verdict.first
+        return self.verdict.first.summary
+
+    @property
+    def served_share(self) -> float | None:
+        return self.verdict.first.served_share
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What sizing keeps of a trial's first replication: its summary, and the pool's
+    served share: the requests it completed in the measured window (from the warm-up to
+    the end of arrivals, whenever they arrived) over those that arrived in it. A pool
+    short of capacity completes its capacity: the share is then capacity / load."""
+    summary: dict
+    served_share: float | None
+
+
+def served_share(requests: pd.DataFrame, start_s: float, end_s: float) -> float | None:
+    arrival, finish = requests["arrival_s"], requests["finish_s"]
+    arrived = int(((arrival >= start_s) & (arrival <= end_s)).sum())
+    if not arrived:
+        return None
+    done = (requests["status"].astype(str) == "completed") & (finish >= start_s) & \
+        (finish <= end_s)
+    return float(done.sum() / arrived)
 
 
 def stage_of(scenario: Scenario, pool: str) -> set[str]:
@@ -60,14 +84,17 @@ def stage_of(scenario: Scenario, pool: str) -> set[str]:
     return names
 
 
-def pool_requests(scenario: Scenario, requests: pd.DataFrame, pool: str) -> pd.DataFrame:
+def pool_requests(scenario: Scenario, requests: pd.DataFrame, pool: str, *,
+                  after_warmup: bool = True) -> pd.DataFrame:
     """The requests (arrived after the warm-up) whose latencies ``pool`` shapes: those it
     served last, and those of a route it is an earlier stage of."""
     mine = requests["pool"].astype(str) == pool
     stages = stage_of(scenario, pool)
     if stages:
         mine |= requests["served_model"].astype(str).isin(stages)
-    return requests[mine & (requests["arrival_s"] >= scenario.warmup)]
+    if after_warmup:
+        mine &= requests["arrival_s"] >= scenario.warmup
+    return requests[mine]
 
 
 def evaluate(scenario: Scenario, pool: str, slos: list[Slo]) -> tuple[dict, bool, dict]:
@@ -80,10 +107,13 @@ def verdict(scenario: Scenario, pool: str, slos: list[Slo],
             confidence: Confidence | None) -> Verdict:
     """The SLO verdict on ``pool`` for ``scenario``: one run with its seed, or replications
     with the seeds after it until the verdict is as sure as ``confidence`` asks."""
-    def sample(i: int) -> tuple[dict, dict]:
+    def sample(i: int) -> tuple[dict, Observed]:
         scn = scenario if i == 0 else with_values(scenario, {"seed": scenario.seed + i})
-        measured, _, summary = evaluate(scn, pool, slos)
-        return measured, summary
+        res = sim.run(scn)
+        everyone = pool_requests(scn, res.requests, pool, after_warmup=False)
+        share = served_share(everyone, scn.warmup, scn.duration)
+        mine = everyone[everyone["arrival_s"] >= scn.warmup]
+        return measure(mine, slos), Observed(res.summary, share)
     return judge(sample, slos, confidence)
 
 
@@ -106,11 +136,35 @@ def _option_grid(scenario: Scenario, pool: str) -> list[dict]:
             for h, t, d in itertools.product(hardware, tps, dtypes)]
 
 
+# a trial that completed less than this share of its load in the window ran saturated:
+# its throughput is the pool's capacity, and the load needs about replicas / share
+SATURATED_SHARE = 0.8
+# the next count tried is this much under the flow bound (steps batch a little better
+# below saturation, so the bound slightly overstates what the load needs)
+FLOW_BOUND_SLACK = 0.95
+# past this many replicas a pool that kept up but missed its SLOs grows by a quarter
+# rather than doubling (its latency is near the knee, not far from it)
+FINE_GROWTH_FROM = 8
+
+
+def next_count(trial: Trial) -> int:
+    """The next replica count to try after ``trial`` missed the SLOs: the flow bound when
+    it ran saturated (the load over its per-replica throughput), else double, or a
+    quarter more for a large pool. Any count is correct (bisection finds the fewest from
+    any bracket); a count near the answer saves trials."""
+    n, share = trial.replicas, trial.served_share
+    if share is not None and 0 < share < SATURATED_SHARE:
+        return max(n + 1, math.floor(FLOW_BOUND_SLACK * n / share))
+    return max(n + 1, math.ceil(1.25 * n)) if n >= FINE_GROWTH_FROM else 2 * n
+
+
 def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
-                 max_replicas: int, confidence: Confidence | None = None
-                 ) -> tuple[int | None, dict[int, Trial]]:
+                 max_replicas: int, confidence: Confidence | None = None, *,
+                 estimate: bool = True) -> tuple[int | None, dict[int, Trial]]:
     """Fewest replicas meeting the SLOs with ``option``, or None within the cap (each
-    trial's verdict as sure as ``confidence`` asks)."""
+    trial's verdict as sure as ``confidence`` asks). From 1 replica the count grows
+    until the SLOs are met (``estimate``: to the flow bound of a saturated trial, see
+    :func:`next_count`; else doubling), then bisection finds the fewest."""
     base = {f"pools.{pool}.{k}": v for k, v in option.items()}
     if option["weight_dtype"] in ("fp8", "int8"):
         base[f"pools.{pool}.kv_dtype"] = "fp8"
@@ -139,7 +193,8 @@ def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
     while not trial(hi).ok:                 # grow until it meets the SLOs
         if hi >= max_replicas:
             return None, trials
-        lo, hi = hi + 1, min(2 * hi, max_replicas)
+        grown = next_count(trials[hi]) if estimate else 2 * hi
+        lo, hi = hi + 1, min(grown, max_replicas)
     while lo < hi:                          # fewest in [lo, hi] that meets them
         mid = (lo + hi) // 2
         if trial(mid).ok:
@@ -249,7 +304,8 @@ def _in_order(table: pd.DataFrame, slos: list[Slo]) -> pd.DataFrame:
     answer, each SLO's estimate, its margin, then its interval and how sure, the note."""
     metrics = [s.metric for s in slos]
     order = [*LEADING, *metrics, *(f"margin_{m}" for m in metrics), "replications",
-             *(f"{m}_low" for m in metrics), *(f"{m}_high" for m in metrics), "confident"]
+             *(f"{m}_low" for m in metrics), *(f"{m}_high" for m in metrics), "confident",
+             "simulations"]
     known = [c for c in order if c in table.columns]
     rest = [c for c in table.columns if c not in known and c != "note"]
     return table[known + rest + (["note"] if "note" in table.columns else [])]
@@ -289,7 +345,7 @@ def _option_row(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
     if n is None:
         last = trials[max(trials)]
         return {"pool": pool, **option, "replicas": None, "feasible": False,
-                **_sureness(last, None, confidence),
+                **_sureness(last, None, confidence), "simulations": simulations(trials),
                 "note": f"SLOs not met with {cap} replicas"
                         + ("" if last.verdict.certain is not False else
                            f" (by the estimate only, over {last.verdict.replications} "
@@ -305,8 +361,14 @@ def _option_row(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
         **best.measured,
         **{f"margin_{k}": v for k, v in margins(best.measured, slos).items()},
         **_sureness(best, trials.get(n - 1), confidence),
+        "simulations": simulations(trials),
         "note": _uncertain_note(best, trials.get(n - 1)) if confidence else "",
     }
+
+
+def simulations(trials: dict[int, Trial]) -> int:
+    """The runs a search took: every replication of every trial."""
+    return sum(t.verdict.replications for t in trials.values())
 
 
 def _sureness(trial: Trial, below: Trial | None, confidence: Confidence | None) -> dict:
@@ -377,7 +439,7 @@ def max_rate(scenario: Scenario, slos: list[Slo], pool: str, *, precision: float
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     # the scenario's own load, from its trial at 1x (always run first): no run of its own
-    base = verdicts[1.0].first["requests"]["arrived"] / scenario.duration
+    base = verdicts[1.0].first.summary["requests"]["arrived"] / scenario.duration
     return {"rate_scale": lo, "feasible": True, "requests_per_s": lo * base,
             "requests_per_s_per_replica": lo * base / scenario.pools[pool].replicas,
             **sure(lo, hi)}

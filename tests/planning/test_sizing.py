@@ -145,3 +145,22 @@ def test_bad_confidence_and_executor_arguments_exit_2(argv, fragment, capsys, tm
     assert code == 2
     err = capsys.readouterr().err
     assert fragment in err and "Traceback" not in err
+
+
+def test_growing_to_the_flow_bound_finds_the_same_count_in_fewer_trials():
+    """Evenly spaced requests at λS = 20.5 on servers taking one at a time: one server
+    completes about 1/20.5 of the load, so the search goes straight to the flow bound
+    (about 19) instead of doubling from 1, and finds the same answer, ceil(λS) = 21,
+    with fewer simulations."""
+    from sim.planning.size import min_replicas
+    s = prefill_s()
+    scn = one_at_a_time({"type": "gamma", "rate": 20.5 / s, "cv": 0.001}, 300 * s, 20 * s,
+                        max_replicas=64)
+    slos = [parse_slo(f"e2e_p99={1.5 * s}s")]
+    option = {"hardware": "H100-SXM", "tp": 1, "weight_dtype": "bf16"}
+    plain, plain_trials = min_replicas(scn, "p", slos, option, 64, estimate=False)
+    quick, quick_trials = min_replicas(scn, "p", slos, option, 64)
+    assert plain == quick == 21
+    assert sorted(plain_trials)[:5] == [1, 2, 4, 8, 16]
+    assert 18 <= sorted(quick_trials)[1] <= 20             # the flow bound, just under it
+    assert len(quick_trials) < len(plain_trials) - 2
