@@ -1461,6 +1461,18 @@ ARGV_CASES = [
     ("run-set-into-an-unknown-pool", ["run", "{s}", "--set", "pools.nosuchpool.replicas=2",
                                       "--out", "{d}/o"],
      ["no field 'nosuchpool' at pools; valid: main"]),
+    ("sweep-vary-a-value-below-the-range", ["sweep", "{s}", "--vary", "pools.main.replicas=0,1",
+                                            "--out", "{d}/o"],
+     ["error: pools.main.replicas: with --vary pools.main.replicas=0: Input should be greater"]),
+    ("sweep-vary-an-unknown-gpu", ["sweep", "{s}", "--vary", "pools.main.hardware=H100-SXM,TPU",
+                                   "--out", "{d}/o"],
+     ["error: pools.main.hardware: with --vary pools.main.hardware='TPU': unknown hardware "
+      "'TPU'", "H100-SXM"]),
+    ("sweep-vary-a-flow-mapping", ["sweep", "{s}", "--vary",
+                                   "pools.main.autoscaler={{type: fixed, replicas: 2}},"
+                                   "{{type: fixed, replicas: 3}}", "--out", "{d}/o"],
+     ["pools.main.autoscaler.replicas: with --vary pools.main.autoscaler={'type': 'fixed', "
+      "'replicas': 2}: unknown key 'replicas'"]),
     ("calibrate-engine-without-kernels", ["calibrate", "--model", "tiny-llama", "--engine",
                                           "sglang", "--quick",
                                           "--out", "{d}/o"],

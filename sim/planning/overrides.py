@@ -19,7 +19,7 @@ import pydantic
 import yaml
 
 from sim.config.scenario import Scenario
-from sim.config.errors import ScenarioError
+from sim.config.errors import Problem, ScenarioError, short_repr
 from sim.config.validation_errors import from_validation_error
 from sim.config.yamlio import LineMap, SafeLineLoader
 
@@ -61,7 +61,7 @@ def parse_vary(spec: str) -> tuple[str, list[Any]]:
     if not path.strip():
         raise ScenarioError(f"--vary {spec!r}: no field before '='; write PATH=VALUES, e.g. "
                             "pools.main.replicas=2..8:2", field="--vary")
-    if ".." in values:
+    if ".." in values and values.lstrip()[:1] not in ("[", "{"):   # (not a path in a block)
         head, _, step = values.partition(":")
         start, _, stop = head.partition("..")
         try:
@@ -77,13 +77,32 @@ def parse_vary(spec: str) -> tuple[str, list[Any]]:
                                 f"most {MAX_GRID_POINTS:,} scenarios: widen the step",
                                 field="--vary")
         return path, list(points)
-    items = values.split(",")
+    items = split_values(values)
     if not values.strip() or any(v.strip() == "" for v in items):
         what = "no values" if not values.strip() else "an empty value between commas"
         raise ScenarioError(f"--vary {spec!r}: {what}; write PATH=V1,V2,... or "
                             "PATH=START..STOP[:STEP]", field="--vary")
     listed = [parse_value(v, "--vary") for v in items]
     return path, listed
+
+
+def split_values(values: str) -> list[str]:
+    """``values`` cut at the commas between values: those inside a flow mapping or list
+    (``{type: fixed, replicas: 2}``, ``[1, 2]``) or a quoted string belong to its value."""
+    items, start, depth, quote = [], 0, 0, None
+    for i, ch in enumerate(values):
+        if quote is not None:
+            quote = None if ch == quote else quote
+        elif ch in "'\"" and values[start:i].rstrip()[-1:] in ("", "[", "{", ",", ":"):
+            quote = ch          # (a quote that opens a string, not the one in it's)
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+        elif ch == "," and depth == 0:
+            items.append(values[start:i])
+            start = i + 1
+    return items + [values[start:]]
 
 
 def nested_in(path: str, others: Iterable[str]) -> str | None:
@@ -149,7 +168,7 @@ def check_distinct(scenario: Scenario, varies: list[tuple[str, list[Any]]]) -> N
                                 "every point would be the same run", field="--vary")
         seen: dict[str, Any] = {}
         for value in values:
-            read = with_values(scenario, {path: value}).model_dump(mode="json")
+            read = with_varied(scenario, {path: value}).model_dump(mode="json")
             for key in split_path(read, path):
                 read = read.get(key) if isinstance(read, dict) else None
             key = json.dumps(read, sort_keys=True)
@@ -158,6 +177,20 @@ def check_distinct(scenario: Scenario, varies: list[tuple[str, list[Any]]]) -> N
                                     "value (the sweep would run the same scenario twice)",
                                     field="--vary")
             seen[key] = value
+
+
+def with_varied(scenario: Scenario, point: dict[str, Any], whole: bool = False) -> Scenario:
+    """:func:`with_values` for one point of a sweep (with ``whole``, the whole scenario's
+    checks too: names that exist, pools that fit); an error names the --vary values at
+    fault."""
+    from sim.api import cross_check
+    try:
+        out = with_values(scenario, point)
+        return cross_check(out) if whole else out
+    except ScenarioError as exc:
+        given = ", ".join(f"{path}={short_repr(value)}" for path, value in point.items())
+        raise ScenarioError.many([Problem(f"with --vary {given}: {p.message}", field=p.field)
+                                  for p in exc.problems]) from None
 
 
 def split_path(data: Any, path: str) -> list[str]:

@@ -7,7 +7,7 @@ from typing import Any
 import pandas as pd
 
 from sim.config.scenario import Scenario
-from sim.planning.overrides import with_values
+from sim.planning.overrides import with_varied
 from sim.planning.runner import Progress, run_many
 
 ROW_FIELDS = {
@@ -54,7 +54,8 @@ def sweep(scenario: Scenario, varies: list[tuple[str, list[Any]]], *, executor: 
           progress: Progress | None = None) -> pd.DataFrame:
     """Run every point of the grid; the table does not depend on the executor."""
     points = grid(varies)
-    scenarios = [with_values(scenario, point) for point in points]   # validated up front
+    # every point checked up front (before any runs), an error naming its --vary values
+    scenarios = [with_varied(scenario, point, whole=True) for point in points]
     summaries = run_many(scenarios, executor=executor, workers=workers, scheduler=scheduler,
                          progress=progress)
     return pd.DataFrame([{**point, **summary_row(s)} for point, s in zip(points, summaries)])

@@ -69,6 +69,21 @@ def test_sweep_is_identical_on_one_process_two_processes_and_dask(tmp_path, monk
     assert one["ttft_p99_s"].iloc[0] != one["ttft_p99_s"].iloc[1]
 
 
+def test_vary_values_are_cut_at_the_commas_between_values_only():
+    """A flow mapping or list, or a quoted string, is one value of a --vary (it was cut at
+    its own commas into pieces read as strings); '..' in a mapping is no range."""
+    fixed, target = {"type": "fixed"}, {"type": "target", "metric": "queue_per_replica",
+                                        "target": 4}
+    assert parse_vary("pools.p.autoscaler={type: fixed},{type: target, "
+                      "metric: queue_per_replica, target: 4}") == \
+        ("pools.p.autoscaler", [fixed, target])
+    assert parse_vary("pools.p.sizing.tp=[1, 2],[4]")[1] == [[1, 2], [4]]
+    assert parse_vary("pools.p.model=\"a, b\",it's")[1] == ["a, b", "it's"]
+    assert parse_vary("workload.streams.s.arrival={type: trace, path: ../t.csv}")[1] == \
+        [{"type": "trace", "path": "../t.csv"}]
+    assert parse_vary("seed=1,2,3")[1] == [1, 2, 3] and parse_vary("seed=1..3")[1] == [1, 2, 3]
+
+
 def service_time_s() -> float:
     """Service of one fixed request (prompt 256, 64 output tokens) on the
     single scheduler, from the cost model: a prefill step then 63 decodes."""
