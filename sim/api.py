@@ -16,7 +16,7 @@ from sim.config.inputs import (DataFiles, InputFileError, check_regular, scenari
 from sim.config.paths import resolve_scenario_path
 from sim.output.results import Results, collect
 from sim.core.checks import RunRefused
-from sim.core.simulation import ProgressFn, Simulation
+from sim.core.simulation import ProgressFn, Simulation, Watch
 from sim.workload import WorkloadDataError
 from sim.config.yamlio import LineMap, load_yaml
 
@@ -184,11 +184,13 @@ def prepare(scenario: Scenario) -> Simulation:
         raise ScenarioError(exc.message, **located(scenario, exc.loc)) from None
 
 
-def run(scenario: Scenario, *, progress: ProgressFn | None = None) -> Results:
-    """Simulate ``scenario`` and return its tables and summary."""
+def run(scenario: Scenario, *, progress: ProgressFn | None = None,
+        watch: Watch | None = None) -> Results:
+    """Simulate ``scenario`` and return its tables and summary (``watch``: a test asked
+    every so often that may end the run early, see :meth:`Simulation.run`)."""
     t0 = time.perf_counter()
     try:
-        simulation = prepare(scenario).run(progress)
+        simulation = prepare(scenario).run(progress, watch)
     except RunRefused as exc:           # found while running (an open-ended stream)
         raise ScenarioError(exc.message, **located(scenario, exc.loc)) from None
     simulation.wall_s = time.perf_counter() - t0

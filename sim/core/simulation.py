@@ -36,6 +36,8 @@ from sim.output.recorder import Recorder
 from sim.workload import RequestArrivals, generate_arrivals
 
 ProgressFn = Callable[[float, float], None]
+# (every this many simulated seconds, ask this whether to give the run up)
+Watch = tuple[float, Callable[["Simulation"], bool]]
 GC_YOUNG_THRESHOLD = 100_000      # allocations between collections of the youngest generation
 REFUSED_PAUSE_S = 0.01            # a closed-loop client's pause after a refusal (a round trip)
 
@@ -90,6 +92,7 @@ class Simulation:
         self._open_ended = set(self.arrivals.refills or ())
         self._stop = self.env.event()
         self.end_s = 0.0
+        self.abandoned_s: float | None = None   # when a watch ended the run early
 
     # -- request lifecycle ----------------------------------------------------
     def _terminal(self, req: Request, status: str) -> None:
@@ -344,6 +347,16 @@ class Simulation:
         if not self._stop.triggered:
             self._stop.succeed()
 
+    def _watch(self, every_s: float, give_up: Callable[["Simulation"], bool]):
+        """Ask ``give_up`` every ``every_s`` of simulated time whether the run is worth
+        finishing; when it says no, the run ends there (``abandoned_s``)."""
+        while True:
+            yield self.env.timeout(every_s)
+            if not self._stop.triggered and give_up(self):
+                self.abandoned_s = self.env.now
+                self._stop.succeed()
+                return
+
     def _progress(self, fn: ProgressFn, limit_s: float):
         tick = max(limit_s / 500.0, self.scenario.sample_interval)
         while True:
@@ -360,7 +373,10 @@ class Simulation:
             recorder=self.recorder,
             pools={name: pool.account(self.end_s) for name, pool in self.pools.items()})
 
-    def run(self, progress: ProgressFn | None = None) -> "Simulation":
+    def run(self, progress: ProgressFn | None = None, watch: Watch | None = None
+            ) -> "Simulation":
+        """Run to the end (``watch``: every ``every_s``, a caller's test that may end the
+        run early as not worth finishing)."""
         env = self.env
         limit_s = self.scenario.duration + self.scenario.drain
         self._start_arrivals()
@@ -368,14 +384,17 @@ class Simulation:
         env.process(self._cap(limit_s))
         if progress is not None:
             env.process(self._progress(progress, limit_s))
+        if watch is not None:
+            env.process(self._watch(*watch))
         with fewer_gc_passes():
             env.run(until=self._stop)
-            if env.now < self.scenario.duration:
+            if env.now < self.scenario.duration and self.abandoned_s is None:
                 # everything finished early: the fleet is still there (and billed), and
                 # the time series goes on, until the end of the arrival window
                 env.run(until=self.scenario.duration)
         self.events_scheduled = events_scheduled(env)
-        self.end_s = max(env.now, self.scenario.duration)
+        self.end_s = env.now if self.abandoned_s is not None else \
+            max(env.now, self.scenario.duration)
         for pool in self.pools.values():
             for replica in pool.replicas:
                 replica.cut_off()

@@ -20,6 +20,7 @@ import sim
 from sim.config.sanity import MAX_FLEET_REPLICAS, most_replicas
 from sim.api import located
 from sim.config.scenario import Scenario
+from sim.planning.hopeless import hopeless_watch
 from sim.planning.overrides import with_values
 from sim.planning.runner import Payload, map_tasks, scenario_from_payload, scenario_payload
 from sim.config.resolve import resolve
@@ -59,6 +60,7 @@ class Observed:
     short of capacity completes its capacity: the share is then capacity / load."""
     summary: dict
     served_share: float | None
+    given_up: bool = False              # ended early: an SLO was missed for good
 
 
 def served_share(requests: pd.DataFrame, start_s: float, end_s: float) -> float | None:
@@ -104,16 +106,23 @@ def evaluate(scenario: Scenario, pool: str, slos: list[Slo]) -> tuple[dict, bool
 
 
 def verdict(scenario: Scenario, pool: str, slos: list[Slo],
-            confidence: Confidence | None) -> Verdict:
+            confidence: Confidence | None, *, give_up: bool = False) -> Verdict:
     """The SLO verdict on ``pool`` for ``scenario``: one run with its seed, or replications
-    with the seeds after it until the verdict is as sure as ``confidence`` asks."""
+    with the seeds after it until the verdict is as sure as ``confidence`` asks
+    (``give_up``: a run is ended as soon as an SLO is missed for good, see
+    :mod:`sim.planning.hopeless`)."""
     def sample(i: int) -> tuple[dict, Observed]:
         scn = scenario if i == 0 else with_values(scenario, {"seed": scenario.seed + i})
-        res = sim.run(scn)
+        watch = hopeless_watch(scn, pool, slos) if give_up else None
+        res = sim.run(scn, watch=(watch.every_s, watch) if watch else None)
+        end_s = min(scn.duration, res.summary["end_s"])
         everyone = pool_requests(scn, res.requests, pool, after_warmup=False)
-        share = served_share(everyone, scn.warmup, scn.duration)
-        mine = everyone[everyone["arrival_s"] >= scn.warmup]
-        return measure(mine, slos), Observed(res.summary, share)
+        share = served_share(everyone, scn.warmup, end_s)
+        measured = measure(everyone[everyone["arrival_s"] >= scn.warmup], slos)
+        if watch is not None and watch.missed:      # given up: missed for good
+            measured.update({m: (0.0 if m == "attainment" else math.inf)
+                             for m in watch.missed})
+        return measured, Observed(res.summary, share, bool(watch and watch.missed))
     return judge(sample, slos, confidence)
 
 
@@ -160,11 +169,13 @@ def next_count(trial: Trial) -> int:
 
 def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
                  max_replicas: int, confidence: Confidence | None = None, *,
-                 estimate: bool = True) -> tuple[int | None, dict[int, Trial]]:
+                 estimate: bool = True, give_up: bool = True
+                 ) -> tuple[int | None, dict[int, Trial]]:
     """Fewest replicas meeting the SLOs with ``option``, or None within the cap (each
     trial's verdict as sure as ``confidence`` asks). From 1 replica the count grows
     until the SLOs are met (``estimate``: to the flow bound of a saturated trial, see
-    :func:`next_count`; else doubling), then bisection finds the fewest."""
+    :func:`next_count`; else doubling), then bisection finds the fewest. ``give_up``:
+    a trial whose SLOs are missed for good stops there (it is cheaper, never wrong)."""
     base = {f"pools.{pool}.{k}": v for k, v in option.items()}
     if option["weight_dtype"] in ("fp8", "int8"):
         base[f"pools.{pool}.kv_dtype"] = "fp8"
@@ -186,7 +197,7 @@ def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
     def trial(n: int) -> Trial:
         if n not in trials:
             scn = with_values(scenario, {**base, f"pools.{pool}.replicas": n, **held(n)})
-            trials[n] = Trial(n, verdict(scn, pool, slos, confidence))
+            trials[n] = Trial(n, verdict(scn, pool, slos, confidence, give_up=give_up))
         return trials[n]
 
     lo, hi = 1, 1
