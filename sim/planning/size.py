@@ -175,7 +175,9 @@ def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
     trial's verdict as sure as ``confidence`` asks). From 1 replica the count grows
     until the SLOs are met (``estimate``: to the flow bound of a saturated trial, see
     :func:`next_count`; else doubling), then bisection finds the fewest. ``give_up``:
-    a trial whose SLOs are missed for good stops there (it is cheaper, never wrong)."""
+    a one-seed trial whose SLOs are missed for good stops there (cheaper, never wrong;
+    replications for a confident verdict run whole, since their mean needs each run's
+    figure)."""
     base = {f"pools.{pool}.{k}": v for k, v in option.items()}
     if option["weight_dtype"] in ("fp8", "int8"):
         base[f"pools.{pool}.kv_dtype"] = "fp8"
@@ -197,7 +199,10 @@ def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
     def trial(n: int) -> Trial:
         if n not in trials:
             scn = with_values(scenario, {**base, f"pools.{pool}.replicas": n, **held(n)})
-            trials[n] = Trial(n, verdict(scn, pool, slos, confidence, give_up=give_up))
+            # a run given up says only "above the target", not by how much: replications
+            # averaged for a confident verdict need each run's own figure
+            trials[n] = Trial(n, verdict(scn, pool, slos, confidence,
+                                         give_up=give_up and confidence is None))
         return trials[n]
 
     lo, hi = 1, 1

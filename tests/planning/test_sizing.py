@@ -204,3 +204,17 @@ def test_a_trial_missed_for_good_is_given_up_and_the_answer_is_unchanged(metric)
     for n, t in quick_trials.items():
         if n in full_trials:
             assert t.ok == full_trials[n].ok
+
+
+def test_replications_for_a_confident_verdict_are_never_given_up():
+    """A run given up knows only that its figure is above the target, while a confident
+    verdict averages each run's figure: its replications run whole, so a seed that
+    misses does not outweigh those that meet (an infinite stand-in would)."""
+    from sim.planning.size import min_replicas
+    s = prefill_s()
+    scn = one_at_a_time({"type": "gamma", "rate": 5.5 / s, "cv": 0.001}, 300 * s, 20 * s)
+    option = {"hardware": "H100-SXM", "tp": 1, "weight_dtype": "bf16"}
+    _, trials = min_replicas(scn, "p", [parse_slo(f"e2e_p99={1.5 * s}s")], option, 16,
+                             Confidence(0.95, 3))
+    assert not any(t.verdict.first.given_up for t in trials.values())
+    assert all(t.summary["end_s"] >= scn.duration for t in trials.values())
