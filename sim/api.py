@@ -160,6 +160,7 @@ def with_overrides(scenario: Scenario, *, seed: int | None = None,
         raise ScenarioError(f"{err['msg']} (got {err.get('input')!r})",
                             field="--" + ".".join(str(p) for p in err["loc"])) from None
     out._source, out._allow_paths = scenario._source, scenario._allow_paths
+    out._flags = dict(scenario._flags)
     return out
 
 
@@ -181,7 +182,7 @@ def prepare(scenario: Scenario) -> Simulation:
     except WorkloadDataError as exc:
         raise ScenarioError(exc.message, file=shown(exc.path), line=exc.line) from None
     except RunRefused as exc:
-        raise ScenarioError(exc.message, **located(scenario, exc.loc)) from None
+        raise refused(scenario, exc) from None
 
 
 def run(scenario: Scenario, *, progress: ProgressFn | None = None,
@@ -192,15 +193,31 @@ def run(scenario: Scenario, *, progress: ProgressFn | None = None,
     try:
         simulation = prepare(scenario).run(progress, watch)
     except RunRefused as exc:           # found while running (an open-ended stream)
-        raise ScenarioError(exc.message, **located(scenario, exc.loc)) from None
+        raise refused(scenario, exc) from None
     simulation.wall_s = time.perf_counter() - t0
     return collect(simulation.account())
 
 
+def refused(scenario: Scenario, exc: RunRefused) -> ScenarioError:
+    """A run refused at ``exc.loc``: located in the scenario's file, or, where that field
+    came from the command line, named with its flag."""
+    flag = given_by(scenario._flags, dotted_path(exc.loc))
+    return ScenarioError(exc.message if flag is None else f"with {flag}: {exc.message}",
+                         **located(scenario, exc.loc))
+
+
+def given_by(flags: dict[str, str], field: str) -> str | None:
+    """The command-line flag (of ``flags``, a scenario's ``_flags``) that gave ``field`` or
+    a block holding it, if one did."""
+    return next((flag for path, flag in flags.items()
+                 if field == path or field.startswith((path + ".", path + "["))), None)
+
+
 def located(scenario: Scenario, loc: tuple) -> dict:
-    """file, line and field of ``loc`` in the scenario's own file (when it has one)."""
+    """file, line and field of ``loc`` in the scenario's own file (when it has one, and
+    the field's value is the file's, not a flag's)."""
     where: dict = {"field": dotted_path(loc)}
-    if scenario._source is not None:
+    if scenario._source is not None and given_by(scenario._flags, where["field"]) is None:
         source = Path(scenario._source)
         if source.is_relative_to(Path.cwd()):
             source = source.relative_to(Path.cwd())

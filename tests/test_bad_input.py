@@ -1578,6 +1578,33 @@ def test_a_flag_is_named_once_in_its_error(tmp_path, capsys, argv, start):
     assert not re.search(r"(--[a-z-]+): \1\b", err), err
 
 
+@pytest.mark.parametrize("text, argv, start", [
+    (BASE.replace("duration: 20s\n", "duration: 20s\nwarmup: 15s\n"), ["--duration", "10s"],
+     "{s}:4: warmup: with --duration: warm-up (15 s) must end before the arrivals do"),
+    (BASE.replace("duration: 20s\n", "duration: 20s\nwarmup: 15s\n"),
+     ["--duration", "10s", "--set", "pools.main.replicas=2", "--seed", "3"],
+     "{s}:4: warmup: with --duration: warm-up (15 s) must end before the arrivals do"),
+    (trace_stream(), ["--warmup", "10s"],
+     "warmup: with --warmup: no request arrives after the warm-up (10 s; the last of 3"),
+    (trace_stream(), ["--set", "warmup=10s"],
+     "warmup: with --set: no request arrives after the warm-up (10 s; the last of 3"),
+])
+def test_an_override_s_error_names_the_flag_that_made_it(tmp_path, capsys, text, argv, start):
+    """A --duration shorter than the file's warm-up names --duration at the warm-up's line
+    (it blamed --set, or no flag); a warm-up a flag gave that no arrival outlasts names the
+    flag, not a line of the scenario (found while the run is prepared)."""
+    path = tmp_path / "s.yaml"
+    path.write_text(text, encoding="utf-8")
+    (tmp_path / "t.csv").write_text(TRACE_HEADER + "0,100,10\n1,100,10\n2,100,10\n",
+                                    encoding="utf-8")
+    code = run_main(["run", str(path), *argv, "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("error: " + start.format(s=path)), err
+    assert err.count("--set") == start.count("--set") and err.count("\n") == 1, err
+    assert not (tmp_path / "o").exists()
+
+
 # numbers on the command line outside what a run can use: argparse's usage error, exit 2
 FLAG_CASES = [
     ("run-a-billion-replications", ["run", "{s}", "--replications", "1000000000"],

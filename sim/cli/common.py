@@ -3,6 +3,7 @@ its overrides, the files a command reads, progress bars."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -151,8 +152,14 @@ def load_from_args(args: argparse.Namespace):
     from sim.api import cross_check
     from sim.planning.overrides import parse_value, refuse_clash, with_values
 
-    scenario = sim.load_scenario(args.scenario, allow_paths=allowed_paths(args))
-    scenario = sim.with_overrides(scenario, seed=getattr(args, "seed", None),
+    base = sim.load_scenario(args.scenario, allow_paths=allowed_paths(args))
+    # each flag's values (--seed, --duration, --set, --warmup): a problem they make is
+    # blamed on the flag that gave the field, or else on those that make it alone
+    groups: dict[str, dict] = {}
+    for name in ("seed", "duration"):
+        if getattr(args, name, None) is not None:
+            groups[f"--{name}"] = {name: getattr(args, name)}
+    scenario = sim.with_overrides(base, seed=getattr(args, "seed", None),
                                   duration_s=getattr(args, "duration", None))
     sets = {}
     flags = {"seed": "--seed", "duration": "--duration", "warmup": "--warmup"}
@@ -166,23 +173,51 @@ def load_from_args(args: argparse.Namespace):
             raise ScenarioError(f"--set {path} and {flags[path]} both set it; give one",
                                 field="--set")
         sets[path] = parse_value(value)
-    given = bool(sets)
+    if sets:
+        groups["--set"] = dict(sets)
     if getattr(args, "warmup", None) is not None:
         sets["warmup"] = args.warmup
-    if not sets:
+        groups["--warmup"] = {"warmup": args.warmup}
+    if not groups:
         return scenario
+    given = {path: flag for flag, values in groups.items() for path in values}
     try:        # the whole scenario's checks again: an override may break any of them
-        return cross_check(with_values(scenario, sets))
+        out = cross_check(with_values(scenario, sets))
     except ScenarioError as exc:
-        from sim.config.errors import Problem
-
-        def flag(field: str | None) -> str:     # the option that gave the value at fault
-            if "warmup" in sets and (not given or (field or "").startswith("warmup")):
-                return "--warmup"
-            return "--set"
-        raise ScenarioError.many([Problem(f"with {flag(p.field)}: {p.message}",
-                                          field=p.field)
+        raise ScenarioError.many([_blamed(p, base, groups, given)
                                   for p in exc.problems]) from None
+    out._flags = given
+    return out
+
+
+def _blamed(problem, base, groups: dict[str, dict], given: dict[str, str]):
+    """``problem`` (found with every flag's values) named with the flag that gave its field;
+    for a field the scenario file gave, at its line there, with the flags whose values
+    alone make it (all of them when none does alone)."""
+    from sim.api import cross_check, given_by, located
+    from sim.config.errors import Problem
+    from sim.planning.overrides import with_values
+
+    flag = given_by(given, problem.field or "")
+    if flag is not None:
+        return Problem(f"with {flag}: {problem.message}", field=problem.field)
+    alone = []
+    for name, values in groups.items():
+        try:
+            cross_check(with_values(base, values))
+        except ScenarioError as exc:
+            if any((p.field, p.message) == (problem.field, problem.message)
+                   for p in exc.problems):
+                alone.append(name)
+    where = located(base, _loc(problem.field)) if problem.field else {}
+    return Problem(f"with {' and '.join(alone or groups)}: {problem.message}",
+                   **{"field": problem.field, **where})
+
+
+def _loc(field: str) -> tuple:
+    """``pools.main.phases[0].rate`` -> ("pools", "main", "phases", 0, "rate")."""
+    return tuple(int(part[1:-1]) if part.startswith("[") else part
+                 for part in re.findall(r"\[\d+\]|[^.\[]+", field))
 
 
 def allowed_paths(args: argparse.Namespace) -> list[str]:

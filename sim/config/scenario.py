@@ -173,6 +173,9 @@ class Scenario(StrictModel):
     _source: str | None = PrivateAttr(default=None)
     # Folders outside the scenario's own and the shipped data its files may be read from.
     _allow_paths: tuple[str, ...] = PrivateAttr(default=())
+    # Fields given on the command line, each with its flag (``{"warmup": "--warmup"}``): a
+    # problem found there later (while the run is prepared) names the flag, not a line.
+    _flags: dict[str, str] = PrivateAttr(default_factory=dict)
 
 
 # the fields each policy family fills: a policy registered later is accepted there too

@@ -331,4 +331,5 @@ def with_values(scenario: Scenario, assignments: dict[str, Any]) -> Scenario:
         raise from_validation_error(exc, file=None, line_map=LineMap(), root_model=Scenario,
                                     data=data) from None
     out._source, out._allow_paths = scenario._source, scenario._allow_paths
+    out._flags = dict(scenario._flags)
     return out
