@@ -1605,6 +1605,35 @@ def test_an_override_s_error_names_the_flag_that_made_it(tmp_path, capsys, text,
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("entry, fragment", [
+    ({"pools": {"main": {"required_replicas": -5}}, "latency_s": {}},
+     "pools.main.required_replicas: is below 0 (a count of at least 0, or null where none"),
+    ({"pools": {"main": {"required_replicas": "aws_secret_key"}}, "latency_s": {}},
+     "pools.main.required_replicas: is a string, not a number or null"),
+    ({"pools": {"main": 3}, "latency_s": {}}, "pools.main: must be an object with "
+                                              "required_replicas"),
+    ({"pools": {}, "latency_s": {"ttft_p99": float("nan")}},
+     "latency_s.ttft_p99: is not a finite number (seconds, at least 0, or null where no"),
+    ({"pools": {}, "latency_s": {"aws_secret_key": 10 ** 400}},
+     "latency_s: is larger than any figure a run gives"),
+    ([1], "must be an object of pools, latency_s and slos"),
+])
+def test_a_bad_baseline_names_its_entry_and_field(tmp_path, capsys, entry, fragment):
+    """Which entry (its number and scenario), which field, and what is wrong with it (it
+    said 'entry 1: pools: each pool must be ...'), never the value or a key of no figure."""
+    path = tmp_path / "s.yaml"
+    path.write_text(BASE, encoding="utf-8")
+    baseline = tmp_path / "b.json"
+    baseline.write_text(json.dumps({"other.yaml": {"pools": {}, "latency_s": {}},
+                                    "s.yaml": entry}), encoding="utf-8")
+    code = run_main(["check", str(path), "--baseline", str(baseline), "--slo", "ttft_p99=1s"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith(f"error: {baseline}: --baseline: not a `fleetsim check` baseline: "
+                          f"entry 2 (s.yaml): {fragment}"), err
+    assert "aws_secret_key" not in err and "None" not in err
+
+
 # numbers on the command line outside what a run can use: argparse's usage error, exit 2
 FLAG_CASES = [
     ("run-a-billion-replications", ["run", "{s}", "--replications", "1000000000"],

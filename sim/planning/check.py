@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import sim
-from sim.config.errors import ScenarioError
+from sim.config.errors import ScenarioError, dotted_path
 from sim.config.inputs import InputFileError, read_bytes, shown
 from sim.planning.size import check_budget, min_replicas, reaches, replica_cap, verdict
 from sim.planning.verdict import Confidence
@@ -75,55 +75,86 @@ def drift(base: dict, now: dict, tolerance: float) -> list[str]:
         new = fig["required_replicas"]
         unsure = " (an uncertain verdict: allow more replications with " \
                  "--max-replications)" if fig.get("confident") is False else ""
-        if old != new:
-            problems.append(f"pool {pool}: required replicas {old} -> {new}{unsure}")
+        if pool not in base.get("pools", {}):
+            problems.append(f"pool {pool}: not in the baseline (record it with --update)")
+        elif old != new:
+            problems.append(f"pool {pool}: required replicas {_count(old)} -> "
+                            f"{_count(new)}{unsure}")
         if not fig["slo_met_as_configured"]:
             problems.append(f"pool {pool}: breaks the SLOs as configured{unsure}")
     for key, new in now["latency_s"].items():
         old = base.get("latency_s", {}).get(key)
         if old is None or new is None:
             if old != new:
-                problems.append(f"{key}: {old} -> {new}")
+                problems.append(f"{key}: {_seconds(old)} -> {_seconds(new)}")
         elif abs(new - old) > tolerance * abs(old):
             change = f" ({(new - old) / old:+.1%})" if old else ""
             problems.append(f"{key}: {old:.4g} s -> {new:.4g} s{change}")
     return problems
 
 
+def _count(replicas: int | None) -> str:
+    return "none within the cap" if replicas is None else str(replicas)
+
+
+def _seconds(value: float | None) -> str:
+    return "none (no request completed)" if value is None else f"{value:.4g} s"
+
+
 # larger than any figure a run gives: a baseline number past it was not written by fleetsim
 MAX_FIGURE = 1e15
 
 
-def _number(value) -> bool:
-    """None, or a finite number of sensible size and not negative (replica counts and
-    latencies: a huge integer is refused before any arithmetic turns it into a float)."""
+def _figure_problem(value) -> str | None:
+    """What is wrong with a baseline's figure, never quoting it: None where it is None or a
+    finite number of sensible size and not negative (replica counts and latencies: a huge
+    integer is refused before any arithmetic turns it into a float)."""
     if value is None:
-        return True
+        return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    return 0 <= value <= MAX_FIGURE if isinstance(value, int) else \
-        math.isfinite(value) and 0 <= value <= MAX_FIGURE
+        kind = {dict: "an object", list: "a list", str: "a string", bool: "true or false"}
+        return f"is {kind.get(type(value), 'not a number')}, not a number or null"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "is not a finite number"
+    if value < 0:
+        return "is below 0"
+    return "is larger than any figure a run gives" if value > MAX_FIGURE else None
 
 
 def _baseline_shape_error(data) -> str | None:
-    """What is wrong with a parsed baseline (naming fields, never values), or None."""
+    """What is wrong with a parsed baseline, or None: the entry (by its number, and its
+    scenario's path), the field and what is wrong with it, never a value or a key that is
+    no figure's."""
     if not isinstance(data, dict):
         return "the top level must be an object of scenario paths"
-    for i, entry in enumerate(data.values()):
-        where = f"entry {i + 1}"
+    for i, (key, entry) in enumerate(data.items()):
+        where = f"entry {i + 1}" + (f" ({dotted_path((key,))})"
+                                    if key.endswith((".yaml", ".yml")) else "")
         if not isinstance(entry, dict):
-            return f"{where}: must be an object"
+            return f"{where}: must be an object of pools, latency_s and slos"
         pools, latency = entry.get("pools", {}), entry.get("latency_s", {})
-        if not isinstance(pools, dict) or not all(
-                isinstance(f, dict) and _number(f.get("required_replicas"))
-                for f in pools.values()):
-            return f"{where}: pools: each pool must be an object with required_replicas, " \
-                   f"a number (at least 0) or null"
-        if not isinstance(latency, dict) or not all(map(_number, latency.values())):
-            return f"{where}: latency_s: must be an object of numbers (at least 0) or nulls"
+        if not isinstance(pools, dict):
+            return f"{where}: pools: must be an object of pools"
+        for pool, figures in pools.items():
+            field = f"pools.{dotted_path((pool,))}"
+            if not isinstance(figures, dict):
+                return f"{where}: {field}: must be an object with required_replicas"
+            wrong = _figure_problem(figures.get("required_replicas"))
+            if wrong is not None:
+                return f"{where}: {field}.required_replicas: {wrong} (a count of at " \
+                       f"least 0, or null where none within the cap met the SLOs)"
+        if not isinstance(latency, dict):
+            return f"{where}: latency_s: must be an object of latencies"
+        for name, value in latency.items():
+            wrong = _figure_problem(value)
+            if wrong is not None:
+                field = f"latency_s.{name}" if name in LATENCY_KEYS else "latency_s"
+                return f"{where}: {field}: {wrong} (seconds, at " \
+                       f"least 0, or null where no request completed)"
         slos = entry.get("slos", {})
         if not isinstance(slos, dict) or not all(
-                k in METRICS and _number(v) and v is not None for k, v in slos.items()):
+                k in METRICS and v is not None and _figure_problem(v) is None
+                for k, v in slos.items()):
             return f"{where}: slos: must be an object of SLO metrics ({', '.join(METRICS)}) " \
                    f"and numbers (at least 0)"
     return None

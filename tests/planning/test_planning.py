@@ -136,6 +136,22 @@ def test_check_passes_unchanged_and_fails_when_load_rises(tmp_path, capsys):
     assert "required replicas" in out
 
 
+def test_check_says_what_a_missing_figure_means():
+    """A pool the baseline lacks, a count none within the cap reached and a latency no
+    request gave are said in words (they printed None)."""
+    from sim.planning.check import drift
+    now = {"pools": {"p": {"required_replicas": None, "slo_met_as_configured": True},
+                     "q": {"required_replicas": 2, "slo_met_as_configured": True}},
+           "latency_s": {"ttft_p99": None, "tpot_p99": 0.02}, "slos": {}}
+    base = {"pools": {"p": {"required_replicas": 3}},
+            "latency_s": {"ttft_p99": 0.5, "tpot_p99": None}}
+    assert drift(base, now, 0.05) == [
+        "pool p: required replicas 3 -> none within the cap",
+        "pool q: not in the baseline (record it with --update)",
+        "ttft_p99: 0.5 s -> none (no request completed)",
+        "tpot_p99: none (no request completed) -> 0.02 s"]
+
+
 @pytest.mark.parametrize("extra", [[], ["--max-rate"]])
 def test_size_exits_1_when_no_option_meets_the_slos(tmp_path, capsys, extra):
     """A TTFT of 1 us: no replica count (and no fraction of the load) meets it; the table
