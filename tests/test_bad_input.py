@@ -986,6 +986,30 @@ CASES += [
                            '"input_length": 6, "output_length": 2}\n'}),
 ]
 
+# Sessions: conversations start at a poisson or gamma stream's arrivals, with a bounded
+# number of turns; a trace's block length belongs to the Mooncake format.
+CASES += [
+    Case("sessions-with-unbounded-turns",
+         after_team("sessions: {turns: {type: exponential, mean: 4}}"), 9,
+         f"{STREAM}.sessions.turns", ["at most 1,000 turns", "give the distribution a max"]),
+    Case("sessions-of-too-many-turns", after_team("sessions: {turns: 5000}"), 9,
+         f"{STREAM}.sessions.turns", ["at most 1,000 turns", "it may draw 5,000"]),
+    Case("sessions-on-a-closed-loop-stream",
+         edit(("      arrival: {type: poisson, rate: 2/s}\n",
+               "      arrival: {type: closed, concurrency: 2, requests: 10}\n"
+               "      sessions: {turns: 3}\n")), 7, STREAM,
+         ["conversations start at a poisson or gamma stream's arrivals"]),
+    Case("sessions-with-a-tiny-context-window",
+         after_team("sessions: {turns: 3, max_context_tokens: 1}"), 9,
+         f"{STREAM}.sessions.max_context_tokens", ["greater than or equal to 2"]),
+    Case("sessions-with-negative-think-time",
+         after_team("sessions: {turns: 3, think_time: -5s}"), 9,
+         f"{STREAM}.sessions.think_time", ["-5"]),
+    Case("block-tokens-on-a-csv-trace", edit(
+        (POISSON_LINES, "      arrival: {type: trace, path: t.csv, block_tokens: 64}\n")),
+         10, f"{STREAM}.arrival", ["`block_tokens:` is the length of the blocks a Mooncake"]),
+]
+
 assert len(CASES) >= 30
 assert len({c.id for c in CASES}) == len(CASES)
 
@@ -1696,27 +1720,3 @@ def test_an_unreachable_dask_scheduler_is_a_located_error(tmp_path, capsys, monk
 
 def test_the_catalogue_holds_150_cases():
     assert len(CASES) + len(ARGV_CASES) >= 150
-
-# Sessions: conversations start at a poisson or gamma stream's arrivals, with a bounded
-# number of turns; a trace's block length belongs to the Mooncake format.
-CASES += [
-    Case("sessions-with-unbounded-turns",
-         after_team("sessions: {turns: {type: exponential, mean: 4}}"), 9,
-         f"{STREAM}.sessions.turns", ["at most 1,000 turns", "give the distribution a max"]),
-    Case("sessions-of-too-many-turns", after_team("sessions: {turns: 5000}"), 9,
-         f"{STREAM}.sessions.turns", ["at most 1,000 turns", "it may draw 5,000"]),
-    Case("sessions-on-a-closed-loop-stream",
-         edit(("      arrival: {type: poisson, rate: 2/s}\n",
-               "      arrival: {type: closed, concurrency: 2, requests: 10}\n"
-               "      sessions: {turns: 3}\n")), 7, STREAM,
-         ["conversations start at a poisson or gamma stream's arrivals"]),
-    Case("sessions-with-a-tiny-context-window",
-         after_team("sessions: {turns: 3, max_context_tokens: 1}"), 9,
-         f"{STREAM}.sessions.max_context_tokens", ["greater than or equal to 2"]),
-    Case("sessions-with-negative-think-time",
-         after_team("sessions: {turns: 3, think_time: -5s}"), 9,
-         f"{STREAM}.sessions.think_time", ["-5"]),
-    Case("block-tokens-on-a-csv-trace", edit(
-        (POISSON_LINES, "      arrival: {type: trace, path: t.csv, block_tokens: 64}\n")),
-         10, f"{STREAM}.arrival", ["`block_tokens:` is the length of the blocks a Mooncake"]),
-]
