@@ -1612,6 +1612,8 @@ def test_a_flag_is_named_once_in_its_error(tmp_path, capsys, argv, start):
      "warmup: with --warmup: no request arrives after the warm-up (10 s; the last of 3"),
     (trace_stream(), ["--set", "warmup=10s"],
      "warmup: with --set: no request arrives after the warm-up (10 s; the last of 3"),
+    (trace_stream(), ["--warmup", "10s", "--replications", "2", "--workers", "2"],
+     "warmup: with --warmup: no request arrives after the warm-up (10 s; the last of 3"),
 ])
 def test_an_override_s_error_names_the_flag_that_made_it(tmp_path, capsys, text, argv, start):
     """A --duration shorter than the file's warm-up names --duration at the warm-up's line

@@ -18,18 +18,20 @@ from sim.config.scenario import Scenario
 Progress = Callable[[int, int], None]
 
 
-Payload = tuple[dict, str | None, tuple[str, ...]]  # scenario, its file, allowed folders
+# a scenario, its file, its allowed folders, and the fields command-line flags gave
+Payload = tuple[dict, str | None, tuple[str, ...], dict[str, str]]
 
 
 def scenario_payload(scenario: Scenario) -> Payload:
     """A validated scenario as plain data a worker process can be sent."""
-    return scenario.model_dump(mode="json"), scenario._source, scenario._allow_paths
+    return (scenario.model_dump(mode="json"), scenario._source, scenario._allow_paths,
+            dict(scenario._flags))
 
 
 def scenario_from_payload(payload: Payload) -> Scenario:
-    data, source, allow_paths = payload
+    data, source, allow_paths, flags = payload
     scenario = Scenario.model_validate(data)
-    scenario._source, scenario._allow_paths = source, allow_paths
+    scenario._source, scenario._allow_paths, scenario._flags = source, allow_paths, flags
     return scenario
 
 
