@@ -70,12 +70,17 @@ def count_arg(most: int):
     return parse
 
 
-def tolerance_arg(text: str) -> float:
+def share_arg(text: str, what: str) -> float:
+    """``text`` as a fraction, written as one (0.05) or in percent (5%): an argparse
+    error naming ``what`` ("a tolerance (5% or 0.05)") when it is neither."""
     try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"cannot read {text!r} as a tolerance (5% or 0.05)") from None
+        raise argparse.ArgumentTypeError(f"cannot read {text!r} as {what}") from None
+
+
+def tolerance_arg(text: str) -> float:
+    value = share_arg(text, "a tolerance (5% or 0.05)")
     if not 0 <= value <= 10:    # NaN fails too: a gate that can never fail is no gate
         raise argparse.ArgumentTypeError(
             f"a tolerance from 0 to 1000% (5% or 0.05), got {text!r}")

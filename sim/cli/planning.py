@@ -9,8 +9,8 @@ from pathlib import Path
 from sim.config.inputs import shown
 from sim.config.errors import ScenarioError
 from sim.output.output_paths import slug
-from sim.cli.common import (path_arg, count_arg, tolerance_arg, MAX_WORKERS, count_bar,
-                            MAX_REPLICATIONS,
+from sim.cli.common import (path_arg, count_arg, tolerance_arg, share_arg, MAX_WORKERS,
+                            count_bar, MAX_REPLICATIONS,
                             load_from_args, allowed_paths, add_allow_path, inputs_of,
                             scenario_slos, slos_from_args, with_pd_options)
 
@@ -112,11 +112,7 @@ def _confidence(args: argparse.Namespace):
 
 def _confidence_arg(text: str) -> float:
     """A confidence level: 95% or 0.95, from 50% to 99.99%."""
-    try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"cannot read {text!r} as a confidence level (95% or 0.95)") from None
+    value = share_arg(text, "a confidence level (95% or 0.95)")
     if not 0.5 <= value <= 0.9999:         # NaN fails too
         raise argparse.ArgumentTypeError(
             f"a confidence level from 50% to 99.99% (95% or 0.95), got {text!r}")

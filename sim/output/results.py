@@ -38,6 +38,18 @@ class Results:
     extra: dict = field(default_factory=dict)
 
 
+def latencies(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each request's ttft_s, tpot_s (NaN for one output token), e2e_s and queue_s from
+    its recorded times and output length (recorder columns, any subset of rows)."""
+    arrival, first, finish = raw["arrival_s"], raw["first_token_s"], raw["finish_s"]
+    gaps = (raw["output_tokens"] - 1).astype(np.float64)
+    return {"ttft_s": first - arrival,
+            "tpot_s": np.divide(finish - first, gaps, out=np.full(len(gaps), np.nan),
+                                where=gaps > 0),
+            "e2e_s": finish - arrival,
+            "queue_s": raw["admitted_s"] - arrival}
+
+
 def _request_table(run: RunAccount) -> tuple[pd.DataFrame, EarlierWork]:
     """The recorded columns in request order, codes decoded, latencies derived:
     numpy all the way, one copy of each column (a long run has millions of rows); and,
@@ -52,14 +64,8 @@ def _request_table(run: RunAccount) -> tuple[pd.DataFrame, EarlierWork]:
     for field in REQUEST_ROW:
         if field.codes is not None:
             out[field.column] = rec.code_table(field).decode(raw[field.column])
-    arrival, first, finish = raw["arrival_s"], raw["first_token_s"], raw["finish_s"]
-    out["ttft_s"] = first - arrival
-    gaps = (raw["output_tokens"] - 1).astype(np.float64)
-    out["tpot_s"] = np.divide(finish - first, gaps, out=np.full(len(gaps), np.nan),
-                              where=gaps > 0)
-    out["e2e_s"] = finish - arrival
-    out["queue_s"] = raw["admitted_s"] - arrival
-    out["cost_usd"] = np.zeros(len(gaps))  # filled in by summarise (a share of its pool's cost)
+    out.update(latencies(raw))
+    out["cost_usd"] = np.zeros(len(order))  # filled in by summarise (its pool's cost share)
     earlier = EarlierWork(pool=out["earlier_pool"],
                           tokens=raw["earlier_tokens"], carried=raw["carried_tokens"])
     return pd.DataFrame({name: out[name] for name in REQUEST_TABLE_COLUMNS}, copy=False), \

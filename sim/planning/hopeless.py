@@ -22,10 +22,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.config.slos import Slo
+from sim.output.results import latencies
 from sim.output.slo import POLICY_REFUSALS
 
 # the event whose absence bounds a latency from below while a request is open
 OPEN_BOUND = {"ttft": "first_token_s", "e2e": "finish_s", "queue": "admitted_s"}
+# the recorded columns a request's latencies are derived from
+LATENCY_INPUTS = ("arrival_s", "first_token_s", "finish_s", "admitted_s", "output_tokens")
 # how often (a share of the arrival window) a trial is looked at
 LOOKS_PER_RUN = 50
 
@@ -82,17 +85,11 @@ class HopelessWatch:
             mine = (table.column("pool") == code) & (arrival >= self.warmup_s)
             refused = [rec.reasons[r] for r in POLICY_REFUSALS if r in rec.reasons]
             mine &= ~np.isin(table.column("reject_reason"), refused)
-            arrival = arrival[mine]
             served = table.column("status")[mine] == rec.statuses["completed"]
-            first, finish = table.column("first_token_s")[mine], table.column("finish_s")[mine]
-            values = {"ttft": first - arrival, "e2e": finish - arrival,
-                      "queue": table.column("admitted_s")[mine] - arrival,
-                      "max_itl": table.column("max_itl_s")[mine]}
-            gaps = table.column("output_tokens")[mine] - 1
-            with np.errstate(divide="ignore", invalid="ignore"):
-                values["tpot"] = np.where(gaps > 0, (finish - first) / gaps, np.nan)
+            values = latencies({name: table.column(name)[mine] for name in LATENCY_INPUTS})
+            values["max_itl_s"] = table.column("max_itl_s")[mine]
             for slo in latency:
-                value = values[slo.metric.rsplit("_", 1)[0]]
+                value = values[slo.metric.rsplit("_", 1)[0] + "_s"]
                 per[slo.metric] = ~served | (value > slo.target)
         counts = {s.metric: int(per[s.metric].sum()) if code is not None else 0
                   for s in latency}

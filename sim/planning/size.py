@@ -25,7 +25,7 @@ from sim.planning.overrides import with_values
 from sim.planning.runner import Payload, map_tasks, scenario_from_payload, scenario_payload
 from sim.config.resolve import resolve
 from sim.config.slos import Slo
-from sim.output.slo import margins, measure, met
+from sim.output.slo import margins, measure
 from sim.planning.verdict import Confidence, Verdict, judge
 
 
@@ -100,9 +100,9 @@ def pool_requests(scenario: Scenario, requests: pd.DataFrame, pool: str, *,
 
 
 def evaluate(scenario: Scenario, pool: str, slos: list[Slo]) -> tuple[dict, bool, dict]:
-    res = sim.run(scenario)
-    measured = measure(pool_requests(scenario, res.requests, pool), slos)
-    return measured, met(measured, slos), res.summary
+    """One run's SLO figures on ``pool``, whether they meet ``slos``, and its summary."""
+    one = verdict(scenario, pool, slos, None)
+    return one.estimate, one.ok, one.first.summary
 
 
 def verdict(scenario: Scenario, pool: str, slos: list[Slo],
