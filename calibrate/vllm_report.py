@@ -40,6 +40,11 @@ def missed_targets(row: dict) -> list[str]:
     return missed
 
 
+# how far vLLM's workload steps may run from the grid's fit (median of measured / fitted)
+# before the run's timing is said to measure the machine rather than fleetsim
+STEADY_MACHINE = 0.10
+
+
 def write_report(rows: list[dict], out: Path) -> str:
     """The table (returned, and written to ``out/equivalence.txt``) and
     ``out/equivalence.json``."""
@@ -59,8 +64,10 @@ def write_report(rows: list[dict], out: Path) -> str:
                  "output_tokens_per_s": "output tok/s"}
         lines += ["", "| workload | " + " | ".join(
             f"{v} vLLM / fleetsim (err)" for v in names.values())
-            + " | preemptions | prefix-cache tokens | held-back step error |",
-            "|---" * (len(names) + 4) + "|"]
+            + " | preemptions | prefix-cache tokens | held-back step error "
+            "| workload steps / fit |",
+            "|---" * (len(names) + 5) + "|"]
+        drifted = []
         for r in timed:
             t = r["timing"]
             cells = []
@@ -72,9 +79,20 @@ def write_report(rows: list[dict], out: Path) -> str:
                              f" ({100 * t['errors'][k]:+.0f}%) {mark}")
             p, c = t["totals"]["preemptions"], t["totals"]["cached_tokens"]
             held = t["fit"]["held_back_step_error"]["median"]
+            ratio = t["fit"].get("workload_step_ratio")
+            if ratio is not None and abs(ratio - 1.0) > STEADY_MACHINE:
+                drifted.append(f"{r['workload']} (x{ratio:.2f})")
             lines.append(f"| {r['workload']} | " + " | ".join(cells) + f" | {p[0]} / {p[1]} | "
-                         f"{c[0]} / {c[1]} | {'n/a' if held is None else f'{100 * held:.1f}%'} |")
+                         f"{c[0]} / {c[1]} | {'n/a' if held is None else f'{100 * held:.1f}%'} "
+                         f"| {'n/a' if ratio is None else f'x{ratio:.2f}'} |")
         lines.append("")
+        if drifted:
+            lines.append(
+                f"the machine's speed changed between the calibration grid and the workload "
+                f"(vLLM's workload steps took more than {100 * STEADY_MACHINE:.0f}% more or "
+                f"less time than the fit, made on the grid minutes before, gives those same "
+                f"steps): {', '.join(drifted)}. Those rows' timing measures the machine, "
+                f"not fleetsim: serve them again on a quiet machine")
         lines.append("latencies in ms; vLLM / fleetsim; targets: TTFT p50, TPOT p50 and "
                      "throughput within 10%, TTFT p90 within 20%, totals within 5%")
     text = "\n".join(lines) + "\n"

@@ -36,6 +36,32 @@ def _calibration_steps(log: dict) -> list:
     return out
 
 
+def _workload_steps(log: dict) -> list:
+    """The workload's steps as the fit reads them (one group); the first follows an idle
+    engine."""
+    out, prev_end = [], None
+    for st in log["steps"]:
+        idle = math.inf if prev_end is None else st["start_s"] - prev_end
+        out.append((0, _engine_step(st, idle)))
+        prev_end = st["end_s"]
+    return out
+
+
+def workload_step_ratio(profile: dict, fit, log: dict) -> float | None:
+    """Median over the workload's own steps of vLLM's measured time over the fit's
+    prediction for that step: about 1 when the machine ran the workload at the speed it
+    ran the calibration grid minutes before. Nothing is fitted on it: it says whether the
+    timing comparison measures fleetsim or the machine's drift."""
+    import numpy as np
+
+    from calibrate.engine_fit import StepRows, predicted_seconds
+    steps = _workload_steps(log)
+    if not steps:
+        return None
+    rows = StepRows.from_steps(steps)
+    return float(np.median(rows.seconds / predicted_seconds(profile, fit.engine, rows)))
+
+
 def timing(folder: Path, log=print, out: Path | None = None) -> dict:
     """vLLM's step terms fitted on the run's calibration grid, and fleetsim (with them)
     against vLLM's measured requests on the workload; what it writes goes under ``out``
@@ -95,4 +121,6 @@ def timing(folder: Path, log=print, out: Path | None = None) -> dict:
     return {"measured": measured, "predicted": predicted, "errors": errors,
             "totals": totals, "completed": [len(got), int(len(done))],
             "fit": {"held_back_step_error": fit.held_back, "step_error": fit.all_steps,
-                    "steps": len(fit.rows)}}
+                    "steps": len(fit.rows),
+                    "workload_step_ratio": workload_step_ratio(plan_data["profile"], fit,
+                                                               log_data)}}

@@ -194,6 +194,10 @@ def test_validate_from_recorded_vllm_runs(tmp_path):
             for part in ("measured", "predicted", "errors"):
                 assert now["timing"][part] == pytest.approx(then["timing"][part], rel=1e-6,
                                                             nan_ok=True), part
+    # the shipped runs were made on a steady machine: vLLM's workload steps ran at the
+    # speed its calibration grid's fit gives them, and the report flags none
+    assert all(0.9 <= r["timing"]["fit"]["workload_step_ratio"] <= 1.1 for r in rows)
+    assert "the machine's speed changed" not in res.stdout
     bad = _cli("validate", "--engine", "vllm", "--from-logs", str(tmp_path / "missing"))
     assert bad.returncode == 2 and "not a folder of recorded vLLM runs" in bad.stderr
 
@@ -227,3 +231,18 @@ def test_a_recorded_run_s_errors_name_its_folder_not_the_output_folder(tmp_path,
         assert err.startswith(f"error: {folder}"), err
         assert message in err and ".tmp-" not in err, err
         assert not (tmp_path / "o").exists()
+
+
+def test_the_report_names_the_rows_a_drifting_machine_timed(tmp_path):
+    """A workload whose steps vLLM ran more than 10% slower (or faster) than the grid's fit
+    gives them is named as measuring the machine; one within 10% is not."""
+    served = json.loads((DATA / "equivalence.json").read_text(encoding="utf-8"))
+    timed = [r for r in served if "timing" in r][:3]
+    for row, ratio in zip(timed, (1.31, 0.95, 0.85)):
+        row["timing"]["fit"]["workload_step_ratio"] = ratio
+    text = vllm_report.write_report(timed, tmp_path)
+    names = [r["workload"] for r in timed]
+    note = next(line for line in text.splitlines() if "the machine's speed changed" in line)
+    assert f"{names[0]} (x1.31)" in note and f"{names[2]} (x0.85)" in note
+    assert names[1] not in note
+    assert "| x0.95 |" in text
