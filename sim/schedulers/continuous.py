@@ -20,7 +20,15 @@ first step whose KV blocks would run out, as one interruptible segment; an
 arrival cuts it at the next step boundary. ``exact_steps: true`` plans one
 step at a time; per-request results are the same.
 
-Why one module of about 430 lines: planning a step, fast-forwarding the decode cohort
+A scheduler built on this step replaces only what its decoders do
+(``speculative.py``: each decoder verifies draft tokens and gains a random
+number of them): how decoders are held (``_new_decoders``), take their KV
+and budget (``_allocate_decode_step``, ``_decode_tokens``,
+``_unschedule_decoder``), join after their prefill (``_join``) and advance
+(``next_segment``, ``finish_segment``); admission, prefill chunks, the KV
+gates and the FCFS/priority policy stay this module's.
+
+Why one module of about 480 lines: planning a step, fast-forwarding the decode cohort
 and the KV admission gates share per-step state that the hot loop reads on every step;
 the part that is a policy of its own (FCFS or priority) is ``ordering.py``'s.
 """
@@ -39,17 +47,15 @@ from sim.schedulers.cohort import DecodeCohort
 from sim.schedulers.ordering import ORDERS
 
 
-class ContinuousConfig(StrictModel):
-    type: Literal["continuous"] = "continuous"
-    # whether the step terms a profile measured on a whole engine describe this policy's
-    # steps (the engine's own continuous or single-sequence scheduling)
-    engine_terms_apply: ClassVar[bool] = True
+class BatchLimits(StrictModel):
+    """The limits and policies of the continuous step, shared by every scheduler built on
+    it (``continuous``, ``speculative``)."""
+
     max_num_batched_tokens: PositiveInt = Field(
-        8192, description="Token budget of one step (prefill chunks + decode tokens)")
+        8192, description="Token budget of one step (prefill chunks + decode tokens, draft "
+                          "tokens included)")
     max_num_seqs: PositiveInt = Field(256, description="Most sequences in one step")
     chunked_prefill: Flag = Field(True, description="Split long prompts across steps")
-    exact_steps: Flag = Field(
-        False, description="Simulate every decode step instead of fast-forwarding identical ones")
     long_prefill_token_threshold: PositiveInt | None = Field(
         None, description="Largest prefill chunk one request may take in a step (keeps a "
                           "long prompt from filling the budget and stalling decodes)")
@@ -74,7 +80,7 @@ class ContinuousConfig(StrictModel):
                           "engine's")
 
     @model_validator(mode="after")
-    def _check(self) -> "ContinuousConfig":
+    def _check_limits(self) -> "BatchLimits":
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be "
                              f"at least max_num_seqs ({self.max_num_seqs})")
@@ -92,6 +98,15 @@ class ContinuousConfig(StrictModel):
         return self
 
 
+class ContinuousConfig(BatchLimits):
+    type: Literal["continuous"] = "continuous"
+    # whether the step terms a profile measured on a whole engine describe this policy's
+    # steps (the engine's own continuous or single-sequence scheduling)
+    engine_terms_apply: ClassVar[bool] = True
+    exact_steps: Flag = Field(
+        False, description="Simulate every decode step instead of fast-forwarding identical ones")
+
+
 class _Plan:
     __slots__ = ("prefill", "num_decode", "fast_forward")
 
@@ -107,12 +122,13 @@ _NO_PREFILL: list[tuple[Request, int]] = []      # the payload of decode-only se
 class ContinuousScheduler(Scheduler):
     __slots__ = ("cfg", "cohort", "prefilling", "step", "_next_seq", "_now_s", "_chunk_cap",
                  "_segments_done", "_planned_blocks", "_gap_seg", "_gap_max", "order",
-                 "_no_evict", "_whole_prompt", "_reserved_blocks", "_reservations")
+                 "_no_evict", "_whole_prompt", "_reserved_blocks", "_reservations", "_exact")
 
-    def __init__(self, cfg: ContinuousConfig, **kwargs) -> None:
+    def __init__(self, cfg: BatchLimits, **kwargs) -> None:
         super().__init__(**kwargs)
         self.cfg = cfg
-        self.cohort = DecodeCohort(self.kv.block_size_tokens)
+        self._exact = self.steps_one_by_one(cfg)
+        self.cohort = self._new_decoders()
         self.prefilling: list[Request] = []    # running, not yet decoding; admission order
         self.step = 0                          # engine steps completed
         self._next_seq = 0
@@ -135,6 +151,35 @@ class ContinuousScheduler(Scheduler):
         # the scheduling policy: waiting order, victims, decoders' blocks (ordering.py)
         self.order = ORDERS[cfg.policy](self)
 
+    # -- what a scheduler built on this step provides ------------------------------------
+    @staticmethod
+    def steps_one_by_one(cfg: BatchLimits) -> bool:
+        """Whether every step is planned on its own (no fast-forward of identical decode
+        steps)."""
+        return cfg.exact_steps
+
+    def _new_decoders(self):
+        """The running requests that decode: a ``DecodeCohort`` (one token each per step)."""
+        return DecodeCohort(self.kv.block_size_tokens)
+
+    def _decode_tokens(self, num_decode: int) -> int:
+        """Tokens the decoders take from this step's budget (one each)."""
+        return num_decode
+
+    def _unschedule_decoder(self, victim: Request) -> int:
+        """Preempt ``victim``, a decoder that already has this step's KV; returns the
+        tokens it gives back to the budget."""
+        self._preempt(victim, alloc_step=self.step + 1)
+        return 1
+
+    def _join(self, req: Request, end_s: float) -> None:
+        """``req`` sampled its first token after its prompt (or its recompute) at
+        ``end_s`` and decodes from the next step on."""
+        req.join_seg = self._segments_done
+        blocks = req.num_blocks
+        req.num_blocks = 0
+        self.cohort.add(req, self.step, blocks)
+
     @property
     def num_running(self) -> int:
         return len(self.cohort.members) + len(self.prefilling)
@@ -144,7 +189,7 @@ class ContinuousScheduler(Scheduler):
 
     def reset(self) -> None:
         super().reset()
-        self.cohort = DecodeCohort(self.kv.block_size_tokens)
+        self.cohort = self._new_decoders()
         self.prefilling = []
         self._planned_blocks = (-1, 0)
         self._reserved_blocks = 0
@@ -225,7 +270,7 @@ class ContinuousScheduler(Scheduler):
         self._now_s = now_s
         preempted, stopped = self._allocate_decode_step()
         num_decode = len(self.cohort.members)
-        budget = self.cfg.max_num_batched_tokens - num_decode
+        budget = self.cfg.max_num_batched_tokens - self._decode_tokens(num_decode)
         prefill: list[tuple[Request, int]] = []
         i = 0
         while not stopped and i < len(self.prefilling) and budget > 0:
@@ -234,10 +279,9 @@ class ContinuousScheduler(Scheduler):
             while not self.kv.allocate(req, num_new):
                 preempted = True
                 victim = self.order.victim()
-                if victim.seq in self.cohort.members:     # a decoder: it had its block
-                    self._preempt(victim, alloc_step=self.step + 1)
+                if victim.seq in self.cohort.members:     # a decoder: it had its KV
+                    budget += self._unschedule_decoder(victim)
                     num_decode -= 1
-                    budget += 1
                     continue
                 done = next((k for k, (r, _) in enumerate(prefill) if r is victim), None)
                 if done is not None:                      # already scheduled this step
@@ -283,7 +327,7 @@ class ContinuousScheduler(Scheduler):
                 budget -= num_new
                 admitted = True
         fast = (not prefill and not preempted and not admitted and num_decode > 0
-                and not self.cfg.exact_steps)
+                and not self._exact)
         return _Plan(prefill, num_decode, fast), preempted
 
     def next_segment(self, now_s: float) -> Segment | None:
@@ -291,7 +335,7 @@ class ContinuousScheduler(Scheduler):
         if not self.prefilling and not self.waiting:
             if not cohort.members:
                 return None
-            if not self.cfg.exact_steps and self._take_next_decode_blocks():
+            if not self._exact and self._take_next_decode_blocks():
                 # only decoders, and their next blocks are free: the fast-forward
                 # ``_schedule`` would plan, without walking its queues
                 return self._fast_forward(len(cohort.members))
@@ -398,6 +442,23 @@ class ContinuousScheduler(Scheduler):
         for req in finished:
             self._stop_decoding(req, end_s)
             cohort.remove(req, self.step)
+        self._apply_prefill(prefill, end_s, finished)
+        self._complete_all(finished, end_s)
+
+    def _complete_all(self, finished: list[Request], end_s: float) -> None:
+        """Complete the requests a step finished, in admission order, as vLLM frees them."""
+        if len(finished) > 1:
+            finished.sort(key=lambda r: r.seq)
+        for req in finished:
+            if self._no_evict:
+                self._release(req)
+            self._complete(req, end_s)
+
+    def _apply_prefill(self, prefill: list[tuple[Request, int]], end_s: float,
+                       finished: list[Request]) -> None:
+        """Advance each prefill chunk of a finished step; a request whose prompt (or
+        recompute) is done samples a token and joins the decoders, or is appended to
+        ``finished`` when that was its last."""
         joined: list[Request] = []
         kv = self.kv
         for req, n in prefill:
@@ -409,27 +470,19 @@ class ContinuousScheduler(Scheduler):
                 if req.num_output_tokens == 1:
                     req.first_token_s = end_s
                 joined.append(req)
-        if joined:
-            if len(joined) == len(self.prefilling):
-                self.prefilling = []           # usually every prefill finished
+        if not joined:
+            return
+        if len(joined) == len(self.prefilling):
+            self.prefilling = []           # usually every prefill finished
+        else:
+            keep = set(map(id, joined))
+            self.prefilling = [r for r in self.prefilling if id(r) not in keep]
+        for req in joined:
+            if req.last_token_s == req.last_token_s:           # resumed after preemption
+                gap = end_s - req.last_token_s
+                if not (req.max_itl_s >= gap):
+                    req.max_itl_s = gap
+            if req.done:
+                finished.append(req)
             else:
-                keep = set(map(id, joined))
-                self.prefilling = [r for r in self.prefilling if id(r) not in keep]
-            for req in joined:
-                if req.last_token_s == req.last_token_s:           # resumed after preemption
-                    gap = end_s - req.last_token_s
-                    if not (req.max_itl_s >= gap):
-                        req.max_itl_s = gap
-                if req.done:
-                    finished.append(req)
-                else:
-                    req.join_seg = self._segments_done
-                    blocks = req.num_blocks
-                    req.num_blocks = 0
-                    cohort.add(req, self.step, blocks)
-        if len(finished) > 1:
-            finished.sort(key=lambda r: r.seq)       # admission order, as vLLM frees them
-        for req in finished:
-            if self._no_evict:
-                self._release(req)
-            self._complete(req, end_s)
+                self._join(req, end_s)

@@ -1,13 +1,9 @@
 """Continuous batching with speculative decoding, vLLM V1 style.
 
-The step is the continuous one (running requests first within a token
-budget, the last running request preempted by recompute when a KV block
-cannot be had, waiting requests admitted only if nothing was preempted),
-transcribed per request: one ``running`` list, each request allocated on
-its own. Prefill chunks are scheduled exactly as without speculation,
-prefix-cache hits included (a waiting request starts from its group's cached
-blocks and registers the shared blocks it computes, as the continuous
-scheduler does).
+Built on the continuous scheduler's step (``continuous.py``): admission,
+prefill chunks, prefix-cache hits, the KV admission gates and the FCFS or
+priority policy (waiting order and preemption victims) are that step's, and
+so are the config's limits (``BatchLimits``). What differs is the decoders.
 
 A decoding sequence instead schedules a verify pass of ``1 + k'`` tokens:
 its last sampled token plus ``k'`` draft tokens, where ``k'`` is
@@ -24,10 +20,16 @@ tokens both advance by the gain, and the slots of the rejected drafts are
 released: the sequence keeps the blocks its real length needs (less the
 prefix-cache blocks it shares).
 
-Draws come from a numpy Generator (``rng``), one per decoding sequence per
-step, in running order, so a run is reproducible for a fixed seed. Because
-every decode step's outcome is random, there is no fast-forward: steps are
-planned and simulated one by one.
+Decoders take their KV and budget one by one in admission order, as vLLM's
+running loop does: when a block cannot be had the policy's victim is
+preempted (a decoder that preempts itself ends the step's scheduling), and
+a decoder that finds the budget spent waits for the next step. Each keeps
+its own counters and blocks (``Decoders``), since their gains differ.
+
+Draws come from a numpy Generator (``rng``), one per scheduled decoding
+sequence per step, in admission order, so a run is reproducible for a
+fixed seed. Because every decode step's outcome is random, there is no
+fast-forward: steps are planned and simulated one by one.
 
 Step time = draft cost + target cost.
 
@@ -65,13 +67,14 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from sim.config import profiles
-from sim.config.common import Flag, Name, PositiveInt, Seconds, StrictModel
+from sim.config.common import Name, PositiveInt, Seconds, StrictModel
 from sim.config.specs import ModelSpec
 from sim.cost.base import CostModel
 from sim.cost.shape import BatchShape
 from sim.core.kv import blocks_for
 from sim.core.request import Request
 from sim.schedulers.base import Scheduler, Segment
+from sim.schedulers.continuous import BatchLimits, ContinuousScheduler
 
 if TYPE_CHECKING:
     from sim.config.resolve import ResolvedPool
@@ -80,16 +83,11 @@ if TYPE_CHECKING:
 NGRAM_COST_S = 0.0002         # the n-gram proposer's CPU time per step, by default
 
 
-class SpeculativeConfig(StrictModel):
+class SpeculativeConfig(BatchLimits):
     type: Literal["speculative"] = "speculative"
     # whether the step terms a profile measured on a whole engine describe this policy's
     # steps (the engine's own continuous or single-sequence scheduling)
     engine_terms_apply: ClassVar[bool] = False
-    max_num_batched_tokens: PositiveInt = Field(
-        8192, description="Token budget of one step (prefill chunks + verify tokens, drafts "
-                          "included)")
-    max_num_seqs: PositiveInt = Field(256, description="Most sequences in one step")
-    chunked_prefill: Flag = Field(True, description="Split long prompts across steps")
     num_speculative_tokens: PositiveInt = Field(
         4, le=64, description="Draft tokens proposed per decoding sequence per step (k, at "
                               "most 64)")
@@ -113,9 +111,6 @@ class SpeculativeConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> "SpeculativeConfig":
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be "
-                             f"at least max_num_seqs ({self.max_num_seqs})")
         if self.proposer == "draft_model" and self.draft_model is None:
             raise ValueError("proposer 'draft_model' needs `draft_model:` (a model profile name)")
         if self.proposer == "ngram" and self.draft_model is not None:
@@ -154,9 +149,50 @@ def build_draft_cost(spec: "ResolvedPool", cfg: SpeculativeConfig,
     return build_cost_model(dataclasses.replace(spec, model=model), base_dir)
 
 
-class _Item:
-    """One scheduled sequence: ``num_new`` tokens, of which ``drafts`` are draft
-    tokens (``drafts`` is -1 for a prefill chunk)."""
+class Decoders:
+    """The decoding sequences, one by one (each gains its own number of tokens per step),
+    with what the continuous step and its policies ask of its decode cohort: membership
+    by admission number, the last admitted, and removal."""
+
+    __slots__ = ("members", "_in_order")
+
+    def __init__(self) -> None:
+        self.members: dict[int, Request] = {}      # seq -> request, in admission order
+        self._in_order = True
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def add(self, req: Request) -> None:
+        members = self.members
+        if members and req.seq < next(reversed(members)):
+            self._in_order = False            # joined before one admitted earlier
+        members[req.seq] = req
+
+    def remove(self, req: Request, step: int = 0, alloc_step: int | None = None) -> None:
+        """``req`` leaves; it holds its own blocks (``req.num_blocks``) throughout."""
+        del self.members[req.seq]
+
+    def in_order(self) -> list[Request]:
+        """The members in admission order (``members`` is rebuilt in that order when a
+        member joined out of it)."""
+        if not self.members:
+            return []
+        if not self._in_order:
+            self.members = dict(sorted(self.members.items()))
+            self._in_order = True
+        return list(self.members.values())
+
+    def last(self) -> Request:
+        """The member admitted last."""
+        return self.members[max(self.members)]
+
+    def materialise(self, step: int) -> list[Request]:
+        return list(self.members.values())
+
+
+class _Verify:
+    """One decoder's verify pass this step: ``num_new`` = 1 + ``drafts`` tokens."""
 
     __slots__ = ("req", "num_new", "drafts")
 
@@ -165,100 +201,138 @@ class _Item:
         self.num_new = num_new
         self.drafts = drafts
 
-    @property
-    def decoding(self) -> bool:
-        return self.drafts >= 0
 
+class SpeculativeScheduler(ContinuousScheduler):
+    __slots__ = ("rng", "draft_cost", "_k", "_alpha", "_verify", "_verify_tokens",
+                 "num_decode_seq_steps", "num_draft_tokens", "num_accepted_tokens")
 
-class SpeculativeScheduler(Scheduler):
     @classmethod
     def pool_parts(cls, pool, cfg, rng, models=None, base_dir=None) -> dict:
         return {"rng": rng, "draft_cost": build_draft_cost(pool, cfg, models, base_dir)}
 
     def __init__(self, cfg: SpeculativeConfig, *, rng: np.random.Generator | None = None,
                  draft_cost: CostModel | None = None, **kwargs) -> None:
-        super().__init__(**kwargs)
         if cfg.proposer == "draft_model" and draft_cost is None:
             raise ValueError(f"proposer 'draft_model' needs the draft model's cost model "
                              f"(draft_cost=build_draft_cost(pool, cfg)) for "
                              f"'{cfg.draft_model}'")
-        self.cfg = cfg
+        super().__init__(cfg, **kwargs)
         self.rng = rng if rng is not None else np.random.default_rng(0)
         self.draft_cost = draft_cost if cfg.proposer == "draft_model" else None
         self._k = cfg.num_speculative_tokens
         self._alpha = cfg.acceptance_rate
-        self.num_steps = 0
+        self._verify: list[_Verify] = []           # this step's verify passes
+        self._verify_tokens = 0
         self.num_decode_seq_steps = 0
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
 
-    # -- planning -------------------------------------------------------------------
-    def _wanted(self, req: Request, budget: int) -> tuple[int, int]:
-        """(tokens, drafts) a running request asks for within ``budget``."""
-        if req.is_decoding:
-            drafts = min(self._k, req.max_output_tokens - req.num_output_tokens - 1, budget - 1)
-            return 1 + drafts, drafts
-        return min(req.num_tokens - req.num_computed_tokens, budget), -1
+    @property
+    def num_steps(self) -> int:
+        return self.step
 
-    def _schedule(self, now_s: float) -> list[_Item]:
+    # -- the decoders' part of the continuous step ---------------------------------------
+    @staticmethod
+    def steps_one_by_one(cfg) -> bool:
+        return True
+
+    def _new_decoders(self) -> Decoders:
+        return Decoders()
+
+    def _allocate_decode_step(self) -> tuple[bool, bool]:
+        """Each decoder in admission order takes KV for its verify pass within the
+        remaining budget; returns (preempted, stopped) as the continuous step does."""
+        verify: list[_Verify] = []
+        self._verify = verify
         budget = self.cfg.max_num_batched_tokens
-        scheduled: list[_Item] = []
-        preempted = False
-        i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
-            num_new, drafts = self._wanted(req, budget)
-            while not self.kv.allocate(req, num_new):
-                victim = self.running.pop()
-                self.requeue(victim)
+        preempted = stopped = False
+        order = self.cohort.in_order()          # (may rebuild ``members`` sorted)
+        members = self.cohort.members
+        kv, k = self.kv, self._k
+        for req in order:
+            if budget <= 0:
+                break
+            if req.seq not in members:
+                continue                        # preempted for a decoder before it
+            drafts = min(k, req.max_output_tokens - req.num_output_tokens - 1, budget - 1)
+            num_new = 1 + drafts
+            while not kv.allocate(req, num_new):
+                victim = self.order.victim()
                 preempted = True
+                if victim is not req and victim.seq in members:
+                    budget += self._unschedule_decoder(victim)
+                    continue
+                self._preempt(victim)
                 if victim is req:
+                    stopped = True
                     break
             else:
-                scheduled.append(_Item(req, num_new, drafts))
+                verify.append(_Verify(req, num_new, drafts))
                 budget -= num_new
-                i += 1
                 continue
-            break  # the request itself was preempted: it was the last running one
-        if preempted:
-            return scheduled
-        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
-            head = self.admit_head(budget, self.cfg.chunked_prefill,
-                                   self.cfg.max_num_batched_tokens, now_s)
-            if head is None:
-                break
-            req, num_new = head
-            self.running.append(req)
-            scheduled.append(_Item(req, num_new, -1))
-            budget -= num_new
-        return scheduled
+            break
+        self._verify_tokens = self.cfg.max_num_batched_tokens - budget
+        return preempted, stopped
 
+    def _decode_tokens(self, num_decode: int) -> int:
+        return self._verify_tokens
+
+    def _unschedule_decoder(self, victim: Request) -> int:
+        """Preempt decoder ``victim``; the tokens of its verify pass, if it had one this
+        step, go back to the budget."""
+        given = 0
+        for i, item in enumerate(self._verify):
+            if item.req is victim:
+                given = item.num_new
+                del self._verify[i]
+                break
+        self._verify_tokens -= given
+        self._preempt(victim)
+        return given
+
+    def _stop_decoding(self, req: Request, now_s: float) -> None:
+        """Nothing to do: a decoder's last token time and longest gap are kept step by
+        step (``finish_segment``)."""
+
+    def _join(self, req: Request, end_s: float) -> None:
+        self.cohort.add(req)
+
+    def kv_used_blocks_during(self, seg: Segment, steps_done: int) -> int:
+        return Scheduler.kv_used_blocks_during(self, seg, steps_done)
+
+    # -- one step -------------------------------------------------------------------
     def next_segment(self, now_s: float) -> Segment | None:
-        if not self.running and not self.waiting:
+        if not self.cohort.members and not self.prefilling and not self.waiting:
             return None
-        scheduled = self._schedule(now_s)
-        if not scheduled:
-            return None
+        while True:
+            plan, preempted = self._schedule(now_s)
+            verify = self._verify
+            if plan.prefill or verify:
+                break
+            if not preempted:
+                return None
+            # a decoder that preempted itself before any other was scheduled (the
+            # priority policy's victim can come first): vLLM's step is empty, and it
+            # schedules again at once with that decoder's blocks free
         num_tokens = prefill_tokens = prefill_work = decode_kv = 0.0
-        num_prefill = num_drafts = max_drafts = 0
+        num_drafts = max_drafts = 0
         drafting: list[tuple[int, int]] = []          # (context, drafts) of drafting sequences
-        for item in scheduled:
-            req, n = item.req, item.num_new
+        for item in verify:
+            n = item.num_new
             num_tokens += n
-            if item.decoding:
-                context = req.num_computed_tokens
-                decode_kv += context + 1.0
-                if n > 1:
-                    prefill_work += BatchShape.prefill_work(n - 1, context + 1.0)
-                if item.drafts > 0:
-                    drafting.append((context, item.drafts))
-                    num_drafts += item.drafts
-                    max_drafts = max(max_drafts, item.drafts)
-            else:
-                prefill_tokens += n
-                prefill_work += BatchShape.prefill_work(n, req.num_computed_tokens)
-                num_prefill += 1
-        num_seqs = len(scheduled)
+            context = item.req.num_computed_tokens
+            decode_kv += context + 1.0
+            if n > 1:
+                prefill_work += BatchShape.prefill_work(n - 1, context + 1.0)
+                drafting.append((context, item.drafts))
+                num_drafts += item.drafts
+                max_drafts = max(max_drafts, item.drafts)
+        for req, n in plan.prefill:
+            num_tokens += n
+            prefill_tokens += n
+            prefill_work += BatchShape.prefill_work(n, req.num_computed_tokens)
+        num_prefill = len(plan.prefill)
+        num_seqs = len(verify) + num_prefill
         time_s, flops, moved = self.cost.step_scalar(
             num_tokens, float(num_seqs + num_drafts), prefill_work, decode_kv)
         draft = self.draft_cost
@@ -276,29 +350,26 @@ class SpeculativeScheduler(Scheduler):
                 time_s, flops, moved = time_s + t, flops + f, moved + b
         elif num_drafts:
             time_s += self.cfg.ngram_cost_s
-        return Segment.single_step(time_s, num_seqs, num_tokens, flops, moved, scheduled)
+        return Segment.single_step(time_s, num_seqs, num_tokens, flops, moved,
+                                   (plan.prefill, verify))
 
-    # -- applying a finished segment ---------------------------------------------------
     def finish_segment(self, seg: Segment, num_steps: int, start_s: float,
                        end_s: float) -> None:
         assert num_steps == 1
-        scheduled: list[_Item] = seg.payload
-        self.num_steps += 1
-        decoding = [item for item in scheduled if item.decoding]
-        if decoding:
-            # leading accepted drafts before the first rejection, one draw per
-            # decoding sequence in running order
-            accepted = self.rng.geometric(1.0 - self._alpha, size=len(decoding)) - 1
-        kv = self.kv
-        block_size = kv.block_size_tokens
+        prefill, verify = seg.payload
+        self.step += 1
+        self._segments_done += 1
         finished: list[Request] = []
-        d = 0
-        for item in scheduled:
-            req = item.req
-            if item.decoding:
-                j = min(int(accepted[d]), item.drafts)
-                d += 1
-                gain = min(1 + j, req.max_output_tokens - req.num_output_tokens)
+        if verify:
+            # leading accepted drafts before the first rejection, one draw per
+            # decoding sequence in admission order
+            accepted = self.rng.geometric(1.0 - self._alpha, size=len(verify)) - 1
+            kv = self.kv
+            block_size = kv.block_size_tokens
+            for item, took in zip(verify, accepted.tolist()):
+                req = item.req
+                gain = min(1 + min(took, item.drafts),
+                           req.max_output_tokens - req.num_output_tokens)
                 req.num_computed_tokens += gain
                 req.num_output_tokens += gain
                 own = blocks_for(req.num_computed_tokens, block_size) - req.prefix_blocks
@@ -309,18 +380,8 @@ class SpeculativeScheduler(Scheduler):
                 self.num_decode_seq_steps += 1
                 self.num_draft_tokens += item.drafts
                 self.num_accepted_tokens += gain
-            else:
-                req.num_computed_tokens += item.num_new
-                if req.prefix_group is not None:
-                    kv.register_prefix(req)   # shared blocks are cached as computed
-                if req.num_computed_tokens == req.num_tokens:
-                    req.num_output_tokens += 1
-                    if req.num_output_tokens == 1:
-                        req.first_token_s = end_s
-            if req.done:
-                finished.append(req)
-        if finished:
-            done = set(map(id, finished))
-            self.running = [r for r in self.running if id(r) not in done]
-            for req in finished:
-                self._complete(req, end_s)
+                if req.done:
+                    self.cohort.remove(req)
+                    finished.append(req)
+        self._apply_prefill(prefill, end_s, finished)
+        self._complete_all(finished, end_s)

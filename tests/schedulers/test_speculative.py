@@ -45,6 +45,19 @@ def requests(n: int, prompt: int, output: int) -> list:
             for i in range(n)]
 
 
+def running(sched) -> list:
+    """The running requests: decoding (admission order), then prefilling."""
+    return sched.cohort.in_order() + sched.prefilling
+
+
+def scheduled(seg) -> list[tuple]:
+    """(request, new tokens, drafts) of each sequence in a step, decoders first;
+    drafts is -1 for a prefill chunk."""
+    prefill, verify = seg.payload
+    return ([(v.req, v.num_new, v.drafts) for v in verify]
+            + [(req, n, -1) for req, n in prefill])
+
+
 def drive(sched, reqs, *, before=None, after=None) -> float:
     """Feed ``reqs`` at their arrival times and run every step to the end;
     ``before(sched, seg)`` / ``after(sched, seg)`` are called around each
@@ -184,7 +197,11 @@ def test_high_load_slowdown_against_continuous():
 
 
 # -- KV accounting and the token budget ---------------------------------------------------------
-def test_kv_accounting_with_preemption_and_a_tight_budget():
+@pytest.mark.parametrize("policy", [{}, {"policy": "priority"},
+                                    {"long_prefill_token_threshold": 5},
+                                    {"policy": "priority", "long_prefill_token_threshold": 5}],
+                         ids=["fcfs", "priority", "chunk-cap", "priority-chunk-cap"])
+def test_kv_accounting_with_preemption_and_a_tight_budget(policy):
     """On a cache too small for the load (preemptions happen) and a 12-token
     budget (drafts get cut): during every step each scheduled sequence holds
     exactly the blocks for its computed plus scheduled tokens (the drafts'
@@ -199,34 +216,35 @@ def test_kv_accounting_with_preemption_and_a_tight_budget():
     for i in range(40):
         t += float(rng.exponential(0.02))
         reqs.append(make_request(request_id=i, prompt_tokens=int(rng.integers(50, 400)),
-                                 max_output_tokens=int(rng.integers(20, 400)), arrival_s=t))
+                                 max_output_tokens=int(rng.integers(20, 400)), arrival_s=t,
+                                 priority=int(rng.integers(0, 3))))
     finished = []
     sched = make_spec(num_blocks=60, acceptance_rate=0.6, num_speculative_tokens=4,
                       max_num_batched_tokens=12, max_num_seqs=8,
-                      rng=np.random.default_rng(1), on_finish=finished.append)
+                      rng=np.random.default_rng(1), on_finish=finished.append, **policy)
     kv = sched.kv
     held_before: dict[int, int] = {}
     released = [0]
     cut_drafts = [0]
 
     def before(s, seg):
-        assert seg.tokens[0] <= 12 and seg.num_seqs == len(seg.payload)
-        for item in seg.payload:
-            req = item.req
-            assert req.num_blocks == blocks_for(req.num_computed_tokens + item.num_new, 16)
-            if item.decoding:
-                assert item.num_new == 1 + item.drafts
+        items = scheduled(seg)
+        assert seg.tokens[0] <= 12 and seg.num_seqs == len(items)
+        for req, num_new, drafts in items:
+            assert req.num_blocks == blocks_for(req.num_computed_tokens + num_new, 16)
+            if drafts >= 0:
+                assert num_new == 1 + drafts
                 remaining = req.max_output_tokens - req.num_output_tokens
-                cut_drafts[0] += item.drafts < min(4, remaining - 1)
-        assert sum(r.num_blocks for r in s.running) == kv.num_used_blocks
+                cut_drafts[0] += drafts < min(4, remaining - 1)
+        assert sum(r.num_blocks for r in running(s)) == kv.num_used_blocks
         held_before.clear()
-        held_before.update({id(r): r.num_blocks for r in s.running})
+        held_before.update({id(r): r.num_blocks for r in running(s)})
 
     def after(s, seg):
         assert kv.num_free_blocks + kv.num_used_blocks == kv.num_blocks
         assert 0 <= kv.num_free_blocks <= kv.num_blocks
-        assert sum(r.num_blocks for r in s.running) == kv.num_used_blocks
-        for r in s.running:
+        assert sum(r.num_blocks for r in running(s)) == kv.num_used_blocks
+        for r in running(s):
             assert r.num_blocks == blocks_for(r.num_computed_tokens, 16)
             assert r.num_computed_tokens <= r.num_tokens
             released[0] += r.num_blocks < held_before.get(id(r), 0)
@@ -236,7 +254,7 @@ def test_kv_accounting_with_preemption_and_a_tight_budget():
     assert len(finished) == 40
     assert all(r.num_output_tokens == r.max_output_tokens for r in reqs)
     assert all(r.finish_s >= r.first_token_s >= r.admitted_s >= r.arrival_s for r in reqs)
-    assert kv.num_free_blocks == kv.num_blocks and not sched.running and not sched.waiting
+    assert kv.num_free_blocks == kv.num_blocks and not running(sched) and not sched.waiting
     assert sum(r.preemptions for r in reqs) > 0
     assert released[0] > 0 and cut_drafts[0] > 0
 
@@ -261,11 +279,11 @@ def test_prefix_cache_hits_with_speculation():
 
     def after(s, seg):
         own = 0
-        for r in s.running:
+        for r in running(s):
             assert r.num_blocks + r.prefix_blocks == blocks_for(r.num_computed_tokens, 16)
             own += r.num_blocks
         shared = kv.num_used_blocks - own
-        assert 0 <= shared <= sum(r.prefix_blocks for r in s.running)
+        assert 0 <= shared <= sum(r.prefix_blocks for r in running(s))
         assert all(r.num_blocks == 0 and r.prefix_blocks == 0 for r in s.waiting)
 
     drive(sched, reqs, after=after)
@@ -290,7 +308,7 @@ def test_drafts_cut_by_budget_and_by_remaining_output():
     assert seg.tokens[0] == 4 and seg.num_seqs == 2
     sched.finish_segment(seg, 1, 0.0, seg.duration_s)
     seg = sched.next_segment(1.0)
-    assert [(i.num_new, i.drafts) for i in seg.payload] == [(5, 4), (1, 0)]
+    assert [(n, drafts) for _, n, drafts in scheduled(seg)] == [(5, 4), (1, 0)]
     assert seg.tokens[0] == 6
 
     short = make_spec(num_speculative_tokens=4, rng=np.random.default_rng(0))
@@ -351,3 +369,94 @@ def test_deterministic_for_a_fixed_seed():
     # no rng given: a fixed default seed
     a, b = make_spec(), make_spec()
     assert a.rng.random() == b.rng.random()
+
+
+# -- the continuous step's policies, which speculation now shares ----------------------
+
+def test_priority_policy_orders_admission_and_picks_the_victim():
+    """policy: priority, as in the continuous scheduler: the waiting request of the
+    smallest priority is admitted first whatever its arrival, and when the cache runs
+    out the running request of the largest priority is preempted (by recompute), not
+    the one admitted last."""
+    sched = make_spec(num_blocks=12, policy="priority", max_num_batched_tokens=256,
+                      max_num_seqs=8, num_speculative_tokens=2, acceptance_rate=0.5,
+                      rng=np.random.default_rng(0))
+    low = make_request(request_id=0, prompt_tokens=32, max_output_tokens=100, priority=5)
+    sched.add(low)
+    run_step(sched, 0.0)                       # low alone: admitted, prefilled
+    high = make_request(request_id=1, prompt_tokens=32, max_output_tokens=100, priority=0)
+    mid = make_request(request_id=2, prompt_tokens=32, max_output_tokens=100, priority=1)
+    sched.add(mid)
+    sched.add(high)
+    seg = run_step(sched, 1.0)
+    assert [req.request_id for req, _, _ in scheduled(seg)] == [0, 1, 2]
+    assert high.seq < mid.seq                  # admitted in priority order
+    now = 2.0
+    while not low.preemptions:                 # 12 blocks of 16 run out as they decode
+        assert not high.preemptions and not mid.preemptions
+        now += run_step(sched, now).duration_s
+    assert low.preemptions == 1 and not high.preemptions and not mid.preemptions
+    # low came first in admission order and preempted itself before anyone was
+    # scheduled: the step was empty, and scheduling went on at once (no stall)
+    while not (high.done and mid.done):
+        seg = run_step(sched, now)
+        assert seg is not None, "a running request was left unscheduled"
+        now += seg.duration_s
+
+
+def test_long_prefill_token_threshold_caps_chunks():
+    """long_prefill_token_threshold caps one request's prefill chunk per step, so a
+    decoder's verify pass keeps its place beside a long prompt."""
+    sched = make_spec(long_prefill_token_threshold=100, max_num_batched_tokens=512,
+                      rng=np.random.default_rng(0))
+    short = make_request(request_id=0, prompt_tokens=20, max_output_tokens=50)
+    sched.add(short)
+    run_step(sched, 0.0)
+    long = make_request(request_id=1, prompt_tokens=1000, max_output_tokens=5)
+    sched.add(long)
+    chunks = []
+    now = 1.0
+    while long.first_token_s != long.first_token_s:          # until its prompt is done
+        seg = run_step(sched, now)
+        now += seg.duration_s
+        chunks += [n for req, n, drafts in scheduled(seg) if req is long]
+        assert any(req is short for req, _, _ in scheduled(seg)) or short.done
+    assert chunks == [100] * 10
+
+
+def test_verify_passes_go_in_admission_order_when_prompts_finish_out_of_it():
+    """A long prompt admitted first but capped per step finishes after a short one
+    admitted beside it; their verify passes still go in admission order, as vLLM's
+    running list keeps them (the earlier one drafts first when the budget is short)."""
+    sched = make_spec(long_prefill_token_threshold=100, max_num_batched_tokens=512,
+                      rng=np.random.default_rng(0))
+    long = make_request(request_id=0, prompt_tokens=400, max_output_tokens=50)
+    short = make_request(request_id=1, prompt_tokens=30, max_output_tokens=50)
+    sched.add(long)
+    sched.add(short)
+    seg = run_step(sched, 0.0)
+    assert [(r.request_id, n) for r, n, _ in scheduled(seg)] == [(0, 100), (1, 30)]
+    now = seg.duration_s
+    while long.first_token_s != long.first_token_s:
+        now += run_step(sched, now).duration_s
+    assert short.num_output_tokens > long.num_output_tokens      # short joined first
+    seg = run_step(sched, now)
+    assert [(r.request_id, d >= 0) for r, _, d in scheduled(seg)] == [(0, True), (1, True)]
+
+
+def test_whole_prompt_admission_gate():
+    """kv_admission: whole_prompt admits a waiting request only when the free blocks
+    hold its whole prompt; on_demand admits its first chunk."""
+    def first_steps(gate):
+        sched = make_spec(num_blocks=20, kv_admission=gate, max_num_batched_tokens=64,
+                          max_num_seqs=4, rng=np.random.default_rng(0))
+        a = make_request(request_id=0, prompt_tokens=200, max_output_tokens=400)
+        sched.add(a)
+        for t in range(4):                     # a's prompt, 13 blocks
+            run_step(sched, float(t))
+        b = make_request(request_id=1, prompt_tokens=200, max_output_tokens=5)
+        sched.add(b)
+        seg = run_step(sched, 10.0)
+        return [req.request_id for req, _, _ in scheduled(seg)]
+    assert first_steps("on_demand") == [0, 1]
+    assert first_steps("whole_prompt") == [0]
