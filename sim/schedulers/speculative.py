@@ -295,6 +295,7 @@ class SpeculativeScheduler(ContinuousScheduler):
         step (``finish_segment``)."""
 
     def _join(self, req: Request, end_s: float) -> None:
+        req.last_token_s = end_s
         self.cohort.add(req)
 
     def kv_used_blocks_during(self, seg: Segment, steps_done: int) -> int:
@@ -314,7 +315,7 @@ class SpeculativeScheduler(ContinuousScheduler):
             # a decoder that preempted itself before any other was scheduled (the
             # priority policy's victim can come first): vLLM's step is empty, and it
             # schedules again at once with that decoder's blocks free
-        num_tokens = prefill_tokens = prefill_work = decode_kv = 0.0
+        num_tokens = prefill_tokens = prefill_work = chunk_work = decode_kv = 0.0
         num_drafts = max_drafts = 0
         drafting: list[tuple[int, int]] = []          # (context, drafts) of drafting sequences
         for item in verify:
@@ -330,7 +331,8 @@ class SpeculativeScheduler(ContinuousScheduler):
         for req, n in plan.prefill:
             num_tokens += n
             prefill_tokens += n
-            prefill_work += BatchShape.prefill_work(n, req.num_computed_tokens)
+            chunk_work += BatchShape.prefill_work(n, req.num_computed_tokens)
+        prefill_work += chunk_work
         num_prefill = len(plan.prefill)
         num_seqs = len(verify) + num_prefill
         time_s, flops, moved = self.cost.step_scalar(
@@ -338,7 +340,8 @@ class SpeculativeScheduler(ContinuousScheduler):
         draft = self.draft_cost
         if draft is not None:
             if num_prefill:
-                t, f, b = draft.step_scalar(prefill_tokens, float(num_prefill), prefill_work, 0.0)
+                # the draft model reads the prompt chunks (not the verify passes)
+                t, f, b = draft.step_scalar(prefill_tokens, float(num_prefill), chunk_work, 0.0)
                 time_s, flops, moved = time_s + t, flops + f, moved + b
             for i in range(max_drafts):
                 n_i = kv_i = 0.0
@@ -372,6 +375,10 @@ class SpeculativeScheduler(ContinuousScheduler):
                            req.max_output_tokens - req.num_output_tokens)
                 req.num_computed_tokens += gain
                 req.num_output_tokens += gain
+                gap = end_s - req.last_token_s          # since its tokens before these
+                if not (req.max_itl_s >= gap):
+                    req.max_itl_s = gap
+                req.last_token_s = end_s
                 own = blocks_for(req.num_computed_tokens, block_size) - req.prefix_blocks
                 surplus = req.num_blocks - max(own, 0)
                 if surplus > 0:                   # release the rejected drafts' slots

@@ -349,6 +349,40 @@ def test_draft_model_cost_is_sequential_draft_steps():
     assert float(seg.step_end_s[0]) == pytest.approx(expected)
 
 
+def test_a_step_with_a_prompt_chunk_runs_the_draft_model_over_the_chunk_only():
+    """Beside a drafting decoder, a prompt chunk costs the draft model a prefill of that
+    chunk (its own attention work), not of the verify pass's draft positions too."""
+    sched = make_spec(acceptance_rate=0.5, num_speculative_tokens=3)
+    first = make_request(request_id=0, prompt_tokens=100, max_output_tokens=50)
+    sched.add(first)
+    run_step(sched, 0.0)
+    second = make_request(request_id=1, prompt_tokens=64, max_output_tokens=5)
+    sched.add(second)
+    seg = sched.next_segment(1.0)
+    assert [(r.request_id, n, d) for r, n, d in scheduled(seg)] == [(0, 4, 3), (1, 64, -1)]
+    verify_work, chunk_work = 3.0 * (101 + 1.5), 64.0 * 32.0
+    expected = (TARGET.step_scalar(68.0, 5.0, verify_work + chunk_work, 101.0)[0]
+                + DRAFT.step_scalar(64.0, 1.0, chunk_work, 0.0)[0]
+                + sum(DRAFT.step_scalar(1.0, 1.0, 0.0, 101.0 + i)[0] for i in range(3)))
+    assert float(seg.step_end_s[0]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_longest_gap_between_tokens_is_recorded():
+    """Each request records its longest gap between two output tokens (tokens accepted
+    in one step come together): with one request alone every step after its prompt is a
+    verify pass, so the gap is the longest of those steps."""
+    sched = make_spec(acceptance_rate=0.5, num_speculative_tokens=3)
+    req = make_request(prompt_tokens=100, max_output_tokens=40)
+    sched.add(req)
+    now, steps = 0.0, []
+    while not req.done:
+        seg = run_step(sched, now)
+        steps.append(seg.duration_s)
+        now += seg.duration_s
+    assert req.max_itl_s == pytest.approx(max(steps[1:]), rel=1e-12)
+    assert req.max_itl_s > 0
+
+
 # -- determinism ----------------------------------------------------------------------------------
 def test_deterministic_for_a_fixed_seed():
     """The same rng seed gives the same per-request times and counters; another
