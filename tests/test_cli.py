@@ -157,6 +157,24 @@ def test_import_sim_does_not_import_torch():
     assert proc.stdout.strip() == "False"
 
 
+def test_a_run_loads_only_what_it_uses():
+    """Start-up stays light: the command line's parser and a plain run import no scipy
+    (planning's statistics), no torch, and matplotlib only to draw the plots they write;
+    `--help` imports none of them."""
+    code = ("import sys; from sim.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('scipy', 'torch', 'matplotlib') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+    code = ("import sys, sim; sim.run(sim.load_scenario('scenarios/v1-single.yaml')); "
+            "print(sorted(m for m in ('scipy', 'torch', 'matplotlib') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
 MAX_RATE_SCENARIO = """\
 name: max-rate
 seed: 3

@@ -72,7 +72,7 @@ def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _cdf_figure(results, column: str, label: str) -> Figure:
-    fig = Figure(figsize=FIGSIZE)
+    fig = Figure(figsize=FIGSIZE, layout="constrained")
     ax = fig.add_subplot()
     ax.set_xlabel(label)
     ax.set_ylabel("fraction of completed requests")
@@ -119,7 +119,8 @@ def tpot_cdf_figure(results) -> Figure:
 
 def _timeseries_figure(results, panels: list[tuple[str, str, float]]) -> Figure:
     """One stacked axis per ``(column, y label, scale)``, one line per pool."""
-    fig = Figure(figsize=(FIGSIZE[0], FIGSIZE[1] * (0.6 + 0.4 * len(panels))))
+    fig = Figure(figsize=(FIGSIZE[0], FIGSIZE[1] * (0.6 + 0.4 * len(panels))),
+                 layout="constrained")
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     ts = results.timeseries
     pools = _pools(results)
@@ -204,7 +205,7 @@ def _busiest_teams(req: pd.DataFrame) -> list[str]:
 @plain_text
 def teams_figure(results) -> Figure:
     """Per team: TTFT p50 and p99 of completed requests, and rejections by reason."""
-    fig = Figure(figsize=(FIGSIZE[0], FIGSIZE[1] * 1.3))
+    fig = Figure(figsize=(FIGSIZE[0], FIGSIZE[1] * 1.3), layout="constrained")
     top, bottom = fig.subplots(2, 1)
     req = results.requests
     teams = _busiest_teams(req) if len(req) else []
@@ -250,14 +251,20 @@ FIGURES = {
 }
 
 
-def png_bytes(fig: Figure) -> bytes:
+def png_bytes(fig: Figure, dpi: int = DPI) -> bytes:
     """``fig`` laid out and drawn once, as a reproducible PNG; its drawing state released."""
     import io
 
-    _tight(fig)
+    if fig.get_layout_engine() is None:
+        _tight(fig)
     buf = io.BytesIO()
-    with matplotlib.rc_context(PLAIN_TEXT):
-        fig.savefig(buf, **_SAVE_KW)
+    # the plots lay themselves out as they are drawn (``layout="constrained"``: one draw,
+    # where tight_layout drew each figure twice); a figure with hundreds of series may not
+    # fit its margins and is drawn as it is (a warning would break ``--quiet``)
+    with warnings.catch_warnings(), matplotlib.rc_context(PLAIN_TEXT):
+        warnings.filterwarnings("ignore", message="constrained_layout not applied",
+                                category=UserWarning)
+        fig.savefig(buf, **{**_SAVE_KW, "dpi": dpi})
     fig.clear()
     return buf.getvalue()
 

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import re
 
-import matplotlib
 import yaml
 from matplotlib.figure import Figure
 
-from sim.output.plots import PLAIN_TEXT, _tight, plain_text
+from sim.output.plots import plain_text, png_bytes
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;
@@ -52,10 +50,7 @@ def _table(header: list[str], rows: list[list]) -> str:
 
 def _png(fig: Figure | bytes) -> str:
     if not isinstance(fig, bytes):
-        buf = io.BytesIO()
-        with matplotlib.rc_context(PLAIN_TEXT):
-            fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
-        fig = buf.getvalue()
+        fig = png_bytes(fig, dpi=100)
     data = base64.b64encode(fig).decode("ascii")
     return f'<img alt="plot" src="data:image/png;base64,{data}">'
 
@@ -241,7 +236,7 @@ def sweep_figure(table, x: str = SWEEP_X, ys: tuple[str, ...] = SWEEP_Y) -> Figu
     import pandas as pd
 
     varied = sweep_varied(table)
-    fig = Figure(figsize=(5.2 * len(ys), 3.8))
+    fig = Figure(figsize=(5.2 * len(ys), 3.8), layout="constrained")
     groups = ([(f"{varied[0]} = {key}", part) for key, part in table.groupby(varied[0], sort=True)]
               if len(varied) > 1 else [(None, table)])
     for i, y in enumerate(ys):
@@ -262,7 +257,6 @@ def sweep_figure(table, x: str = SWEEP_X, ys: tuple[str, ...] = SWEEP_Y) -> Figu
         if (values > 0).any():
             ax.set_yscale("log")        # points at 0 (none finished that fast) are left off
         ax.grid(True, alpha=0.3)
-    _tight(fig)
     return fig
 
 

@@ -26,7 +26,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.stats
 
 from sim.config.slos import Slo
 from sim.output.slo import met
@@ -104,6 +103,7 @@ def judge(sample: Sampler, slos: list[Slo], confidence: Confidence | None) -> Ve
 def decide(runs: list[dict[str, float]], slos: list[Slo], level: float,
            num_looks: int) -> Verdict:
     """The verdict of one look at ``runs`` (one dict of metrics per replication)."""
+    import scipy.stats         # about a second to import: paid only where one is judged
     r = len(runs)
     alpha = (1.0 - level) / num_looks
     t_met = float(scipy.stats.t.ppf(1.0 - alpha, r - 1))
