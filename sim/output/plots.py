@@ -55,6 +55,12 @@ def _colours(names: list[str]) -> dict[str, str]:
     return {n: f"C{i % 10}" for i, n in enumerate(names)}
 
 
+def new_figure(figsize: tuple[float, float]) -> Figure:
+    """A figure that lays itself out as it is drawn (constrained layout: drawn once, where
+    ``tight_layout`` draws it a second time)."""
+    return Figure(figsize=figsize, layout="constrained")
+
+
 def _note(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
 
@@ -72,7 +78,7 @@ def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _cdf_figure(results, column: str, label: str) -> Figure:
-    fig = Figure(figsize=FIGSIZE, layout="constrained")
+    fig = new_figure(FIGSIZE)
     ax = fig.add_subplot()
     ax.set_xlabel(label)
     ax.set_ylabel("fraction of completed requests")
@@ -119,8 +125,7 @@ def tpot_cdf_figure(results) -> Figure:
 
 def _timeseries_figure(results, panels: list[tuple[str, str, float]]) -> Figure:
     """One stacked axis per ``(column, y label, scale)``, one line per pool."""
-    fig = Figure(figsize=(FIGSIZE[0], FIGSIZE[1] * (0.6 + 0.4 * len(panels))),
-                 layout="constrained")
+    fig = new_figure((FIGSIZE[0], FIGSIZE[1] * (0.6 + 0.4 * len(panels))))
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     ts = results.timeseries
     pools = _pools(results)
@@ -205,7 +210,7 @@ def _busiest_teams(req: pd.DataFrame) -> list[str]:
 @plain_text
 def teams_figure(results) -> Figure:
     """Per team: TTFT p50 and p99 of completed requests, and rejections by reason."""
-    fig = Figure(figsize=(FIGSIZE[0], FIGSIZE[1] * 1.3), layout="constrained")
+    fig = new_figure((FIGSIZE[0], FIGSIZE[1] * 1.3))
     top, bottom = fig.subplots(2, 1)
     req = results.requests
     teams = _busiest_teams(req) if len(req) else []
@@ -252,15 +257,13 @@ FIGURES = {
 
 
 def png_bytes(fig: Figure, dpi: int = DPI) -> bytes:
-    """``fig`` laid out and drawn once, as a reproducible PNG; its drawing state released."""
+    """``fig`` (from :func:`new_figure`) laid out and drawn once, as a reproducible PNG; its
+    drawing state released."""
     import io
 
-    if fig.get_layout_engine() is None:
-        _tight(fig)
     buf = io.BytesIO()
-    # the plots lay themselves out as they are drawn (``layout="constrained"``: one draw,
-    # where tight_layout drew each figure twice); a figure with hundreds of series may not
-    # fit its margins and is drawn as it is (a warning would break ``--quiet``)
+    # a figure with hundreds of series may not fit its margins and is drawn as it is (a
+    # warning would break ``--quiet``)
     with warnings.catch_warnings(), matplotlib.rc_context(PLAIN_TEXT):
         warnings.filterwarnings("ignore", message="constrained_layout not applied",
                                 category=UserWarning)
@@ -278,15 +281,6 @@ def save_figure(fig: Figure, path: Path) -> Path:
 def render_all(results) -> dict[str, bytes]:
     """Every plot of :data:`FIGURES`, drawn once (the files and the report share them)."""
     return {name: png_bytes(make(results)) for name, make in FIGURES.items()}
-
-
-def _tight(fig: Figure) -> None:
-    """``tight_layout``, quietly: a figure with hundreds of series may not fit its margins,
-    and is drawn as it is (a warning would break ``--quiet``)."""
-    with warnings.catch_warnings(), matplotlib.rc_context(PLAIN_TEXT):
-        warnings.filterwarnings("ignore", message="Tight layout not applied",
-                                category=UserWarning)
-        fig.tight_layout()
 
 
 def save_all(results, folder: Path, images: dict[str, bytes] | None = None) -> list[Path]:

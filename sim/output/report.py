@@ -14,7 +14,7 @@ import re
 import yaml
 from matplotlib.figure import Figure
 
-from sim.output.plots import plain_text, png_bytes
+from sim.output.plots import new_figure, plain_text, png_bytes
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;
@@ -236,7 +236,7 @@ def sweep_figure(table, x: str = SWEEP_X, ys: tuple[str, ...] = SWEEP_Y) -> Figu
     import pandas as pd
 
     varied = sweep_varied(table)
-    fig = Figure(figsize=(5.2 * len(ys), 3.8), layout="constrained")
+    fig = new_figure((5.2 * len(ys), 3.8))
     groups = ([(f"{varied[0]} = {key}", part) for key, part in table.groupby(varied[0], sort=True)]
               if len(varied) > 1 else [(None, table)])
     for i, y in enumerate(ys):
