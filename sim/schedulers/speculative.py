@@ -203,8 +203,7 @@ class _Verify:
 
 
 class SpeculativeScheduler(ContinuousScheduler):
-    __slots__ = ("rng", "draft_cost", "_k", "_alpha", "_verify", "_verify_tokens",
-                 "num_decode_seq_steps", "num_draft_tokens", "num_accepted_tokens")
+    __slots__ = ("rng", "draft_cost", "_k", "_alpha", "_verify", "num_decode_seq_steps", "num_draft_tokens", "num_accepted_tokens")
 
     @classmethod
     def pool_parts(cls, pool, cfg, rng, models=None, base_dir=None) -> dict:
@@ -222,7 +221,6 @@ class SpeculativeScheduler(ContinuousScheduler):
         self._k = cfg.num_speculative_tokens
         self._alpha = cfg.acceptance_rate
         self._verify: list[_Verify] = []           # this step's verify passes
-        self._verify_tokens = 0
         self.num_decode_seq_steps = 0
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
@@ -271,11 +269,10 @@ class SpeculativeScheduler(ContinuousScheduler):
                 budget -= num_new
                 continue
             break
-        self._verify_tokens = self.cfg.max_num_batched_tokens - budget
         return preempted, stopped
 
     def _decode_tokens(self, num_decode: int) -> int:
-        return self._verify_tokens
+        return sum(item.num_new for item in self._verify)
 
     def _unschedule_decoder(self, victim: Request) -> int:
         """Preempt decoder ``victim``; the tokens of its verify pass, if it had one this
@@ -286,7 +283,6 @@ class SpeculativeScheduler(ContinuousScheduler):
                 given = item.num_new
                 del self._verify[i]
                 break
-        self._verify_tokens -= given
         self._preempt(victim)
         return given
 
