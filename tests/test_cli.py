@@ -147,28 +147,18 @@ def test_schema_is_json_schema(capsys):
     assert {"workload", "pools", "duration"} <= set(schema["properties"])
 
 
-def test_import_sim_does_not_import_torch():
-    """The simulator stays light: torch is for calibration only."""
-    code = "import sim, sys; sim.run(sim.load_scenario('scenarios/v1-single.yaml')); " \
-           "print('torch' in sys.modules)"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "False"
+HEAVY_MODULES = ("scipy", "torch", "matplotlib")
 
 
-def test_a_run_loads_only_what_it_uses():
-    """Start-up stays light: the command line's parser and a plain run import no scipy
-    (planning's statistics), no torch, and matplotlib only to draw the plots they write;
-    `--help` imports none of them."""
-    code = ("import sys; from sim.cli import build_parser; build_parser(); "
-            "print(sorted(m for m in ('scipy', 'torch', 'matplotlib') if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "[]"
-    code = ("import sys, sim; sim.run(sim.load_scenario('scenarios/v1-single.yaml')); "
-            "print(sorted(m for m in ('scipy', 'torch', 'matplotlib') if m in sys.modules))")
+@pytest.mark.parametrize("setup", [
+    "from sim.cli import build_parser; build_parser()",
+    "import sim; sim.run(sim.load_scenario('scenarios/v1-single.yaml'))",
+], ids=["parser", "plain-run"])
+def test_start_up_and_a_run_load_only_what_they_use(setup):
+    """Start-up stays light: neither the command line's parser nor a plain run (no files
+    written) imports scipy (planning's statistics), torch (calibration only) or
+    matplotlib (only to draw the plots a run writes)."""
+    code = f"import sys; {setup}; print(sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
