@@ -54,6 +54,9 @@ class HardwareSpec(StrictModel):
                           "(the roofline adds allreduce_latency_per_gpu per further GPU)")
     max_gpus_per_node: PositiveInt = Field(8, description="Largest tensor-parallel group")
     price_per_gpu_hour: GpuPrices = Field(description="USD per GPU-hour by purchase option")
+    price_source: str | None = Field(
+        None, max_length=300, description="Where and when the prices were read (shown in "
+                                          "report.html beside every cost)")
 
     @model_validator(mode="after")
     def _needs_bf16(self) -> "HardwareSpec":

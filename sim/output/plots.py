@@ -10,103 +10,69 @@ note instead of an error.
 """
 from __future__ import annotations
 
-import functools
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import matplotlib
 from matplotlib.figure import Figure
 
 from sim.core.request import Status
+from sim.output import plots_requests
+from sim.output.figure_kit import (FIGSIZE, MS, busiest_teams, colours, completed,
+                                   fixed_figure, log_x, new_figure, note, plain_text, png_bytes,
+                                   pools)
 
-FIGSIZE = (7.0, 4.2)
-DPI = 110
-_SAVE_KW = {"dpi": DPI, "format": "png", "metadata": {"Software": None}}
+__all__ = ["FIGURES", "new_figure", "plain_text", "png_bytes", "render_all", "save_all"]
+
 _LOG_DECADES = 2.0   # log x axis when the data spans more than this many decades
 
 
-# names (teams, pools, models, varied values) are drawn as written: a "$" would otherwise
-# start matplotlib's mathtext ("cost$^$" fails to draw, "$x$" would be drawn as math).
-# A text takes the setting when it is made, so figures are made under it, not only drawn.
-PLAIN_TEXT = {"text.parse_math": False}
 
-
-def plain_text(make):
-    """``make`` (a figure maker) run with every text it adds drawn as written."""
-    @functools.wraps(make)
-    def made(*args, **kwargs):
-        with matplotlib.rc_context(PLAIN_TEXT):
-            return make(*args, **kwargs)
-    return made
-
-
-def _pools(results) -> list[str]:
-    """Pool names in scenario order (the summary's), then any others seen in data."""
-    names = [str(p) for p in results.summary.get("pools", {})]
-    for frame in (results.requests, results.timeseries):
-        if "pool" in getattr(frame, "columns", ()):
-            names += [str(p) for p in pd.unique(frame["pool"].astype(str)) if str(p)]
-    return list(dict.fromkeys(names))
-
-
-def _colours(names: list[str]) -> dict[str, str]:
-    return {n: f"C{i % 10}" for i, n in enumerate(names)}
-
-
-def new_figure(figsize: tuple[float, float]) -> Figure:
-    """A figure that lays itself out as it is drawn (constrained layout: drawn once, where
-    ``tight_layout`` draws it a second time)."""
-    return Figure(figsize=figsize, layout="constrained")
-
-
-def _note(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
-
-
-def _completed(results) -> pd.DataFrame:
-    req = results.requests
-    if len(req) == 0 or "status" not in req.columns:
-        return req.iloc[0:0]
-    return req[req["status"].astype(str) == Status.COMPLETED]
+# an empirical CDF is drawn through at most this many of its points (evenly spaced in
+# rank, the first and last included): finer than a figure's pixels, so it looks the same
+# as every point, and a million-request run draws as fast as a small one
+CDF_POINTS = 2048
 
 
 def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     x = np.sort(values)
-    return x, np.arange(1, len(x) + 1) / len(x)
+    rank = np.arange(len(x))
+    if len(x) > CDF_POINTS:
+        rank = np.unique(np.linspace(0, len(x) - 1, CDF_POINTS).round().astype(np.int64))
+    return x[rank], (rank + 1) / len(x)
 
 
 def _cdf_figure(results, column: str, label: str) -> Figure:
-    fig = new_figure(FIGSIZE)
+    """The CDF of ``column`` (seconds), drawn in milliseconds."""
+    fig = fixed_figure(FIGSIZE)
     ax = fig.add_subplot()
     ax.set_xlabel(label)
     ax.set_ylabel("fraction of completed requests")
     ax.set_ylim(0.0, 1.0)
     ax.grid(True, alpha=0.3)
-    done = _completed(results)
+    done = completed(results)
     done = done[np.isfinite(done[column].to_numpy(dtype=np.float64))] if len(done) else done
     if len(done) == 0:
-        _note(ax, "no completed requests")
+        note(ax, "no completed requests")
         return fig
 
-    pools = _pools(results)
-    colours = _colours(pools)
-    for pool in pools:
-        v = done.loc[done["pool"].astype(str) == pool, column].to_numpy(dtype=np.float64)
+    names = pools(results)
+    colour = colours(names)
+    for pool in names:
+        v = done.loc[done["pool"].astype(str) == pool, column].to_numpy(dtype=np.float64) * MS
         if len(v):
-            ax.step(*_ecdf(v), where="post", color=colours[pool], label=f"pool {pool}")
-    teams = _busiest_teams(done)
+            ax.step(*_ecdf(v), where="post", color=colour[pool], label=f"pool {pool}")
+    teams = busiest_teams(done)
     if len(teams) > 1:
         for i, team in enumerate(teams):
-            v = done.loc[done["team"].astype(str) == team, column].to_numpy(dtype=np.float64)
+            v = done.loc[done["team"].astype(str) == team, column].to_numpy(dtype=np.float64) * MS
             ax.step(*_ecdf(v), where="post", linestyle="--", linewidth=1.0,
-                    color=f"C{(len(pools) + i) % 10}", label=f"team {team}")
+                    color=f"C{(len(names) + i) % 10}", label=f"team {team}")
 
     positive = done[column].to_numpy(dtype=np.float64)
     positive = positive[positive > 0]
     if len(positive) and np.log10(positive.max() / positive.min()) > _LOG_DECADES:
-        ax.set_xscale("log")
+        log_x(ax)
     ax.legend(loc="lower right", fontsize="small")
     return fig
 
@@ -114,34 +80,42 @@ def _cdf_figure(results, column: str, label: str) -> Figure:
 @plain_text
 def ttft_cdf_figure(results) -> Figure:
     """Empirical CDF of time to first token, per pool (and per team if several)."""
-    return _cdf_figure(results, "ttft_s", "time to first token (s)")
+    return _cdf_figure(results, "ttft_s", "time to first token (ms)")
 
 
 @plain_text
 def tpot_cdf_figure(results) -> Figure:
     """Empirical CDF of time per output token, per pool (and per team if several)."""
-    return _cdf_figure(results, "tpot_s", "time per output token (s)")
+    return _cdf_figure(results, "tpot_s", "time per output token (ms)")
 
 
-def _timeseries_figure(results, panels: list[tuple[str, str, float]]) -> Figure:
+@plain_text
+def e2e_cdf_figure(results) -> Figure:
+    """Empirical CDF of end-to-end latency, per pool (and per team if several)."""
+    return _cdf_figure(results, "e2e_s", "end-to-end latency (ms)")
+
+
+def _timeseries_figure(results, panels: list[tuple[str, str, float]], *,
+                       twin: bool = False) -> Figure:
     """One stacked axis per ``(column, y label, scale)``, one line per pool."""
-    fig = new_figure((FIGSIZE[0], FIGSIZE[1] * (0.6 + 0.4 * len(panels))))
+    fig = fixed_figure((FIGSIZE[0], FIGSIZE[1] * (0.6 + 0.4 * len(panels))),
+                       rows=len(panels), twin=twin)
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     ts = results.timeseries
-    pools = _pools(results)
-    colours = _colours(pools)
+    names = pools(results)
+    colour = colours(names)
     have = len(ts) > 0 and all(c in ts.columns for c, _, _ in panels) and "time_s" in ts.columns
     for ax, (column, label, scale) in zip(axes, panels):
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
         if not have:
-            _note(ax, "no samples")
+            note(ax, "no samples")
             continue
-        for pool in pools:
+        for pool in names:
             rows = ts[ts["pool"].astype(str) == pool]
             if len(rows):
                 ax.plot(rows["time_s"].to_numpy(), rows[column].to_numpy() * scale,
-                        color=colours[pool], label=f"pool {pool}")
+                        color=colour[pool], label=f"pool {pool}")
         ax.set_ylim(bottom=0.0)  # after plotting, so the top still autoscales
         if ax is axes[0]:
             ax.legend(loc="upper right", fontsize="small")
@@ -168,7 +142,7 @@ def kv_util_figure(results) -> Figure:
 def replicas_figure(results) -> Figure:
     """Replicas (billed and ready) per pool over time, against the arrival rate."""
     fig = _timeseries_figure(results, [("replicas", "replicas (billed)", 1.0),
-                                       ("ready", "replicas ready", 1.0)])
+                                       ("ready", "replicas ready", 1.0)], twin=True)
     ax = fig.axes[0].twinx()
     req = results.requests
     interval = float(getattr(results.scenario, "sample_interval", 1.0))
@@ -192,84 +166,59 @@ def throughput_figure(results) -> Figure:
                                         ("cost_usd_per_h", "cost (USD per hour)", 1.0)])
 
 
-# a figure shows at most this many teams (the ones with the most requests): a line or a
-# bar each, past which a plot is unreadable and slow to draw
-MAX_PLOTTED_TEAMS = 20
-
-
-def _busiest_teams(req: pd.DataFrame) -> list[str]:
-    """The teams of ``req`` by name, at most :data:`MAX_PLOTTED_TEAMS` of them (those with
-    the most requests)."""
-    counts = req["team"].astype(str).value_counts()
-    if len(counts) > MAX_PLOTTED_TEAMS:
-        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-        counts = dict(ranked[:MAX_PLOTTED_TEAMS])
-    return sorted(str(team) for team in counts.keys())
-
-
 @plain_text
 def teams_figure(results) -> Figure:
-    """Per team: TTFT p50 and p99 of completed requests, and rejections by reason."""
-    fig = new_figure((FIGSIZE[0], FIGSIZE[1] * 1.3))
-    top, bottom = fig.subplots(2, 1)
+    """Per team: TTFT p50 and p99 of completed requests, cost, and rejections by reason."""
+    fig = new_figure((FIGSIZE[0], FIGSIZE[1] * 1.8))
+    top, middle, bottom = fig.subplots(3, 1)
     req = results.requests
-    teams = _busiest_teams(req) if len(req) else []
+    teams = busiest_teams(req) if len(req) else []
     if not teams:
-        _note(top, "no requests")
-        _note(bottom, "no requests")
+        for ax in (top, middle, bottom):
+            note(ax, "no requests")
         return fig
-    done = _completed(results)
     x = np.arange(len(teams))
+    done = completed(results)
+    ttft = done["ttft_s"].groupby(done["team"].astype(str))
     for offset, q, name in ((-0.2, 50, "p50"), (0.2, 99, "p99")):
-        vals = [np.percentile(done[done["team"].astype(str) == t]["ttft_s"], q)
-                if (done["team"].astype(str) == t).any() else 0.0 for t in teams]
-        top.bar(x + offset, vals, width=0.4, label=f"TTFT {name}")
-    top.set_xticks(x, teams)
-    top.set_ylabel("time to first token (s)")
+        by_team = ttft.quantile(q / 100.0)
+        top.bar(x + offset, [by_team.get(t, 0.0) * MS for t in teams], width=0.4,
+                label=f"TTFT {name}")
+    top.set_ylabel("time to first token (ms)")
     top.legend(fontsize="small")
+    cost = results.summary.get("teams", {})
+    middle.bar(x, [cost.get(t, {}).get("cost_usd", 0.0) for t in teams], color="C2")
+    middle.set_ylabel("cost (USD)")
     rejected = req[req["status"].astype(str) == Status.REJECTED]
-    reasons = sorted(str(r) for r in pd.unique(rejected["reject_reason"].astype(str)))
+    counts = pd.crosstab(rejected["team"].astype(str), rejected["reject_reason"].astype(str))
     base = np.zeros(len(teams))
-    for reason in reasons:
-        counts = np.array([((rejected["team"].astype(str) == t)
-                            & (rejected["reject_reason"].astype(str) == reason)).sum()
-                           for t in teams], dtype=float)
-        bottom.bar(x, counts, bottom=base, label=reason)
-        base += counts
-    if not reasons:
-        _note(bottom, "no rejections")
+    for reason in sorted(str(r) for r in counts.columns):
+        height = counts[reason].reindex(teams, fill_value=0).to_numpy(dtype=float)
+        bottom.bar(x, height, bottom=base, label=reason)
+        base += height
+    if counts.empty:
+        note(bottom, "no rejections")
     else:
         bottom.legend(fontsize="small")
-    bottom.set_xticks(x, teams)
     bottom.set_ylabel("rejected requests")
+    for ax in (top, middle, bottom):
+        ax.set_xticks(x, teams)
+        ax.set_xlim(-0.5, len(teams) - 0.5)
     return fig
 
 
 FIGURES = {
     "ttft_cdf.png": ttft_cdf_figure,
     "tpot_cdf.png": tpot_cdf_figure,
+    "e2e_cdf.png": e2e_cdf_figure,
+    "latency_over_time.png": plots_requests.latency_over_time_figure,
+    "lengths.png": plots_requests.lengths_figure,
     "queue.png": queue_figure,
     "kv_util.png": kv_util_figure,
     "replicas.png": replicas_figure,
     "throughput.png": throughput_figure,
     "teams.png": teams_figure,
 }
-
-
-def png_bytes(fig: Figure, dpi: int = DPI) -> bytes:
-    """``fig`` (from :func:`new_figure`) laid out and drawn once, as a reproducible PNG; its
-    drawing state released."""
-    import io
-
-    buf = io.BytesIO()
-    # a figure with hundreds of series may not fit its margins and is drawn as it is (a
-    # warning would break ``--quiet``)
-    with warnings.catch_warnings(), matplotlib.rc_context(PLAIN_TEXT):
-        warnings.filterwarnings("ignore", message="constrained_layout not applied",
-                                category=UserWarning)
-        fig.savefig(buf, **{**_SAVE_KW, "dpi": dpi})
-    fig.clear()
-    return buf.getvalue()
 
 
 def save_figure(fig: Figure, path: Path) -> Path:

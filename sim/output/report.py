@@ -48,11 +48,11 @@ def _table(header: list[str], rows: list[list]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _png(fig: Figure | bytes) -> str:
+def _png(fig: Figure | bytes, alt: str = "plot") -> str:
     if not isinstance(fig, bytes):
         fig = png_bytes(fig, dpi=100)
     data = base64.b64encode(fig).decode("ascii")
-    return f'<img alt="plot" src="data:image/png;base64,{data}">'
+    return f'<img alt="{_e(alt)}" src="data:image/png;base64,{data}">'
 
 
 def build_report(results, sweep=None, images: dict[str, bytes] | None = None) -> str:
@@ -97,11 +97,16 @@ def build_report(results, sweep=None, images: dict[str, bytes] | None = None) ->
                     [[name, t["requests"], t["completed"], t["rejected"],
                       _ms(t.get("ttft_p99_s")), t["output_tokens"], t["cost_usd"]]
                      for name, t in s["teams"].items()]),
-             "<h2>Latency</h2>", _png(images["ttft_cdf.png"]), _png(images["tpot_cdf.png"]),
-             "<h2>Load, replicas and cost over time</h2>", _png(images["replicas.png"]),
-             _png(images["throughput.png"]),
-             _png(images["queue.png"]), _png(images["kv_util.png"]),
-             "<h2>Per team</h2>", _png(images["teams.png"]),
+             "<h2>Latency</h2>", _png(images["ttft_cdf.png"], "CDF of time to first token"),
+             _png(images["tpot_cdf.png"], "CDF of time per output token"),
+             _png(images["e2e_cdf.png"], "CDF of end-to-end latency"),
+             "<h2>Latency and SLO attainment over time</h2>",
+             _png(images["latency_over_time.png"], "latency percentiles and SLO attainment over time"),
+             "<h2>Prompt and output lengths</h2>", _png(images["lengths.png"], "histograms of prompt and output lengths"),
+             "<h2>Load, replicas and cost over time</h2>", _png(images["replicas.png"], "replicas and arrivals over time"),
+             _png(images["throughput.png"], "output tokens per second and cost per hour over time"),
+             _png(images["queue.png"], "queued and running requests over time"), _png(images["kv_util.png"], "KV cache use over time"),
+             "<h2>Per team: latency, cost, rejections</h2>", _png(images["teams.png"], "per team: TTFT, cost and rejections"),
              *(_sweep_section(sweep) if sweep is not None else []),
              "<h2>Scenario</h2>",
              f"<p>{_e(_provenance(results))}</p>",
@@ -149,12 +154,21 @@ def _provenance(results) -> str:
     """What made these figures: the tool's version, each pool's step-time source and
     price source."""
     from sim import __version__
+    from sim.config.profiles import find_hardware
 
-    parts = [f"fleetsim {__version__}, seed {results.scenario.seed}"]
-    for name, pool in results.scenario.pools.items():
+    scenario = results.scenario
+    parts = [f"fleetsim {__version__}, seed {scenario.seed}"]
+    for name, pool in scenario.pools.items():
         figures = results.summary["pools"][name]
-        price = ("price_per_gpu_hour in the scenario" if pool.price_per_gpu_hour is not None
-                 else f"the {figures['hardware']} profile's {pool.pricing} price")
+        if pool.price_per_gpu_hour is not None:
+            price = f"USD {pool.price_per_gpu_hour:g} per GPU-hour, set in the scenario"
+        else:
+            hw = find_hardware(pool.hardware, scenario.hardware)
+            rate = getattr(hw.price_per_gpu_hour, pool.pricing) if hw is not None else None
+            price = (f"the {figures['hardware']} profile's {pool.pricing} price"
+                     + (f" (USD {rate:g} per GPU-hour)" if rate is not None else "")
+                     + (f", {hw.price_source}" if hw is not None and hw.price_source
+                        else ", of no stated source or date"))
         parts.append(f"pool {name}: step times from {figures['cost_model']}; {price}")
     return "; ".join(parts) + "."
 
@@ -265,10 +279,19 @@ def _sweep_section(table) -> list[str]:
     shown = varied + [c for c in ("requests_per_s", SWEEP_X, "ttft_p50_s", "ttft_p99_s",
                                   "tpot_p50_s", "tpot_p99_s", "rejected", "cost_usd")
                       if c in table.columns]
-    return ["<h2>Throughput against latency</h2>",
-            f"<p>{len(table)} sweep points over {_e(', '.join(varied))}.</p>",
-            _png(sweep_figure(table)),
-            _table(shown, table[shown].values.tolist())]
+    from sim.output import pareto
+
+    parts = ["<h2>Throughput against latency</h2>",
+             f"<p>{len(table)} sweep points over {_e(', '.join(varied))}.</p>",
+             _png(sweep_figure(table), "throughput against latency over the sweep"),
+             _table(shown, table[shown].values.tolist())]
+    if pareto.views(table):
+        labels = [", ".join(f"{v}={row[v]}" for v in varied) for _, row in table.iterrows()]
+        parts += ["<h2>Pareto views</h2>",
+                  "<p>The points no other beats on both figures, joined and named.</p>",
+                  _png(pareto.pareto_figure(table, labels),
+                       "Pareto fronts of the sweep's points")]
+    return parts
 
 
 def build_sweep_report(table, title: str) -> str:

@@ -8,7 +8,7 @@ import pandas as pd
 from sim.config.slos import Slo, targets
 
 
-def _within_every_bound(done: pd.DataFrame, slos: list[Slo]) -> np.ndarray:
+def within_every_bound(done: pd.DataFrame, slos: list[Slo]) -> np.ndarray:
     """Per completed request: within each latency SLO's target (a request either meets
     a latency bound or not, whatever the statistic the SLO puts on it)."""
     ok = np.ones(len(done), dtype=bool)
@@ -47,7 +47,7 @@ def measure(requests: pd.DataFrame, slos: list[Slo]) -> dict[str, float]:
     out: dict[str, float] = {}
     for slo in slos:
         if slo.metric == "attainment":
-            ok = _within_every_bound(done, slos)
+            ok = within_every_bound(done, slos)
             out[slo.metric] = float(ok.sum() / len(requests)) if len(requests) else 0.0
             continue
         name, stat = slo.metric.rsplit("_", 1)
@@ -97,7 +97,7 @@ def _verdicts(requests: pd.DataFrame, slos: list[Slo], window_s: float) -> dict:
     margin = margins(measured, slos)
     requests = judged(requests)
     done = requests[requests["status"].astype(str) == "completed"]
-    good = int(_within_every_bound(done, slos).sum())
+    good = int(within_every_bound(done, slos).sum())
     finite = {k: (v if np.isfinite(v) else None) for k, v in measured.items()}
     return {
         "met": met(measured, slos),

@@ -33,11 +33,26 @@ def _get(summary: dict, path: tuple) -> Any:
 
 def summary_row(summary: dict) -> dict:
     row = {name: _get(summary, path) for name, path in ROW_FIELDS.items()}
+    pools = summary.get("pools", {}).values()
+    gpus = sum((p.get("replicas_mean") or 0.0) * (p.get("tp") or 0) for p in pools)
+    end_s = summary.get("end_s") or 0.0
+    tokens_per_s, tpot = row["output_tokens_per_s"], row["tpot_p50_s"]
+    # the Pareto views' axes: each GPU's share of the output, each user's token speed,
+    # the cost of an hour
+    row["gpus_mean"] = gpus
+    row["output_tokens_per_s_per_gpu"] = tokens_per_s / gpus if tokens_per_s and gpus else None
+    row["tokens_per_s_per_user"] = 1.0 / tpot if tpot else None
+    row["cost_usd_per_h"] = row["cost_usd"] * 3600.0 / end_s if end_s and row["cost_usd"] \
+        is not None else None
     slo = summary.get("slo")
     if slo:             # the verdict of the scenario's slos: block, and its goodput
         row["slo_met"] = slo.get("met")
         fleet = slo.get("fleet") or {}
         row["goodput_requests_per_s"] = fleet.get("goodput_requests_per_s")
+        margins = [o.get("margin") for o in (fleet.get("objectives") or {}).values()]
+        # the tightest SLO's margin: below 0 where one is missed (None: one never judged)
+        row["slo_margin_min"] = (min(margins) if margins and None not in margins
+                                 else None)
     for pool, fig in summary.get("pools", {}).items():
         for key in ("replicas_mean", "busy_frac", "gpu_hours", "kv_util_mean"):
             row[f"{pool}.{key}"] = fig.get(key)

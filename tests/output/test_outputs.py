@@ -58,6 +58,7 @@ pools:
 
 EXPECTED_FILES = ["summary.json", "requests.parquet", "requests.csv", "timeseries.csv",
                   "scenario.yaml", "plots/ttft_cdf.png", "plots/tpot_cdf.png",
+                  "plots/e2e_cdf.png", "plots/latency_over_time.png", "plots/lengths.png",
                   "plots/queue.png", "plots/kv_util.png", "plots/replicas.png",
                   "plots/throughput.png", "plots/teams.png", "report.html"]
 
@@ -204,7 +205,8 @@ def test_plots_survive_empty_results(results, tmp_path):
     empty = dataclasses.replace(results, requests=results.requests.iloc[0:0],
                                 timeseries=pd.DataFrame(), summary={})
     paths = save_all(empty, tmp_path)
-    assert [p.name for p in paths] == ["ttft_cdf.png", "tpot_cdf.png", "queue.png",
+    assert [p.name for p in paths] == ["ttft_cdf.png", "tpot_cdf.png", "e2e_cdf.png",
+                                       "latency_over_time.png", "lengths.png", "queue.png",
                                        "kv_util.png", "replicas.png", "throughput.png",
                                        "teams.png"]
     assert all(p.read_bytes()[:8] == PNG_SIGNATURE for p in paths)

@@ -69,13 +69,14 @@ def _small_sweep():
 
 
 def test_report_shows_the_throughput_latency_curve_of_a_sweep():
-    """With a sweep table the run's page gains the curve and the points' table."""
+    """With a sweep table the run's page gains the curve, the points' table and the
+    Pareto views."""
     scn, table = _small_sweep()
     results = sim.run(scn)
     plain, with_sweep = build_report(results), build_report(results, table)
-    assert "Throughput against latency" not in plain
-    assert "Throughput against latency" in with_sweep
-    assert with_sweep.count("data:image/png;base64,") == plain.count("data:image/png;base64,") + 1
+    assert "Throughput against latency" not in plain and "Pareto views" not in plain
+    assert "Throughput against latency" in with_sweep and "Pareto views" in with_sweep
+    assert with_sweep.count("data:image/png;base64,") == plain.count("data:image/png;base64,") + 2
     assert "pools.p.replicas" in with_sweep and "workload.rate_scale" in with_sweep
 
 

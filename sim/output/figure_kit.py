@@ -1,0 +1,125 @@
+"""What every plot of a run shares: sizes, the plain-text rule for names, pools and teams
+in a stable order with stable colours, the two layouts, and reproducible PNG bytes."""
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+import pandas as pd
+import matplotlib
+from matplotlib.figure import Figure
+
+from sim.core.request import Status
+
+FIGSIZE = (7.0, 4.2)
+DPI = 110
+SAVE_KW = {"dpi": DPI, "format": "png", "metadata": {"Software": None}}
+MS = 1e3             # latencies are drawn in milliseconds (seconds in the data)
+
+
+# names (teams, pools, models, varied values) are drawn as written: a "$" would otherwise
+# start matplotlib's mathtext ("cost$^$" fails to draw, "$x$" would be drawn as math).
+# A text takes the setting when it is made, so figures are made under it, not only drawn.
+PLAIN_TEXT = {"text.parse_math": False}
+
+
+def plain_text(make):
+    """``make`` (a figure maker) run with every text it adds drawn as written."""
+    @functools.wraps(make)
+    def made(*args, **kwargs):
+        with matplotlib.rc_context(PLAIN_TEXT):
+            return make(*args, **kwargs)
+    return made
+
+
+def pools(results) -> list[str]:
+    """Pool names in scenario order (the summary's), then any others seen in data."""
+    names = [str(p) for p in results.summary.get("pools", {})]
+    for frame in (results.requests, results.timeseries):
+        if "pool" in getattr(frame, "columns", ()):
+            names += [str(p) for p in pd.unique(frame["pool"].astype(str)) if str(p)]
+    return list(dict.fromkeys(names))
+
+
+def colours(names: list[str]) -> dict[str, str]:
+    return {n: f"C{i % 10}" for i, n in enumerate(names)}
+
+
+def new_figure(figsize: tuple[float, float]) -> Figure:
+    """A figure that lays itself out as it is drawn (constrained layout: drawn once, where
+    ``tight_layout`` draws it a second time), for figures whose tick labels are names."""
+    return Figure(figsize=figsize, layout="constrained")
+
+
+# margins (inches) of a figure laid out by hand: room for numeric y tick labels and the y
+# label on the left, the x tick labels and label below; a twin y axis needs the right one
+MARGIN_LEFT_IN, MARGIN_BOTTOM_IN, MARGIN_TOP_IN = 0.9, 0.55, 0.2
+MARGIN_RIGHT_IN, MARGIN_TWIN_IN = 0.25, 0.8
+
+
+def fixed_figure(figsize: tuple[float, float], *, rows: int = 1, twin: bool = False,
+                 gap_in: float = 0.15) -> Figure:
+    """A figure for ``rows`` stacked numeric axes, laid out once by hand (constrained layout
+    measures every text first: 40% of drawing a figure); ``gap_in``: the space between
+    stacked axes, ``twin``: room on the right for a second y axis."""
+    width, height = figsize
+    fig = Figure(figsize=figsize)
+    right_in = MARGIN_TWIN_IN if twin else MARGIN_RIGHT_IN
+    axes_in = (height - MARGIN_BOTTOM_IN - MARGIN_TOP_IN - (rows - 1) * gap_in) / rows
+    fig.subplots_adjust(left=MARGIN_LEFT_IN / width, right=1.0 - right_in / width,
+                        bottom=MARGIN_BOTTOM_IN / height, top=1.0 - MARGIN_TOP_IN / height,
+                        hspace=gap_in / axes_in)
+    return fig
+
+
+def log_x(ax) -> None:
+    """A log x axis whose tick labels are plain numbers (its default labels are mathtext,
+    which names are drawn without)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def note(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
+
+
+def completed(results) -> pd.DataFrame:
+    req = results.requests
+    if len(req) == 0 or "status" not in req.columns:
+        return req.iloc[0:0]
+    return req[req["status"].astype(str) == Status.COMPLETED]
+
+
+# a figure shows at most this many teams (the ones with the most requests): a line or a
+# bar each, past which a plot is unreadable and slow to draw
+MAX_PLOTTED_TEAMS = 20
+
+
+def busiest_teams(req: pd.DataFrame) -> list[str]:
+    """The teams of ``req`` by name, at most :data:`MAX_PLOTTED_TEAMS` of them (those with
+    the most requests)."""
+    counts = req["team"].astype(str).value_counts()
+    if len(counts) > MAX_PLOTTED_TEAMS:
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        counts = dict(ranked[:MAX_PLOTTED_TEAMS])
+    return sorted(str(team) for team in counts.keys())
+
+
+def png_bytes(fig: Figure, dpi: int = DPI) -> bytes:
+    """``fig`` (from :func:`new_figure`) laid out and drawn once, as a reproducible PNG; its
+    drawing state released."""
+    import io
+
+    buf = io.BytesIO()
+    # a figure with hundreds of series may not fit its margins and is drawn as it is (a
+    # warning would break ``--quiet``)
+    with warnings.catch_warnings(), matplotlib.rc_context(PLAIN_TEXT):
+        warnings.filterwarnings("ignore", message="constrained_layout not applied",
+                                category=UserWarning)
+        fig.savefig(buf, **{**SAVE_KW, "dpi": dpi})
+    fig.clear()
+    return buf.getvalue()
