@@ -8,7 +8,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: demo test bench validate validate-gpu validate-vllm vllm-recorded vllm gpu-profiles roofline-fit clean install
+.PHONY: demo test browser bench validate validate-gpu validate-vllm vllm-recorded vllm gpu-profiles roofline-fit clean install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,9 +29,17 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/fleetsim run scenarios/quickstart.yaml --out results/quickstart --force
 
+# Debian's Chromium and ChromeDriver, for the browser test of report.html (as root, when
+# missing; elsewhere install them yourself or the test fails, as FLEETSIM_BROWSER says)
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		(DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver \
+		 || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+		     chromium chromium-driver))
+
 # deterministic checks only: nothing in make test times this machine
-test: $(DEV_STAMP)
-	$(PY) -m pytest -n 2 -q -m "not bench"
+test: $(DEV_STAMP) browser
+	FLEETSIM_BROWSER=required $(PY) -m pytest -n 2 -q -m "not bench"
 
 # timed: simulation speed, soak runs, the calibrated profile against whole forwards timed
 # now; fails when a target is missed. Run it alone on a quiet machine.

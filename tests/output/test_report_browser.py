@@ -1,0 +1,86 @@
+"""report.html in a real browser (headless Chromium driven by Selenium): the page loads,
+logs nothing to the console, every image decodes, and names from the scenario are text,
+not markup.
+
+Chromium and ChromeDriver come from Debian (``make test`` installs them when missing).
+Run elsewhere without them, the test is skipped, unless ``FLEETSIM_BROWSER=required`` (as
+``make test`` sets), where their absence fails it.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+import sim
+from sim.config.scenario import Scenario
+from sim.output.outputs import write_outputs
+from sim.output.plots import FIGURES
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+REQUIRED = os.environ.get("FLEETSIM_BROWSER") == "required"
+# as root on a closed network: no sandbox, and none of Chromium's own connections
+FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage")
+HOSTILE_TEAM = "<img src=x onerror=alert(1)>&team"
+HOSTILE_DESCRIPTION = "</p><script>document.title='owned'</script>"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not (CHROMIUM and CHROMEDRIVER):
+        if REQUIRED:
+            pytest.fail("FLEETSIM_BROWSER=required but chromium or chromedriver is not on PATH "
+                        "(apt-get install chromium chromium-driver)")
+        pytest.skip("no chromium/chromedriver on PATH")
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in FLAGS:
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    scn = Scenario.model_validate({
+        "name": "browser <check>", "description": HOSTILE_DESCRIPTION, "duration": 20,
+        "workload": {"streams": {"s": {"team": HOSTILE_TEAM, "model": "llama-3.1-8b",
+                                       "arrival": {"type": "poisson", "rate": 6},
+                                       "prompt_tokens": 400, "output_tokens": 60}}},
+        "pools": {"p": {"model": "llama-3.1-8b", "hardware": "H100-SXM"}},
+        "slos": {"ttft_p99": "500ms"},
+    })
+    out = tmp_path_factory.mktemp("browser") / "run"
+    write_outputs(sim.run(scn), out)
+    return out / "report.html"
+
+
+def test_report_loads_cleanly_in_chromium(browser, page):
+    browser.get(page.as_uri())
+    assert browser.title == "fleetsim: browser <check>"
+    images = browser.execute_script(
+        "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.alt])")
+    assert len(images) == len(FIGURES)              # no image but the plots
+    assert all(done and width > 0 for done, width, _ in images), images
+    assert all(alt and alt != "plot" for _, _, alt in images)
+    assert browser.execute_script("return document.scripts.length") == 0
+    assert browser.get_log("browser") == []         # no error, warning or message
+
+
+def test_scenario_names_are_text_not_markup(browser, page):
+    browser.get(page.as_uri())
+    body = browser.execute_script("return document.body.innerText")
+    assert HOSTILE_TEAM in body and HOSTILE_DESCRIPTION in body
+    # the name was not parsed: no element made from it, no handler run
+    assert browser.execute_script("return document.querySelectorAll('img[src=x]').length") == 0
+    assert browser.title != "owned"
