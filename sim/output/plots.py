@@ -227,9 +227,50 @@ def save_figure(fig: Figure, path: Path) -> Path:
     return path
 
 
-def render_all(results) -> dict[str, bytes]:
-    """Every plot of :data:`FIGURES`, drawn once (the files and the report share them)."""
-    return {name: png_bytes(make(results)) for name, make in FIGURES.items()}
+def _draw(name: str) -> bytes:
+    """One plot of the results a drawing process was forked with, as PNG bytes."""
+    return png_bytes(FIGURES[name](_FORKED_RESULTS))
+
+
+_FORKED_RESULTS = None
+
+
+def render_all(results, *, processes: int | None = None) -> dict[str, bytes]:
+    """Every plot of :data:`FIGURES`, drawn once (the files and the report share them).
+
+    Drawing is most of a small run's output time, one core's work per figure: where the
+    machine has more than one core and can fork (Linux), the figures are drawn side by side
+    in forked processes that share ``results`` without copying it; the bytes are the same
+    either way. ``processes``: at most this many (default: the cores, up to 4); 1 draws
+    them here."""
+    import os
+
+    global _FORKED_RESULTS
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    processes = min(cores, 4, len(FIGURES)) if processes is None else processes
+    if processes <= 1 or not _can_fork():
+        return {name: png_bytes(make(results)) for name, make in FIGURES.items()}
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    _FORKED_RESULTS = results
+    try:
+        with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork")) as pool:
+            return dict(zip(FIGURES, pool.map(_draw, FIGURES)))
+    finally:
+        _FORKED_RESULTS = None
+
+
+def _can_fork() -> bool:
+    """Forking is safe here: the platform has it, and this process is not a daemon (one
+    may not have children) and runs no other thread (a lock held by one would stay held in
+    the child)."""
+    import multiprocessing
+    import threading
+
+    return ("fork" in multiprocessing.get_all_start_methods()
+            and not multiprocessing.current_process().daemon
+            and threading.active_count() == 1)
 
 
 def save_all(results, folder: Path, images: dict[str, bytes] | None = None) -> list[Path]:

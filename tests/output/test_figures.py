@@ -136,3 +136,23 @@ def test_provenance_names_each_prices_source_and_date(results):
     own = results.scenario.model_copy(update={"pools": {"p": pool}})
     assert "USD 1.25 per GPU-hour, set in the scenario" in _provenance(
         dataclasses.replace(results, scenario=own))
+
+
+def test_plots_drawn_side_by_side_are_the_same_bytes(results):
+    here = plots.render_all(results, processes=1)
+    forked = plots.render_all(results, processes=2)
+    assert list(forked) == list(plots.FIGURES)
+    assert forked == here
+
+
+def test_no_fork_beside_another_thread(results):
+    import threading
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert not plots._can_fork()
+    finally:
+        stop.set()
+        other.join()
+    assert plots._can_fork()
