@@ -24,6 +24,12 @@ def _cmd_size(args: argparse.Namespace) -> int:
     if args.force and not args.out:
         raise ScenarioError("--force replaces an output folder, and size writes none "
                             "without --out", field="--force")
+    if args.report and not args.out:
+        raise ScenarioError("--report writes report.html beside size.csv: give --out DIR",
+                            field="--report")
+    if args.report and args.max_rate:
+        raise ScenarioError("--report shows the options size compares; --max-rate "
+                            "searches one fleet's load: give one", field="--report")
     scenario = load_from_args(args)
     slos = slos_from_args(args) or scenario_slos(scenario)
     if not slos:
@@ -78,11 +84,20 @@ def _cmd_size(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.stop()
+    page = None
+    if args.report:
+        from sim.output.size_report import build_size_report
+        from sim.planning.size import chosen_fleet
+        page = build_size_report(table, scenario.name, slos, chosen_fleet(scenario, table))
     if out is not None:
         def write(folder: Path) -> list[Path]:
             csv_safe(table).to_csv(folder / "size.csv", index=False)
             table.to_json(folder / "size.json", orient="records", indent=2)
-            return [folder / "size.csv", folder / "size.json"]
+            written = [folder / "size.csv", folder / "size.json"]
+            if page is not None:
+                (folder / "report.html").write_text(page, encoding="utf-8")
+                written.append(folder / "report.html")
+            return written
 
         write_folder(write, out, force=args.force, inputs=inputs, command="size")
     with_pd_options(lambda: print(table.to_string(index=False)))
@@ -305,6 +320,10 @@ def add_planning(sub) -> None:
     size_p.add_argument("--force", action="store_true",
                         help="replace an output folder an earlier fleetsim run wrote")
     size_p.add_argument("--quiet", action="store_true", help="no progress bar")
+    size_p.add_argument("--report", action="store_true",
+                        help="also write report.html in --out: the options' Pareto views, "
+                             "the cost model of each, and the chosen fleet's cost per pool "
+                             "and per team (one more run)")
     _add_confidence(size_p)
     _add_executor(size_p, "processes (or Dask workers) searching the options side by side")
     add_allow_path(size_p)

@@ -114,7 +114,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     elif not args.quiet:
         print_summary(results.summary)
         print(f"wrote {len(written)} files to {shown(out_dir)}/ "
-              f"(simulated {results.summary['end_s']:,.0f} s in {results.wall_s:.1f} s)")
+              f"(simulated {results.summary['end_s']:,.0f} s in {results.wall_s:.2f} s)")
     return 0
 
 

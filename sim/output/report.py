@@ -34,6 +34,8 @@ def _e(value) -> str:
 
 
 def _fmt(value) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:,.4g}"
     if isinstance(value, int):

@@ -61,6 +61,10 @@ class Observed:
     summary: dict
     served_share: float | None
     given_up: bool = False              # ended early: an SLO was missed for good
+    # the pool's output tokens per second and TPOT p50 over its requests after the warm-up
+    # (the size table's per-GPU and per-user speeds)
+    output_tokens_per_s: float | None = None
+    tpot_p50_s: float | None = None
 
 
 def served_share(requests: pd.DataFrame, start_s: float, end_s: float) -> float | None:
@@ -118,12 +122,23 @@ def verdict(scenario: Scenario, pool: str, slos: list[Slo],
         end_s = min(scn.duration, res.summary["end_s"])
         everyone = pool_requests(scn, res.requests, pool, after_warmup=False)
         share = served_share(everyone, scn.warmup, end_s)
-        measured = measure(everyone[everyone["arrival_s"] >= scn.warmup], slos)
+        steady = everyone[everyone["arrival_s"] >= scn.warmup]
+        measured = measure(steady, slos)
         if watch is not None and watch.missed:      # given up: missed for good
             measured.update({m: (0.0 if m == "attainment" else math.inf)
                              for m in watch.missed})
-        return measured, Observed(res.summary, share, bool(watch and watch.missed))
+        return measured, Observed(res.summary, share, bool(watch and watch.missed),
+                                  *_speeds(steady, res.summary["end_s"] - scn.warmup))
     return judge(sample, slos, confidence)
+
+
+def _speeds(requests: pd.DataFrame, window_s: float) -> tuple[float | None, float | None]:
+    """Output tokens per second of ``requests`` completed over ``window_s``, and their
+    TPOT p50."""
+    done = requests[requests["status"].astype(str) == "completed"]
+    tpot = done["tpot_s"].dropna()
+    return (float(done["output_tokens"].sum() / window_s) if window_s > 0 else None,
+            float(tpot.median()) if len(tpot) else None)
 
 
 def reaches(scenario: Scenario, pool: str) -> bool:
@@ -167,6 +182,25 @@ def next_count(trial: Trial) -> int:
     return max(n + 1, math.ceil(1.25 * n)) if n >= FINE_GROWTH_FROM else 2 * n
 
 
+def option_values(scenario: Scenario, pool: str, option: dict, replicas: int) -> dict:
+    """The overrides that give ``pool`` the sizing ``option`` with a fixed ``replicas``: no
+    autoscaler, and so no cold start; a spot pool's count is held by a one-row schedule,
+    which replaces the replicas preemptions take (a fixed spot pool would lose them for
+    good). An fp8 or int8 option keeps its KV cache in fp8."""
+    values = {f"pools.{pool}.{k}": v for k, v in option.items()}
+    if option["weight_dtype"] in ("fp8", "int8"):
+        values[f"pools.{pool}.kv_dtype"] = "fp8"
+    cfg = scenario.pools[pool]
+    values[f"pools.{pool}.replicas"] = replicas
+    if cfg.spot is not None and cfg.spot.preemptions_per_hour > 0:
+        values[f"pools.{pool}.autoscaler"] = {"type": "scheduled",
+                                              "table": [{"at": 0, "replicas": replicas}]}
+    else:
+        values[f"pools.{pool}.autoscaler"] = None
+        values[f"pools.{pool}.cold_start"] = type(cfg.cold_start)().model_dump(mode="json")
+    return values
+
+
 def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
                  max_replicas: int, confidence: Confidence | None = None, *,
                  estimate: bool = True, give_up: bool = True
@@ -178,27 +212,11 @@ def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
     a one-seed trial whose SLOs are missed for good stops there (cheaper, never wrong;
     replications for a confident verdict run whole, since their mean needs each run's
     figure)."""
-    base = {f"pools.{pool}.{k}": v for k, v in option.items()}
-    if option["weight_dtype"] in ("fp8", "int8"):
-        base[f"pools.{pool}.kv_dtype"] = "fp8"
-    cfg = scenario.pools[pool]
-    # a fixed count of replicas: no autoscaler, and so no cold start; a spot pool's count
-    # is held by a one-row schedule, which replaces the replicas preemptions take (a fixed
-    # spot pool would lose them for good)
-    spot = cfg.spot is not None and cfg.spot.preemptions_per_hour > 0
-    if not spot:
-        base[f"pools.{pool}.autoscaler"] = None
-        base[f"pools.{pool}.cold_start"] = type(cfg.cold_start)().model_dump(mode="json")
     trials: dict[int, Trial] = {}
-
-    def held(n: int) -> dict:
-        return {f"pools.{pool}.autoscaler": {"type": "scheduled",
-                                             "table": [{"at": 0, "replicas": n}]}} \
-            if spot else {}
 
     def trial(n: int) -> Trial:
         if n not in trials:
-            scn = with_values(scenario, {**base, f"pools.{pool}.replicas": n, **held(n)})
+            scn = with_values(scenario, option_values(scenario, pool, option, n))
             # a run given up says only "above the target", not by how much: replications
             # averaged for a confident verdict need each run's own figure
             trials[n] = Trial(n, verdict(scn, pool, slos, confidence,
@@ -319,7 +337,8 @@ def _in_order(table: pd.DataFrame, slos: list[Slo]) -> pd.DataFrame:
     """The table's columns in one order, whichever row came first: the option and its
     answer, each SLO's estimate, its margin, then its interval and how sure, the note."""
     metrics = [s.metric for s in slos]
-    order = [*LEADING, *metrics, *(f"margin_{m}" for m in metrics), "replications",
+    order = [*LEADING, *metrics, *(f"margin_{m}" for m in metrics), "slo_margin_min",
+             "output_tokens_per_s_per_gpu", "tokens_per_s_per_user", "replications",
              *(f"{m}_low" for m in metrics), *(f"{m}_high" for m in metrics), "confident",
              "simulations"]
     known = [c for c in order if c in table.columns]
@@ -369,13 +388,20 @@ def _option_row(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
     best = trials[n]
     pool_sum = best.summary["pools"][pool]
     out_tok = sum(t["output_tokens"] for t in best.summary["teams"].values())
+    first = best.verdict.first
+    margin = margins(best.measured, slos)
     return {
         "pool": pool, **option, "replicas": n, "gpus": n * option["tp"], "feasible": True,
         "cost_usd_per_h": pool_sum["cost_usd"] / (best.summary["end_s"] / 3600.0),
         "usd_per_million_output_tokens": pool_sum["cost_usd"] / out_tok * 1e6
         if out_tok else None,
         **best.measured,
-        **{f"margin_{k}": v for k, v in margins(best.measured, slos).items()},
+        **{f"margin_{k}": v for k, v in margin.items()},
+        "slo_margin_min": min(margin.values()),
+        "output_tokens_per_s_per_gpu": first.output_tokens_per_s / (n * option["tp"])
+        if first.output_tokens_per_s is not None else None,
+        "tokens_per_s_per_user": 1.0 / first.tpot_p50_s if first.tpot_p50_s else None,
+        "cost_model": pool_sum["cost_model"],
         **_sureness(best, trials.get(n - 1), confidence),
         "simulations": simulations(trials),
         "note": _uncertain_note(best, trials.get(n - 1)) if confidence else "",
@@ -459,3 +485,32 @@ def max_rate(scenario: Scenario, slos: list[Slo], pool: str, *, precision: float
     return {"rate_scale": lo, "feasible": True, "requests_per_s": lo * base,
             "requests_per_s_per_replica": lo * base / scenario.pools[pool].replicas,
             **sure(lo, hi)}
+
+
+def chosen_options(table: pd.DataFrame) -> dict[str, dict]:
+    """Each pool's answer in a size table: its cheapest feasible option and count (a pool
+    with none is left out)."""
+    chosen = {}
+    for pool, rows in table.groupby("pool", sort=False):
+        feasible = rows[rows["feasible"].astype(bool) & rows["replicas"].notna()]
+        if len(feasible):
+            row = feasible.sort_values("cost_usd_per_h", kind="stable").iloc[0]
+            chosen[str(pool)] = {"hardware": row["hardware"], "tp": int(row["tp"]),
+                                 "weight_dtype": row["weight_dtype"],
+                                 "replicas": int(row["replicas"])}
+    return chosen
+
+
+def chosen_fleet(scenario: Scenario, table: pd.DataFrame) -> tuple[Scenario, dict] | None:
+    """The scenario with every pool sized as ``table`` answers (idle pools at 0 replicas
+    stay as configured), run once with its seed: (that scenario, its summary); None when
+    no pool has an answer."""
+    chosen = {p: c for p, c in chosen_options(table).items() if c["replicas"] > 0}
+    if not chosen:
+        return None
+    values = {}
+    for pool, c in chosen.items():
+        option = {k: c[k] for k in ("hardware", "tp", "weight_dtype")}
+        values.update(option_values(scenario, pool, option, c["replicas"]))
+    fleet = with_values(scenario, values)
+    return fleet, sim.run(fleet).summary

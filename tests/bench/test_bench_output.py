@@ -1,0 +1,60 @@
+"""What a run costs beyond its simulation (``make bench``; not part of ``make test``).
+
+``fleetsim run`` is timed end to end as a user runs it (a new process: start, imports,
+reading the scenario, the simulation, summary, tables, plots, report, exit) and the
+simulation's own wall time is read from what it prints. Targets:
+
+- a small run (the quick start, about 3,200 requests): the fixed cost, end to end less
+  the simulation, under 0.5 s;
+- bench-fleet (one simulated hour, 64 replicas, about 1.9 million requests): end to end
+  within 1.3x the simulation.
+
+Figures measured in this run are printed with the machine's cores.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FLEETSIM = ROOT / ".venv" / "bin" / "fleetsim"
+FIXED_COST_TARGET_S = 0.5
+END_TO_END_TARGET = 1.3
+BEST_OF = 3
+
+pytestmark = pytest.mark.bench
+
+
+def timed_run(scenario: str, out: Path) -> tuple[float, float]:
+    """(end-to-end wall s, the simulation's wall s as the run printed it)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([str(FLEETSIM), "run", scenario, "--out", str(out), "--force"],
+                          capture_output=True, text=True, cwd=ROOT, check=True)
+    total = time.perf_counter() - t0
+    found = re.search(r"simulated [\d,]+ s in ([\d.]+) s\)", proc.stdout)
+    assert found, proc.stdout[-500:]
+    return total, float(found.group(1))
+
+
+def test_fixed_cost_of_a_small_run(tmp_path, capsys):
+    runs = [timed_run("scenarios/quickstart.yaml", tmp_path / "q") for _ in range(BEST_OF)]
+    total, sim_s = min(runs, key=lambda r: r[0] - r[1])
+    fixed = total - sim_s
+    with capsys.disabled():
+        print(f"\n\nquickstart, best of {BEST_OF} on {os.cpu_count()} cores: end to end "
+              f"{total:.2f} s, simulation {sim_s:.2f} s, fixed cost {fixed:.2f} s "
+              f"(target {FIXED_COST_TARGET_S} s)")
+    assert fixed <= FIXED_COST_TARGET_S
+
+
+def test_bench_fleet_end_to_end_within_1_3x_its_simulation(tmp_path, capsys):
+    total, sim_s = timed_run("scenarios/bench-fleet.yaml", tmp_path / "b")
+    with capsys.disabled():
+        print(f"\n\nbench-fleet on {os.cpu_count()} cores: end to end {total:.1f} s, "
+              f"simulation {sim_s:.1f} s: x{total / sim_s:.2f} (target x{END_TO_END_TARGET})")
+    assert total <= END_TO_END_TARGET * sim_s
