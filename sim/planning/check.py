@@ -17,7 +17,7 @@ from pathlib import Path
 import sim
 from sim.config.errors import ScenarioError, dotted_path
 from sim.config.inputs import InputFileError, read_bytes, shown
-from sim.planning.size import check_budget, min_replicas, reaches, replica_cap, verdict
+from sim.planning.size import check_budget, min_replicas, reached, replica_cap, verdict
 from sim.planning.verdict import Confidence
 from sim.config.slos import METRICS, Slo, targets
 
@@ -41,18 +41,20 @@ def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = ()
                  "slos": {s.metric: s.target for s in slos}}
     check_budget(scenario, list(scenario.pools), options=False,     # before any simulation
                  confidence=confidence)
-    summary = sim.run(scenario).summary
+    ran = sim.run(scenario)              # the scenario as configured, run once
+    summary = ran.summary
+    busy = reached(scenario, ran.requests)
     for key in LATENCY_KEYS:
         name, stat = key.split("_")
         out["latency_s"][key] = summary["latency_s"][name][stat]
     for pool, cfg in scenario.pools.items():
-        if not reaches(scenario, pool):         # idle capacity: nothing to size or break
+        if pool not in busy:                    # idle capacity: nothing to size or break
             out["pools"][pool] = {"required_replicas": 0, "slo_met_as_configured": True}
             continue
         option = {"hardware": cfg.hardware, "tp": cfg.tp, "weight_dtype": cfg.weight_dtype}
         need, trials = min_replicas(scenario, pool, slos, option,
                                     replica_cap(scenario, pool), confidence)
-        as_configured = verdict(scenario, pool, slos, confidence)
+        as_configured = verdict(scenario, pool, slos, confidence, ran=ran)
         out["pools"][pool] = {"required_replicas": need,
                               "slo_met_as_configured": as_configured.ok}
         if confidence is not None:

@@ -110,15 +110,18 @@ def evaluate(scenario: Scenario, pool: str, slos: list[Slo]) -> tuple[dict, bool
 
 
 def verdict(scenario: Scenario, pool: str, slos: list[Slo],
-            confidence: Confidence | None, *, give_up: bool = False) -> Verdict:
+            confidence: Confidence | None, *, give_up: bool = False,
+            ran: "sim.Results | None" = None) -> Verdict:
     """The SLO verdict on ``pool`` for ``scenario``: one run with its seed, or replications
     with the seeds after it until the verdict is as sure as ``confidence`` asks
     (``give_up``: a run is ended as soon as an SLO is missed for good, see
-    :mod:`sim.planning.hopeless`)."""
+    :mod:`sim.planning.hopeless`; ``ran``: the results of ``scenario`` run whole with its
+    own seed, already at hand, taken as the first run)."""
     def sample(i: int) -> tuple[dict, Observed]:
         scn = scenario if i == 0 else with_values(scenario, {"seed": scenario.seed + i})
         watch = hopeless_watch(scn, pool, slos) if give_up else None
-        res = sim.run(scn, watch=(watch.every_s, watch) if watch else None)
+        res = ran if i == 0 and ran is not None and watch is None else \
+            sim.run(scn, watch=(watch.every_s, watch) if watch else None)
         end_s = min(scn.duration, res.summary["end_s"])
         everyone = pool_requests(scn, res.requests, pool, after_warmup=False)
         share = served_share(everyone, scn.warmup, end_s)
@@ -141,10 +144,11 @@ def _speeds(requests: pd.DataFrame, window_s: float) -> tuple[float | None, floa
             float(tpot.median()) if len(tpot) else None)
 
 
-def reaches(scenario: Scenario, pool: str) -> bool:
-    """Whether any request of the scenario as configured reaches ``pool`` (an idle pool,
-    allowed in a scenario, has nothing to size)."""
-    return len(pool_requests(scenario, sim.run(scenario).requests, pool)) > 0
+def reached(scenario: Scenario, requests: pd.DataFrame) -> set[str]:
+    """The pools any request of ``requests`` (a run of ``scenario`` as configured) reaches
+    (an idle pool, allowed in a scenario, has nothing to size)."""
+    return {pool for pool in scenario.pools
+            if len(pool_requests(scenario, requests, pool)) > 0}
 
 
 IDLE_NOTE = "no request reaches this pool (idle capacity): nothing to size"
@@ -307,9 +311,10 @@ def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None,
     _sends_requests(scenario)
     rows: list[dict | None] = []
     tasks: list[tuple[int, OptionTask]] = []
+    busy = reached(scenario, sim.run(scenario).requests)
     for pool in pools:
         cfg = scenario.pools[pool]
-        if not reaches(scenario, pool):
+        if pool not in busy:
             rows.append({"pool": pool, "hardware": cfg.hardware, "tp": cfg.tp,
                          "weight_dtype": cfg.weight_dtype, "replicas": 0, "gpus": 0,
                          "feasible": True, "cost_usd_per_h": 0.0, "note": IDLE_NOTE})
