@@ -54,6 +54,8 @@ def _cmd_size(args: argparse.Namespace) -> int:
                             "workload.streams.NAME.arrival.concurrency instead",
                             field="--max-rate")
     confidence = _confidence(args)
+    if args.joint:
+        return _size_joint(args, scenario, slos, confidence, out, inputs)
     if args.max_rate:
         for flag in ("workers", "executor", "scheduler"):
             if getattr(args, flag) not in (1, "local", None):
@@ -104,6 +106,35 @@ def _cmd_size(args: argparse.Namespace) -> int:
     feasible = set(table.loc[table["feasible"], "pool"]) if len(table) else set()
     return _verdict([p for p in dict.fromkeys(table["pool"]) if p not in feasible]
                     if len(table) else [], "no option")
+
+
+def _size_joint(args: argparse.Namespace, scenario, slos, confidence, out, inputs) -> int:
+    """size --joint A,B: two coupled pools sized together."""
+    from sim.output.outputs import csv_safe, write_folder
+    from sim.planning.joint import joint_size
+
+    for flag, given in (("--max-rate", args.max_rate), ("--pool", args.pool),
+                        ("--report", args.report),
+                        ("--workers", args.workers != 1 or args.executor != "local")):
+        if given:
+            raise ScenarioError(f"{flag} does not go with --joint, which searches one pair "
+                                "of pools step by step", field=flag)
+    pools = [p.strip() for p in args.joint.split(",")]
+    bar, update = count_bar("size --joint") if not args.quiet else (None, None)
+    try:
+        table = joint_size(scenario, pools, slos, confidence=confidence, progress=update)
+    finally:
+        if bar is not None:
+            bar.stop()
+    if out is not None:
+        def write(folder: Path) -> list[Path]:
+            csv_safe(table).to_csv(folder / "size.csv", index=False)
+            table.to_json(folder / "size.json", orient="records", indent=2)
+            return [folder / "size.csv", folder / "size.json"]
+
+        write_folder(write, out, force=args.force, inputs=inputs, command="size --joint")
+    with_pd_options(lambda: print(table.to_string(index=False)))
+    return _verdict([] if table["chosen"].any() else [" and ".join(pools)], "no pair")
 
 
 def _confidence(args: argparse.Namespace):
@@ -320,6 +351,11 @@ def add_planning(sub) -> None:
     size_p.add_argument("--force", action="store_true",
                         help="replace an output folder an earlier fleetsim run wrote")
     size_p.add_argument("--quiet", action="store_true", help="no progress bar")
+    size_p.add_argument("--joint", metavar="POOL_A,POOL_B",
+                        help="size two coupled pools together (a disaggregated model's "
+                             "prefill and decode pools, a cascade's, a prompt-length "
+                             "split's): the cheapest pair of counts meeting the SLOs over "
+                             "every request through either")
     size_p.add_argument("--report", action="store_true",
                         help="also write report.html in --out: the options' Pareto views, "
                              "the cost model of each, and the chosen fleet's cost per pool "

@@ -90,12 +90,14 @@ def stage_of(scenario: Scenario, pool: str) -> set[str]:
     return names
 
 
-def pool_requests(scenario: Scenario, requests: pd.DataFrame, pool: str, *,
-                  after_warmup: bool = True) -> pd.DataFrame:
-    """The requests (arrived after the warm-up) whose latencies ``pool`` shapes: those it
-    served last, and those of a route it is an earlier stage of."""
-    mine = requests["pool"].astype(str) == pool
-    stages = stage_of(scenario, pool)
+def pool_requests(scenario: Scenario, requests: pd.DataFrame, pool: str | tuple[str, ...],
+                  *, after_warmup: bool = True) -> pd.DataFrame:
+    """The requests (arrived after the warm-up) whose latencies ``pool`` (or any of a tuple
+    of pools sized together) shapes: those it served last, and those of a route it is an
+    earlier stage of."""
+    pools = (pool,) if isinstance(pool, str) else pool
+    mine = requests["pool"].astype(str).isin(pools)
+    stages = set().union(*(stage_of(scenario, p) for p in pools))
     if stages:
         mine |= requests["served_model"].astype(str).isin(stages)
     if after_warmup:

@@ -1,0 +1,122 @@
+"""`fleetsim size --joint A,B`: two coupled pools sized together, the SLOs judged over
+every request that passes through either.
+
+Two pools are coupled when one served model routes through both: a disaggregated
+model's prefill and decode pools, a cascade's first and second pools, or a split by
+prompt length. Sizing them one at a time asks each to meet the SLOs alone, with the other
+as configured; here the question is the cheapest pair of counts (a, b) meeting them
+together, each pool at its configured hardware, TP and precision, autoscaling replaced by
+the fixed counts.
+
+The search is a staircase over the monotone frontier, not the whole grid: more replicas
+of either pool never hurt, so the fewest B meeting the SLOs with a+1 A replicas is at
+most the fewest with a. For a = 1, 2, ... it finds that fewest B by bisection below the
+last one, and stops once a's replicas alone (with one of B) cost no less than the
+cheapest pair found. The cost of a pair is known without simulating it (counts x TP x
+price per GPU-hour), so the answer is the grid's cheapest pair, as an exhaustive search
+finds it, ties going to the fewer A replicas.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+
+import sim
+from sim.config.errors import ScenarioError
+from sim.config.resolve import resolve
+from sim.config.scenario import Scenario
+from sim.config.slos import Slo
+from sim.planning.overrides import with_values
+from sim.planning.size import option_values, replica_cap, verdict
+from sim.planning.verdict import Confidence, Verdict
+
+
+def coupling(scenario: Scenario, a: str, b: str) -> str | None:
+    """How ``a`` and ``b`` are coupled (a served model routing through both), or None."""
+    for name, served in scenario.gateway.models.items():
+        if served.disaggregated is not None and \
+                {served.disaggregated.prefill, served.disaggregated.decode} == {a, b}:
+            return f"disaggregated model {name}"
+        if served.cascade is not None and {served.cascade.first, served.cascade.then} == {a, b}:
+            return f"cascade {name}"
+        split = served.by_prompt_length
+        if split is not None and {split.short, split.long} == {a, b}:
+            return f"prompt-length split {name}"
+    return None
+
+
+def check_pair(scenario: Scenario, pools: list[str]) -> tuple[str, str]:
+    """The two pools ``--joint`` names, refused unless they are two known, coupled pools."""
+    if len(pools) != 2 or pools[0] == pools[1]:
+        raise ScenarioError("--joint takes two different pools, e.g. --joint prefill,decode",
+                            field="--joint")
+    for p in pools:
+        if p not in scenario.pools:
+            raise ScenarioError(f"unknown pool '{p}'; pools: {', '.join(scenario.pools)}",
+                                field="--joint")
+    a, b = pools
+    if coupling(scenario, a, b) is None:
+        raise ScenarioError(
+            f"pools {a} and {b} are not coupled: no served model routes through both. "
+            "--joint sizes a disaggregated model's prefill and decode pools, a cascade's "
+            "two pools or a prompt-length split's; size other pools one at a time",
+            field="--joint")
+    return a, b
+
+
+def pair_cost_per_h(scenario: Scenario, a: str, b: str) -> Callable[[int, int], float]:
+    """USD per hour of ``na`` replicas of ``a`` and ``nb`` of ``b`` (fixed counts)."""
+    resolved, _ = resolve(scenario)
+    rate = {p: resolved.pools[p].price_per_gpu_hour * scenario.pools[p].tp for p in (a, b)}
+    return lambda na, nb: na * rate[a] + nb * rate[b]
+
+
+def _values(scenario: Scenario, pool: str, n: int) -> dict:
+    cfg = scenario.pools[pool]
+    option = {"hardware": cfg.hardware, "tp": cfg.tp, "weight_dtype": cfg.weight_dtype}
+    return option_values(scenario, pool, option, n)
+
+
+def joint_size(scenario: Scenario, pools: list[str], slos: list[Slo], *,
+               confidence: Confidence | None = None,
+               progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+    """One row per count of the first pool tried: the fewest of the second meeting the
+    SLOs with it (None when none within the cap), the pair's cost per hour, the SLO
+    figures of that pair and whether it is the answer (``chosen``)."""
+    a, b = check_pair(scenario, pools)
+    cost = pair_cost_per_h(scenario, a, b)
+    cap_a, cap_b = replica_cap(scenario, a), replica_cap(scenario, b)
+    trials: dict[tuple[int, int], Verdict] = {}
+
+    def meets(na: int, nb: int) -> bool:
+        if (na, nb) not in trials:
+            scn = with_values(scenario, {**_values(scenario, a, na), **_values(scenario, b, nb)})
+            trials[(na, nb)] = verdict(scn, (a, b), slos, confidence)
+        return trials[(na, nb)].ok
+
+    rows, best, top = [], None, cap_b
+    for na in range(1, cap_a + 1):
+        if best is not None and cost(na, 1) >= cost(*best):
+            break                               # a's replicas alone cost the best pair
+        if progress is not None:
+            progress(na - 1, cap_a)
+        if not meets(na, top):
+            rows.append({a: na, b: None, "cost_usd_per_h": None, "feasible": False})
+            continue
+        lo, hi = 1, top                         # fewest b in [1, top] meeting the SLOs
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if meets(na, mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        top = hi
+        if best is None or cost(na, hi) < cost(*best):
+            best = (na, hi)
+        rows.append({a: na, b: hi, "cost_usd_per_h": cost(na, hi), "feasible": True,
+                     **trials[(na, hi)].estimate})
+    table = pd.DataFrame(rows)
+    table["chosen"] = [best is not None and (r[a], r[b]) == best for r in rows]
+    table["simulations"] = sum(v.replications for v in trials.values())
+    return table

@@ -1,0 +1,95 @@
+"""`fleetsim size --joint`: two coupled pools sized together find the cheapest pair of an
+exhaustive search of the grid, in fewer simulations; pools that are not coupled are
+refused."""
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+import yaml
+
+import sim
+from sim.cli import main
+from sim.config.slos import parse_slo
+from sim.planning.joint import coupling, joint_size, pair_cost_per_h
+from sim.planning.overrides import with_values
+from sim.planning.size import option_values, verdict
+
+CAP = 4
+SLOS = [parse_slo("ttft_p99=500ms"), parse_slo("tpot_p99=12ms")]
+
+
+def disaggregated(cap: int = CAP, **prices):
+    scn = sim.load_scenario("scenarios/disaggregated.yaml")
+    values = {"duration": 60.0, "workload.rate_scale": 3.0,
+              "pools.prefill.sizing": {"max_replicas": cap},
+              "pools.decode.sizing": {"max_replicas": cap}}
+    values.update({f"pools.{p}.price_per_gpu_hour": v for p, v in prices.items()})
+    return with_values(scn, values)
+
+
+def exhaustive(scenario, a: str, b: str, cap: int):
+    """Every pair of the grid simulated: the cheapest meeting the SLOs (ties: fewer a)."""
+    cost = pair_cost_per_h(scenario, a, b)
+    fixed = lambda pool, n: option_values(scenario, pool, {
+        k: getattr(scenario.pools[pool], k) for k in ("hardware", "tp", "weight_dtype")}, n)
+    ok = [(na, nb) for na, nb in itertools.product(range(1, cap + 1), repeat=2)
+          if verdict(with_values(scenario, {**fixed(a, na), **fixed(b, nb)}), (a, b),
+                     SLOS, None).ok]
+    return min(ok, key=lambda pair: (cost(*pair), pair[0])) if ok else None, cap * cap
+
+
+@pytest.mark.parametrize("prices", [{}, {"prefill": 1.0, "decode": 6.0}])
+def test_joint_sizing_finds_the_exhaustive_searchs_cheapest_pair(prices):
+    scenario = disaggregated(**prices)
+    expected, grid = exhaustive(scenario, "prefill", "decode", CAP)
+    table = joint_size(scenario, ["prefill", "decode"], SLOS)
+    chosen = table[table["chosen"]]
+    assert expected is not None and len(chosen) == 1
+    row = chosen.iloc[0]
+    assert (int(row["prefill"]), int(row["decode"])) == expected
+    assert row["cost_usd_per_h"] == pytest.approx(pair_cost_per_h(scenario, "prefill", "decode")(*expected))
+    assert table["simulations"].iloc[0] < grid        # the staircase, not the grid
+
+
+def test_coupled_pools_are_found_by_their_route():
+    scenario = sim.load_scenario("scenarios/disaggregated.yaml")
+    assert coupling(scenario, "decode", "prefill") == "disaggregated model chat-split"
+    assert coupling(scenario, "prefill", "colocated") is None
+    cascade = sim.load_scenario("scenarios/small-large-routing.yaml")
+    routes = [(n, m) for n, m in cascade.gateway.models.items()
+              if m.cascade is not None or m.by_prompt_length is not None]
+    for name, served in routes:
+        pair = ((served.cascade.first, served.cascade.then) if served.cascade is not None
+                else (served.by_prompt_length.short, served.by_prompt_length.long))
+        found = coupling(cascade, *pair)        # both routes couple small and large
+        assert found is not None and any(n in found for n, _ in routes)
+    assert len(routes) == 2
+
+
+@pytest.mark.parametrize("joint, fragment", [
+    ("prefill,colocated", "are not coupled"),
+    ("prefill", "two different pools"),
+    ("prefill,prefill", "two different pools"),
+    ("prefill,nowhere", "unknown pool 'nowhere'"),
+])
+def test_a_joint_search_over_pools_that_are_not_coupled_exits_2(joint, fragment, tmp_path,
+                                                                  capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(disaggregated().model_dump(mode="json")))
+    assert main(["size", str(path), "--slo", "ttft_p99=1s", "--joint", joint,
+                 "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "--joint" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_size_joint_writes_its_table(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(disaggregated(cap=2).model_dump(mode="json")))
+    assert main(["size", str(path), "--slo", "ttft_p99=2s", "--joint", "prefill,decode",
+                 "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    rows = json.loads((tmp_path / "o" / "size.json").read_text())
+    assert sum(r["chosen"] for r in rows) == 1
+    assert "prefill" in capsys.readouterr().out
