@@ -54,8 +54,13 @@ def _cmd_size(args: argparse.Namespace) -> int:
                             "workload.streams.NAME.arrival.concurrency instead",
                             field="--max-rate")
     confidence = _confidence(args)
+    if args.joint and args.autoscaled:
+        raise ScenarioError("--joint sizes two fixed pools and --autoscaled one pool's "
+                            "autoscaler: give one", field="--autoscaled")
     if args.joint:
         return _size_joint(args, scenario, slos, confidence, out, inputs)
+    if args.autoscaled:
+        return _size_autoscaled(args, scenario, slos, confidence, out, inputs)
     if args.max_rate:
         for flag in ("workers", "executor", "scheduler"):
             if getattr(args, flag) not in (1, "local", None):
@@ -135,6 +140,53 @@ def _size_joint(args: argparse.Namespace, scenario, slos, confidence, out, input
         write_folder(write, out, force=args.force, inputs=inputs, command="size --joint")
     with_pd_options(lambda: print(table.to_string(index=False)))
     return _verdict([] if table["chosen"].any() else [" and ".join(pools)], "no pair")
+
+
+def _size_autoscaled(args: argparse.Namespace, scenario, slos, confidence, out,
+                     inputs) -> int:
+    """size --autoscaled: each pool's target-tracking autoscaler sized for the whole run."""
+    from sim.output.outputs import csv_safe, write_folder
+    from sim.planning.autoscaled import autoscaled_size, target_autoscaler
+
+    for flag, given in (("--max-rate", args.max_rate), ("--report", args.report),
+                        ("--workers", args.workers != 1 or args.executor != "local")):
+        if given:
+            raise ScenarioError(f"{flag} does not go with --autoscaled", field=flag)
+    pools = args.pool or [p for p in scenario.pools
+                          if getattr(scenario.pools[p].autoscaler, "type", None) == "target"]
+    if not pools:
+        raise ScenarioError("no pool has a target-tracking autoscaler to size (autoscaler: "
+                            "{type: target, ...})", field="--autoscaled")
+    for pool in pools:
+        target_autoscaler(scenario, pool)           # refused before any run
+    tables, teams = [], {}
+    bar, update = count_bar("size --autoscaled") if not args.quiet else (None, None)
+    try:
+        for pool in pools:
+            table, per_team = autoscaled_size(scenario, pool, slos, confidence=confidence,
+                                              progress=update)
+            tables.append(table)
+            teams[pool] = per_team
+    finally:
+        if bar is not None:
+            bar.stop()
+    import pandas as pd
+    table = pd.concat(tables, ignore_index=True)
+    if out is not None:
+        def write(folder: Path) -> list[Path]:
+            csv_safe(table).to_csv(folder / "size.csv", index=False)
+            table.to_json(folder / "size.json", orient="records", indent=2)
+            (folder / "teams.json").write_text(json.dumps(
+                {"cost_usd_per_day_by_team": teams}, indent=2) + "\n", encoding="utf-8")
+            return [folder / "size.csv", folder / "size.json", folder / "teams.json"]
+
+        write_folder(write, out, force=args.force, inputs=inputs, command="size --autoscaled")
+    with_pd_options(lambda: print(table.to_string(index=False)))
+    for pool, per_team in teams.items():
+        if per_team:
+            print(f"pool {pool}, chosen autoscaler: cost per day by team: " + ", ".join(
+                f"{shown(team)} ${usd:,.2f}" for team, usd in per_team.items()))
+    return _verdict([p for p, t in teams.items() if t is None], "no target")
 
 
 def _confidence(args: argparse.Namespace):
@@ -356,6 +408,10 @@ def add_planning(sub) -> None:
                              "prefill and decode pools, a cascade's, a prompt-length "
                              "split's): the cheapest pair of counts meeting the SLOs over "
                              "every request through either")
+    size_p.add_argument("--autoscaled", action="store_true",
+                        help="size each target-tracking autoscaler (or those of --pool) for "
+                             "the whole run: the target and fewest max_replicas keeping the "
+                             "SLOs at the lowest cost, with cost per day and per team")
     size_p.add_argument("--report", action="store_true",
                         help="also write report.html in --out: the options' Pareto views, "
                              "the cost model of each, and the chosen fleet's cost per pool "

@@ -1,0 +1,121 @@
+"""`fleetsim size --autoscaled`: a target-tracking autoscaler sized for a time-varying
+load: the target and the most replicas that keep the SLOs over the whole run at the
+lowest cost, with that fleet's cost per day and per team.
+
+For each target tried (the configured one scaled by :data:`TARGET_SCALES`: a lower
+target starts replicas sooner, buying latency with cost), the fewest ``max_replicas``
+meeting the SLOs is found by bisection (a higher bound never hurts: the autoscaler only
+uses it when the load asks), its floor ``min_replicas`` and every other setting as
+configured. The SLOs are judged over the whole run (after the warm-up), cold starts and
+scale-downs included; each run's cost is what the replicas it held were billed. The
+answer is the cheapest feasible row.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+
+import sim
+from sim.config.errors import ScenarioError
+from sim.config.scenario import Scenario
+from sim.config.slos import Slo
+from sim.output.slo import margins
+from sim.planning.overrides import with_values
+from sim.planning.size import replica_cap, verdict
+from sim.planning.verdict import Confidence, Verdict
+
+TARGET_SCALES = (0.5, 0.75, 1.0, 1.5, 2.0)
+HOURS_PER_DAY = 24.0
+
+
+def target_autoscaler(scenario: Scenario, pool: str):
+    """The pool's target-tracking autoscaler, refused (naming the pool) without one."""
+    scaler = scenario.pools[pool].autoscaler
+    if getattr(scaler, "type", None) != "target":
+        raise ScenarioError(
+            f"pool {pool} has no target-tracking autoscaler (autoscaler: {{type: target, "
+            "metric: ..., target: ..., max_replicas: ...}}): --autoscaled sizes its "
+            "target and bounds; size a fixed pool without --autoscaled",
+            field="--autoscaled")
+    return scaler
+
+
+def targets_tried(scaler) -> list[float]:
+    """The targets tried: the configured one times each of :data:`TARGET_SCALES` (a KV
+    use target stays at most 1)."""
+    tried = [scaler.target * s for s in TARGET_SCALES]
+    if scaler.metric == "kv_util":
+        tried = [min(t, 1.0) for t in tried]
+    return list(dict.fromkeys(tried))
+
+
+def _row(pool: str, target: float, bound: int | None, trial: Verdict | None,
+         slos: list[Slo]) -> dict:
+    row = {"pool": pool, "target": target, "max_replicas": bound, "feasible": bound is not None}
+    if trial is None or bound is None:
+        return row
+    summary = trial.first.summary
+    hours = summary["end_s"] / 3600.0
+    figures = summary["pools"][pool]
+    margin = margins(trial.estimate, slos)
+    return {**row, "replicas_mean": figures["replicas_mean"],
+            "replicas_max": figures["replicas_max"],
+            "cost_usd_per_h": figures["cost_usd"] / hours,
+            "cost_usd_per_day": figures["cost_usd"] / hours * HOURS_PER_DAY,
+            **trial.estimate, **{f"margin_{k}": v for k, v in margin.items()}}
+
+
+def autoscaled_size(scenario: Scenario, pool: str, slos: list[Slo], *,
+                    confidence: Confidence | None = None,
+                    progress: Callable[[int, int], None] | None = None
+                    ) -> tuple[pd.DataFrame, dict | None]:
+    """One row per target tried (its fewest ``max_replicas`` meeting the SLOs, the run's
+    replicas and cost per hour and per day, the SLO figures; ``chosen`` marks the
+    cheapest feasible), and the chosen row's cost per day by team (None when no target
+    meets the SLOs within the cap)."""
+    scaler = target_autoscaler(scenario, pool)
+    floor = max(1, scaler.min_replicas)
+    cap = max(floor, replica_cap(scenario, pool))
+    rows, runs, chosen_summary = [], 0, {}
+    tried = targets_tried(scaler)
+    for i, target in enumerate(tried):
+        if progress is not None:
+            progress(i, len(tried))
+        trials: dict[int, Verdict] = {}
+
+        def meets(bound: int) -> bool:
+            if bound not in trials:
+                scn = with_values(scenario, {
+                    f"pools.{pool}.autoscaler.target": target,
+                    f"pools.{pool}.autoscaler.max_replicas": bound})
+                trials[bound] = verdict(scn, pool, slos, confidence)
+            return trials[bound].ok
+
+        bound = None
+        if meets(cap):
+            lo, hi = floor, cap
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if meets(mid):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            bound = hi
+        runs += sum(v.replications for v in trials.values())
+        rows.append(_row(pool, target, bound, trials.get(bound, trials[cap]), slos))
+        if bound is not None:
+            chosen_summary[len(rows) - 1] = trials[bound].first.summary
+    table = pd.DataFrame(rows)
+    table["chosen"] = False
+    feasible = table[table["feasible"]]
+    teams = None
+    if len(feasible):
+        best = feasible.sort_values(["cost_usd_per_h", "max_replicas"], kind="stable").index[0]
+        table.loc[best, "chosen"] = True
+        summary = chosen_summary[best]
+        hours = summary["end_s"] / 3600.0
+        teams = {name: t["cost_usd"] / hours * HOURS_PER_DAY
+                 for name, t in summary["teams"].items()}
+    table["simulations"] = runs
+    return table, teams
