@@ -56,6 +56,11 @@ EXAMPLES = {
             "fleetsim run scenarios/quickstart.yaml --replications 8 --workers 2 --warmup 60s",
             "fleetsim run scenarios/quickstart.yaml --set pools.main.replicas=4"],
     "size": ["fleetsim size scenarios/chat-70b.yaml --slo ttft_p99=2s --slo tpot_p99=50ms",
+             "fleetsim size scenarios/chat-70b.yaml --slo ttft_p99=2s --out results/sized "
+             "--report",
+             "fleetsim size scenarios/disaggregated.yaml --slo ttft_p99=1s --slo tpot_p99=30ms "
+             "--joint prefill,decode",
+             "fleetsim size scenarios/v3-gateway.yaml --slo ttft_p99=2s --autoscaled",
              "fleetsim size scenarios/quickstart.yaml --slo ttft_p99=1s --max-rate"],
     "sweep": ["fleetsim sweep scenarios/quickstart.yaml --vary pools.main.replicas=1..4 "
               "--vary workload.rate_scale=1,2 --workers 2 --report sweep.html"],
