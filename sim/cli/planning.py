@@ -9,7 +9,7 @@ from pathlib import Path
 from sim.config.inputs import shown
 from sim.config.errors import ScenarioError
 from sim.output.output_paths import slug
-from sim.cli.common import (path_arg, count_arg, tolerance_arg, share_arg, MAX_WORKERS,
+from sim.cli.common import (duration_arg, path_arg, count_arg, tolerance_arg, share_arg, MAX_WORKERS,
                             count_bar, MAX_REPLICATIONS,
                             load_from_args, allowed_paths, add_allow_path, inputs_of,
                             scenario_slos, slos_from_args, with_pd_options)
@@ -57,6 +57,14 @@ def _cmd_size(args: argparse.Namespace) -> int:
     if args.joint and args.autoscaled:
         raise ScenarioError("--joint sizes two fixed pools and --autoscaled one pool's "
                             "autoscaler: give one", field="--autoscaled")
+    if args.window is not None:
+        from sim.planning.window import windowed
+        if args.autoscaled:
+            raise ScenarioError("--autoscaled sizes an autoscaler over the whole run's "
+                                "changing load; leave out --window", field="--window")
+        sized = [p.strip() for p in args.joint.split(",")] if args.joint else \
+            (pools or list(scenario.pools))
+        scenario = windowed(scenario, args.window, frozenset(sized))
     if args.joint:
         return _size_joint(args, scenario, slos, confidence, out, inputs)
     if args.autoscaled:
@@ -412,6 +420,10 @@ def add_planning(sub) -> None:
                         help="size each target-tracking autoscaler (or those of --pool) for "
                              "the whole run: the target and fewest max_replicas keeping the "
                              "SLOs at the lowest cost, with cost per day and per team")
+    size_p.add_argument("--window", type=duration_arg, metavar="DURATION",
+                        help="each trial simulates this much of the arrivals after the "
+                             "warm-up, not the whole run (a stationary load only: constant "
+                             "rates, no traces, sessions or other autoscaled pools)")
     size_p.add_argument("--report", action="store_true",
                         help="also write report.html in --out: the options' Pareto views, "
                              "the cost model of each, and the chosen fleet's cost per pool "
