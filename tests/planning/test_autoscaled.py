@@ -51,7 +51,7 @@ def test_each_targets_bound_is_the_fewest_a_scan_finds(sized):
     table, _ = sized
     scenario = diurnal()
     assert list(table["target"]) == targets_tried(scenario.pools["p"].autoscaler)
-    for _, row in table.iloc[[1, 2, 3]].iterrows():      # a cheap, the configured, a high
+    for _, row in table.iloc[[2, 3]].iterrows():         # the configured target, a higher
         meets = [verdict(with_values(scenario, {"pools.p.autoscaler.target": row["target"],
                                                 "pools.p.autoscaler.max_replicas": n}),
                          "p", SLOS, None).ok for n in range(1, CAP + 1)]

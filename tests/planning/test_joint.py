@@ -29,21 +29,24 @@ def disaggregated(cap: int = CAP, **prices):
     return with_values(scn, values)
 
 
-def exhaustive(scenario, a: str, b: str, cap: int):
-    """Every pair of the grid simulated: the cheapest meeting the SLOs (ties: fewer a)."""
-    cost = pair_cost_per_h(scenario, a, b)
+@pytest.fixture(scope="module")
+def grid_ok():
+    """Every pair of the 4 x 4 grid simulated (prices do not change a run): those meeting
+    the SLOs."""
+    scenario = disaggregated()
     fixed = lambda pool, n: option_values(scenario, pool, {
         k: getattr(scenario.pools[pool], k) for k in ("hardware", "tp", "weight_dtype")}, n)
-    ok = [(na, nb) for na, nb in itertools.product(range(1, cap + 1), repeat=2)
-          if verdict(with_values(scenario, {**fixed(a, na), **fixed(b, nb)}), (a, b),
-                     SLOS, None).ok]
-    return min(ok, key=lambda pair: (cost(*pair), pair[0])) if ok else None, cap * cap
+    return [(na, nb) for na, nb in itertools.product(range(1, CAP + 1), repeat=2)
+            if verdict(with_values(scenario, {**fixed("prefill", na), **fixed("decode", nb)}),
+                       ("prefill", "decode"), SLOS, None).ok]
 
 
 @pytest.mark.parametrize("prices", [{}, {"prefill": 1.0, "decode": 6.0}])
-def test_joint_sizing_finds_the_exhaustive_searchs_cheapest_pair(prices):
+def test_joint_sizing_finds_the_exhaustive_searchs_cheapest_pair(prices, grid_ok):
     scenario = disaggregated(**prices)
-    expected, grid = exhaustive(scenario, "prefill", "decode", CAP)
+    cost = pair_cost_per_h(scenario, "prefill", "decode")
+    expected = min(grid_ok, key=lambda pair: (cost(*pair), pair[0])) if grid_ok else None
+    grid = CAP * CAP
     table = joint_size(scenario, ["prefill", "decode"], SLOS)
     chosen = table[table["chosen"]]
     assert expected is not None and len(chosen) == 1
