@@ -9,15 +9,15 @@ from pathlib import Path
 from sim.config.inputs import shown
 from sim.config.errors import ScenarioError
 from sim.output.output_paths import slug
-from sim.cli.common import (duration_arg, path_arg, count_arg, tolerance_arg, share_arg, MAX_WORKERS,
-                            count_bar, MAX_REPLICATIONS,
+from sim.cli.common import (duration_arg, path_arg, count_arg, tolerance_arg, share_arg,
+                            MAX_WORKERS, count_bar, MAX_REPLICATIONS,
                             load_from_args, allowed_paths, add_allow_path, inputs_of,
                             scenario_slos, slos_from_args, with_pd_options)
 
 
 def _cmd_size(args: argparse.Namespace) -> int:
     from sim.output.output_paths import prepare_folder
-    from sim.output.outputs import csv_safe, write_folder
+    from sim.output.outputs import write_folder
     from sim.planning.runner import DaskSchedulerError
     from sim.planning.size import max_rate, size
 
@@ -105,33 +105,51 @@ def _cmd_size(args: argparse.Namespace) -> int:
         from sim.planning.size import chosen_fleet
         page = build_size_report(table, scenario.name, slos, chosen_fleet(scenario, table))
     if out is not None:
-        def write(folder: Path) -> list[Path]:
-            csv_safe(table).to_csv(folder / "size.csv", index=False)
-            table.to_json(folder / "size.json", orient="records", indent=2)
-            written = [folder / "size.csv", folder / "size.json"]
-            if page is not None:
-                (folder / "report.html").write_text(page, encoding="utf-8")
-                written.append(folder / "report.html")
-            return written
-
-        write_folder(write, out, force=args.force, inputs=inputs, command="size")
+        _write_sized(table, out, args, inputs, "size",
+                     {"report.html": page} if page is not None else {})
     with_pd_options(lambda: print(table.to_string(index=False)))
     feasible = set(table.loc[table["feasible"], "pool"]) if len(table) else set()
     return _verdict([p for p in dict.fromkeys(table["pool"]) if p not in feasible]
                     if len(table) else [], "no option")
 
 
+def _write_sized(table, out: Path, args: argparse.Namespace, inputs, command: str,
+                 more: dict[str, str] | None = None) -> None:
+    """size.csv and size.json of ``table`` in ``out`` (with ``more`` files: name to text),
+    written as one folder fleetsim owns."""
+    from sim.output.outputs import csv_safe, write_folder
+
+    def write(folder: Path) -> list[Path]:
+        csv_safe(table).to_csv(folder / "size.csv", index=False)
+        table.to_json(folder / "size.json", orient="records", indent=2)
+        written = [folder / "size.csv", folder / "size.json"]
+        for name, text in (more or {}).items():
+            (folder / name).write_text(text, encoding="utf-8")
+            written.append(folder / name)
+        return written
+
+    write_folder(write, out, force=args.force, inputs=inputs, command=command)
+
+
+# size's flags a search mode may refuse, and whether each was given
+_GIVEN = {"--max-rate": lambda a: a.max_rate, "--pool": lambda a: a.pool,
+          "--report": lambda a: a.report,
+          "--workers": lambda a: a.workers != 1 or a.executor != "local"}
+
+
+def _refuse_beside(args: argparse.Namespace, mode: str, flags: tuple[str, ...]) -> None:
+    """Refuse the first of ``flags`` given beside the search ``mode`` (exit 2)."""
+    for flag in flags:
+        if _GIVEN[flag](args):
+            raise ScenarioError(f"{flag} does not go with {mode}", field=flag)
+
+
 def _size_joint(args: argparse.Namespace, scenario, slos, confidence, out, inputs) -> int:
     """size --joint A,B: two coupled pools sized together."""
-    from sim.output.outputs import csv_safe, write_folder
     from sim.planning.joint import joint_size
 
-    for flag, given in (("--max-rate", args.max_rate), ("--pool", args.pool),
-                        ("--report", args.report),
-                        ("--workers", args.workers != 1 or args.executor != "local")):
-        if given:
-            raise ScenarioError(f"{flag} does not go with --joint, which searches one pair "
-                                "of pools step by step", field=flag)
+    _refuse_beside(args, "--joint, which searches one pair of pools step by step",
+                   ("--max-rate", "--pool", "--report", "--workers"))
     pools = [p.strip() for p in args.joint.split(",")]
     bar, update = count_bar("size --joint") if not args.quiet else (None, None)
     try:
@@ -140,12 +158,7 @@ def _size_joint(args: argparse.Namespace, scenario, slos, confidence, out, input
         if bar is not None:
             bar.stop()
     if out is not None:
-        def write(folder: Path) -> list[Path]:
-            csv_safe(table).to_csv(folder / "size.csv", index=False)
-            table.to_json(folder / "size.json", orient="records", indent=2)
-            return [folder / "size.csv", folder / "size.json"]
-
-        write_folder(write, out, force=args.force, inputs=inputs, command="size --joint")
+        _write_sized(table, out, args, inputs, "size --joint")
     with_pd_options(lambda: print(table.to_string(index=False)))
     return _verdict([] if table["chosen"].any() else [" and ".join(pools)], "no pair")
 
@@ -153,13 +166,9 @@ def _size_joint(args: argparse.Namespace, scenario, slos, confidence, out, input
 def _size_autoscaled(args: argparse.Namespace, scenario, slos, confidence, out,
                      inputs) -> int:
     """size --autoscaled: each pool's target-tracking autoscaler sized for the whole run."""
-    from sim.output.outputs import csv_safe, write_folder
     from sim.planning.autoscaled import autoscaled_size, target_autoscaler
 
-    for flag, given in (("--max-rate", args.max_rate), ("--report", args.report),
-                        ("--workers", args.workers != 1 or args.executor != "local")):
-        if given:
-            raise ScenarioError(f"{flag} does not go with --autoscaled", field=flag)
+    _refuse_beside(args, "--autoscaled", ("--max-rate", "--report", "--workers"))
     pools = args.pool or [p for p in scenario.pools
                           if getattr(scenario.pools[p].autoscaler, "type", None) == "target"]
     if not pools:
@@ -181,14 +190,8 @@ def _size_autoscaled(args: argparse.Namespace, scenario, slos, confidence, out,
     import pandas as pd
     table = pd.concat(tables, ignore_index=True)
     if out is not None:
-        def write(folder: Path) -> list[Path]:
-            csv_safe(table).to_csv(folder / "size.csv", index=False)
-            table.to_json(folder / "size.json", orient="records", indent=2)
-            (folder / "teams.json").write_text(json.dumps(
-                {"cost_usd_per_day_by_team": teams}, indent=2) + "\n", encoding="utf-8")
-            return [folder / "size.csv", folder / "size.json", folder / "teams.json"]
-
-        write_folder(write, out, force=args.force, inputs=inputs, command="size --autoscaled")
+        _write_sized(table, out, args, inputs, "size --autoscaled", {"teams.json": json.dumps(
+            {"cost_usd_per_day_by_team": teams}, indent=2) + "\n"})
     with_pd_options(lambda: print(table.to_string(index=False)))
     for pool, per_team in teams.items():
         if per_team:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import warnings
 
-import numpy as np
 import pandas as pd
 import matplotlib
 from matplotlib.figure import Figure

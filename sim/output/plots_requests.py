@@ -12,7 +12,8 @@ from matplotlib.figure import Figure
 
 from sim.config.slos import targets
 from sim.core.request import Status
-from sim.output.figure_kit import FIGSIZE, MS, fixed_figure, log_x, note, plain_text
+from sim.output.figure_kit import (FIGSIZE, MS, completed, fixed_figure, log_x, note,
+                                   plain_text)
 from sim.output.slo import judged, within_every_bound
 
 TIME_BINS = 60
@@ -34,9 +35,8 @@ def bin_width_s(results) -> float:
 def percentiles_over_time(results) -> pd.DataFrame:
     """Per time bin (by arrival) of completed requests: its start (``time_s``) and each
     line of :data:`LATENCY_LINES` in seconds (NaN where no request of the bin has one)."""
-    req = results.requests
-    done = req[req["status"].astype(str) == Status.COMPLETED]
-    width = bin_width_s(results) if len(req) else 1.0
+    done = completed(results)
+    width = bin_width_s(results) if len(results.requests) else 1.0
     bins = np.floor(done["arrival_s"].to_numpy(dtype=np.float64) / width)
     out = {}
     for column, q, label in LATENCY_LINES:
@@ -120,10 +120,9 @@ def lengths_figure(results) -> Figure:
     output lengths of completed requests."""
     fig = fixed_figure((FIGSIZE[0], FIGSIZE[1] * 1.4), rows=2, gap_in=0.55)
     top, bottom = fig.subplots(2, 1)
-    req = results.requests
-    done = req[req["status"].astype(str) == Status.COMPLETED]
-    for ax, frame, column, label in ((top, req, "prompt_tokens", "prompt tokens"),
-                                     (bottom, done, "output_tokens", "output tokens")):
+    for ax, frame, column, label in ((top, results.requests, "prompt_tokens", "prompt tokens"),
+                                     (bottom, completed(results), "output_tokens",
+                                      "output tokens")):
         ax.set_xlabel(label)
         ax.set_ylabel("requests")
         ax.grid(True, alpha=0.3)

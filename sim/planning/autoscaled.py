@@ -16,7 +16,6 @@ from collections.abc import Callable
 
 import pandas as pd
 
-import sim
 from sim.config.errors import ScenarioError
 from sim.config.scenario import Scenario
 from sim.config.slos import Slo

@@ -17,7 +17,8 @@ from pathlib import Path
 import sim
 from sim.config.errors import ScenarioError, dotted_path
 from sim.config.inputs import InputFileError, read_bytes, shown
-from sim.planning.size import check_budget, min_replicas, reached, replica_cap, verdict
+from sim.planning.size import (check_budget, configured_option, min_replicas, reached,
+                                replica_cap, verdict)
 from sim.planning.verdict import Confidence
 from sim.config.slos import METRICS, Slo, targets
 
@@ -51,8 +52,7 @@ def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = ()
         if pool not in busy:                    # idle capacity: nothing to size or break
             out["pools"][pool] = {"required_replicas": 0, "slo_met_as_configured": True}
             continue
-        option = {"hardware": cfg.hardware, "tp": cfg.tp, "weight_dtype": cfg.weight_dtype}
-        need, trials = min_replicas(scenario, pool, slos, option,
+        need, trials = min_replicas(scenario, pool, slos, configured_option(cfg),
                                     replica_cap(scenario, pool), confidence)
         as_configured = verdict(scenario, pool, slos, confidence, ran=ran)
         out["pools"][pool] = {"required_replicas": need,

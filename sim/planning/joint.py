@@ -22,13 +22,12 @@ from collections.abc import Callable
 
 import pandas as pd
 
-import sim
 from sim.config.errors import ScenarioError
 from sim.config.resolve import resolve
 from sim.config.scenario import Scenario
 from sim.config.slos import Slo
 from sim.planning.overrides import with_values
-from sim.planning.size import option_values, replica_cap, verdict
+from sim.planning.size import configured_option, option_values, replica_cap, verdict
 from sim.planning.verdict import Confidence, Verdict
 
 
@@ -73,9 +72,7 @@ def pair_cost_per_h(scenario: Scenario, a: str, b: str) -> Callable[[int, int], 
 
 
 def _values(scenario: Scenario, pool: str, n: int) -> dict:
-    cfg = scenario.pools[pool]
-    option = {"hardware": cfg.hardware, "tp": cfg.tp, "weight_dtype": cfg.weight_dtype}
-    return option_values(scenario, pool, option, n)
+    return option_values(scenario, pool, configured_option(scenario.pools[pool]), n)
 
 
 def joint_size(scenario: Scenario, pools: list[str], slos: list[Slo], *,

@@ -188,6 +188,14 @@ def next_count(trial: Trial) -> int:
     return max(n + 1, math.ceil(1.25 * n)) if n >= FINE_GROWTH_FROM else 2 * n
 
 
+OPTION_FIELDS = ("hardware", "tp", "weight_dtype")
+
+
+def configured_option(cfg) -> dict:
+    """A pool's own option (its hardware, TP and weight precision) as sizing names one."""
+    return {k: getattr(cfg, k) for k in OPTION_FIELDS}
+
+
 def option_values(scenario: Scenario, pool: str, option: dict, replicas: int) -> dict:
     """The overrides that give ``pool`` the sizing ``option`` with a fixed ``replicas``: no
     autoscaler, and so no cold start; a spot pool's count is held by a one-row schedule,
@@ -310,10 +318,11 @@ def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None,
     its own: the table is the same however many run it."""
     pools = pools or list(scenario.pools)
     check_budget(scenario, pools, confidence=confidence)
-    _sends_requests(scenario)
+    ran = sim.run(scenario)                 # the scenario as configured, run once
+    _sends_requests(scenario, len(ran.requests))
     rows: list[dict | None] = []
     tasks: list[tuple[int, OptionTask]] = []
-    busy = reached(scenario, sim.run(scenario).requests)
+    busy = reached(scenario, ran.requests)
     for pool in pools:
         cfg = scenario.pools[pool]
         if pool not in busy:
@@ -364,11 +373,14 @@ def option_task(task: OptionTask) -> dict:
     return _option_row(scenario_from_payload(payload), pool, slos, option, confidence)
 
 
-def _sends_requests(scenario: Scenario) -> None:
+def _sends_requests(scenario: Scenario, arrivals: int | None = None) -> None:
     """Refuse a scenario whose streams drew no request (a low rate over a short window may
-    draw none): no load, nothing to size (every pool would read as idle capacity)."""
-    from sim.api import prepare
-    if len(prepare(scenario).arrivals) == 0:
+    draw none): no load, nothing to size (every pool would read as idle capacity).
+    ``arrivals``: the count from a run already at hand, else drawn here."""
+    if arrivals is None:
+        from sim.api import prepare
+        arrivals = len(prepare(scenario).arrivals)
+    if arrivals == 0:
         raise sim.ScenarioError(
             f"the streams drew no request in this run (seed {scenario.seed}): there is no "
             "load to size for; lengthen the run, raise the rates or try another seed",
@@ -517,7 +529,7 @@ def chosen_fleet(scenario: Scenario, table: pd.DataFrame) -> tuple[Scenario, dic
         return None
     values = {}
     for pool, c in chosen.items():
-        option = {k: c[k] for k in ("hardware", "tp", "weight_dtype")}
+        option = {k: c[k] for k in OPTION_FIELDS}
         values.update(option_values(scenario, pool, option, c["replicas"]))
     fleet = with_values(scenario, values)
     return fleet, sim.run(fleet).summary

@@ -3,9 +3,9 @@ instead of the scenario's whole run.
 
 A load is stationary when every stream's requests arrive at one constant rate (Poisson
 or gamma, no rate over time, no traces, no closed loops, no multi-turn sessions) and no
-pool but those sized is autoscaled: its latencies over any stretch past the warm-up are draws from the
-same distribution, so a trial needs only as many requests as the verdict does, not the
-hour the scenario runs for. The window is the arrivals after the warm-up; the warm-up
+pool but those sized is autoscaled: its latencies over any stretch past the warm-up are
+draws from the same distribution, so a trial needs only as many requests as the verdict
+does, not the hour the scenario runs for. The window is the arrivals after the warm-up; the warm-up
 and the drain are kept as the scenario sets them.
 """
 from __future__ import annotations

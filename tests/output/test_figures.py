@@ -4,7 +4,6 @@ fronts, and the price's source in the provenance."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 import sim

@@ -8,7 +8,6 @@ import json
 import pytest
 import yaml
 
-import sim
 from sim.cli import main
 from sim.config.scenario import Scenario
 from sim.config.slos import parse_slo

@@ -14,7 +14,7 @@ from sim.cli import main
 from sim.config.slos import parse_slo
 from sim.planning.joint import coupling, joint_size, pair_cost_per_h
 from sim.planning.overrides import with_values
-from sim.planning.size import option_values, verdict
+from sim.planning.size import configured_option, option_values, verdict
 
 CAP = 4
 SLOS = [parse_slo("ttft_p99=500ms"), parse_slo("tpot_p99=12ms")]
@@ -34,8 +34,8 @@ def grid_ok():
     """Every pair of the 4 x 4 grid simulated (prices do not change a run): those meeting
     the SLOs."""
     scenario = disaggregated()
-    fixed = lambda pool, n: option_values(scenario, pool, {
-        k: getattr(scenario.pools[pool], k) for k in ("hardware", "tp", "weight_dtype")}, n)
+    fixed = lambda pool, n: option_values(scenario, pool,
+                                          configured_option(scenario.pools[pool]), n)
     return [(na, nb) for na, nb in itertools.product(range(1, CAP + 1), repeat=2)
             if verdict(with_values(scenario, {**fixed("prefill", na), **fixed("decode", nb)}),
                        ("prefill", "decode"), SLOS, None).ok]
