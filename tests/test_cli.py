@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import sim
 from sim.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,6 +122,49 @@ def test_run_writes_outputs_and_refuses_existing_folder(tmp_path, capsys):
     assert main(["run", str(path), "--out", str(out)]) == 2
     assert "--force" in capsys.readouterr().err
     assert main(["run", str(path), "--out", str(out), "--force", "--quiet"]) == 0
+
+
+def test_no_report_writes_the_same_data_files_without_plots_or_page(tmp_path, capsys):
+    """`run --no-report` writes the data files a full run writes, byte for byte, and
+    neither plots/ nor report.html; a later full run may replace its folder."""
+    path = write(tmp_path, GOOD)
+    full, bare = tmp_path / "full", tmp_path / "bare"
+    assert main(["run", str(path), "--out", str(full), "--quiet"]) == 0
+    assert main(["run", str(path), "--out", str(bare), "--quiet", "--no-report"]) == 0
+    names = sorted(p.name for p in bare.iterdir())
+    assert names == [".fleetsim-output", "requests.csv", "requests.parquet", "scenario.yaml",
+                     "summary.json", "timeseries.csv"]
+    for name in names[1:]:
+        assert (bare / name).read_bytes() == (full / name).read_bytes(), name
+    assert (full / "report.html").is_file() and (full / "plots").is_dir()
+    assert main(["run", str(path), "--out", str(bare), "--quiet", "--force"]) == 0
+    assert (bare / "report.html").is_file()
+
+
+@pytest.mark.parametrize("extra", [["--sweep", "sweep.csv"], ["--replications", "2"]],
+                         ids=["sweep", "replications"])
+def test_no_report_refuses_the_flags_that_need_or_have_no_report(tmp_path, capsys, extra):
+    path = write(tmp_path, GOOD)
+    assert main(["run", str(path), "--out", str(tmp_path / "o"), "--no-report", *extra]) == 2
+    err = capsys.readouterr().err
+    assert "--no-report" in err and extra[0] in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_command_exits_quickly_yet_runs_exit_handlers_and_keeps_its_code():
+    """`fleetsim`'s entry point skips the modules' teardown but not what an exit owes the
+    outside world: exit handlers run, output is flushed, the exit code is the command's."""
+    code = ("import atexit, sys; from sim.cli import entry; "
+            "atexit.register(lambda: print('handler ran', flush=True)); "
+            "sys.argv = ['fleetsim'] + sys.argv[1:]; entry()")
+    ok = subprocess.run([sys.executable, "-c", code, "--version"], capture_output=True,
+                        text=True, cwd=ROOT, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.splitlines() == [f"fleetsim {sim.__version__}", "handler ran"]
+    bad = subprocess.run([sys.executable, "-c", code, "run", "no-such-file.yaml"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert bad.returncode == 2 and "no-such-file.yaml" in bad.stderr
+    assert bad.stdout == "handler ran\n"
 
 
 def test_same_scenario_and_seed_give_identical_summary_json(tmp_path):

@@ -92,6 +92,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.replications > 1 and args.sweep:
         raise ScenarioError("--sweep adds a sweep's curves to one run's report; it does not "
                             "go with --replications", field="--sweep")
+    if args.no_report and args.sweep:
+        raise ScenarioError("--sweep adds a sweep's curves to the report, which --no-report "
+                            "leaves out: give one", field="--no-report")
+    if args.no_report and args.replications > 1:
+        raise ScenarioError("--replications writes replications.json and no report: "
+                            "--no-report does not go with it", field="--no-report")
     if args.workers > 1 and args.replications == 1:
         raise ScenarioError("--workers runs replications side by side: give --replications "
                             "N as well", field="--workers")
@@ -108,7 +114,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.close()
-    written = write_outputs(results, out_dir, force=args.force, sweep=sweep, inputs=inputs)
+    written = write_outputs(results, out_dir, force=args.force, sweep=sweep, inputs=inputs,
+                            report=not args.no_report)
     if args.json:
         print(json.dumps(results.summary, indent=2))
     elif not args.quiet:
@@ -130,6 +137,9 @@ def add_run(sub) -> None:
                      help="replace an output folder an earlier fleetsim run wrote")
     run.add_argument("--quiet", action="store_true", help="print nothing but errors")
     run.add_argument("--json", action="store_true", help="print summary.json instead of tables")
+    run.add_argument("--no-report", action="store_true",
+                     help="write the data files only, without plots/ and report.html "
+                          "(most of a small run's time beyond its simulation)")
     run.add_argument("--set", action="append", metavar="PATH=VALUE",
                      help="override a scenario field, e.g. pools.main.replicas=4")
     run.add_argument("--warmup", type=warmup_arg, help="leave out requests arriving before this")

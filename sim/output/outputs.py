@@ -8,8 +8,8 @@ The folder holds::
     timeseries.csv     one row per pool per sample
     steps.csv          one row per engine step (only with ``record_steps``)
     scenario.yaml      the scenario as validated, every default filled in
-    plots/*.png        see :mod:`sim.output.plots`
-    report.html        one self-contained page
+    plots/*.png        see :mod:`sim.output.plots` (not with ``report=False``)
+    report.html        one self-contained page (not with ``report=False``)
     .fleetsim-output   the marker that lets ``--force`` replace the folder later
 
 Everything is written into a hidden sibling folder first and renamed into
@@ -120,10 +120,9 @@ def _write_text(path: Path, text: str) -> None:
         fh.write(text)
 
 
-def _write_all(results, folder: Path, sweep=None) -> list[Path]:
-    """Write every output file into ``folder``; returns their paths."""
-    from sim.output import plots  # matplotlib is slow to import; only pay when writing
-
+def _write_all(results, folder: Path, sweep=None, report: bool = True) -> list[Path]:
+    """Write every output file into ``folder`` (the plots and the page only with
+    ``report``); returns their paths."""
     written = []
     path = folder / "summary.json"
     _write_text(path, summary_json(results.summary))
@@ -145,7 +144,10 @@ def _write_all(results, folder: Path, sweep=None) -> list[Path]:
     _write_text(path, yaml.safe_dump(results.scenario.model_dump(mode="json"),
                                      sort_keys=False, allow_unicode=True))
     written.append(path)
+    if not report:
+        return written
 
+    from sim.output import plots  # matplotlib is slow to import; only pay when drawing
     images = plots.render_all(results)      # drawn once: the files and the report
     written += plots.save_all(results, folder / "plots", images)
 
@@ -157,13 +159,17 @@ def _write_all(results, folder: Path, sweep=None) -> list[Path]:
 
 
 def write_outputs(results, out_dir: Path, *, force: bool = False, sweep=None,
-                  inputs=()) -> list[Path]:
-    """Write ``results`` to ``out_dir`` and return the final paths of the files written.
+                  inputs=(), report: bool = True) -> list[Path]:
+    """Write ``results`` to ``out_dir`` and return the final paths of the files written
+    (``report=False``: the data files only, no plots and no report.html; drawing them is
+    most of a small run's time beyond its simulation).
 
     An existing non-empty ``out_dir`` is replaced only with ``force`` and only if
     fleetsim wrote it (see :mod:`sim.output.output_paths`; written by
     :func:`sim.output.atomic_write.write_folder`), and only once the new
     folder is complete. Parent folders are created as needed.
     """
-    return write_folder(lambda folder: _write_all(results, folder, sweep), out_dir,
+    if sweep is not None and not report:
+        raise ValueError("a sweep's curves are drawn in the report")
+    return write_folder(lambda folder: _write_all(results, folder, sweep, report), out_dir,
                         force=force, inputs=inputs, command="run")
