@@ -58,13 +58,21 @@ def _cmd_size(args: argparse.Namespace) -> int:
         raise ScenarioError("--joint sizes two fixed pools and --autoscaled one pool's "
                             "autoscaler: give one", field="--autoscaled")
     if args.window is not None:
-        from sim.planning.window import windowed
+        from sim.planning.window import auto_windowed, windowed
         if args.autoscaled:
             raise ScenarioError("--autoscaled sizes an autoscaler over the whole run's "
                                 "changing load; leave out --window", field="--window")
-        sized = [p.strip() for p in args.joint.split(",")] if args.joint else \
-            (pools or list(scenario.pools))
-        scenario = windowed(scenario, args.window, frozenset(sized))
+        sized = frozenset([p.strip() for p in args.joint.split(",")] if args.joint else
+                          (pools or list(scenario.pools)))
+        if args.window == "auto":
+            scenario, window_s = auto_windowed(scenario, slos, sized)
+            if not args.quiet:
+                print(f"--window auto: each trial simulates {window_s:g} s of arrivals "
+                      f"after the {scenario.warmup:g} s warm-up" if window_s is not None
+                      else "--window auto: the SLOs need the whole run; each trial "
+                      "simulates all of it")
+        else:
+            scenario = windowed(scenario, args.window, sized)
     if args.joint:
         return _size_joint(args, scenario, slos, confidence, out, inputs)
     if args.autoscaled:
@@ -111,6 +119,16 @@ def _cmd_size(args: argparse.Namespace) -> int:
     feasible = set(table.loc[table["feasible"], "pool"]) if len(table) else set()
     return _verdict([p for p in dict.fromkeys(table["pool"]) if p not in feasible]
                     if len(table) else [], "no option")
+
+
+def _window_arg(text: str) -> float | str:
+    """--window: a duration, or ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        return duration_arg(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (a duration such as 90s, or auto)") from None
 
 
 def _write_sized(table, out: Path, args: argparse.Namespace, inputs, command: str,
@@ -423,10 +441,12 @@ def add_planning(sub) -> None:
                         help="size each target-tracking autoscaler (or those of --pool) for "
                              "the whole run: the target and fewest max_replicas keeping the "
                              "SLOs at the lowest cost, with cost per day and per team")
-    size_p.add_argument("--window", type=duration_arg, metavar="DURATION",
+    size_p.add_argument("--window", type=_window_arg, metavar="DURATION|auto",
                         help="each trial simulates this much of the arrivals after the "
                              "warm-up, not the whole run (a stationary load only: constant "
-                             "rates, no traces, sessions or other autoscaled pools)")
+                             "rates, no traces, sessions or other autoscaled pools); auto: "
+                             "as long as the SLOs' percentiles need (200 requests of the "
+                             "slowest stream past the strictest one), at least a minute")
     size_p.add_argument("--report", action="store_true",
                         help="also write report.html in --out: the options' Pareto views, "
                              "the cost model of each, and the chosen fleet's cost per pool "
