@@ -855,6 +855,22 @@ CASES += [
          27, "pools.main.sizing.hardware[0]", ["unknown hardware 'H999'", "H100-SXM"]),
     Case("sizing-a-tp-that-splits-no-heads", append_to_pool("    sizing: {tp: [1, 3]}\n"),
          27, "pools.main.sizing.tp[1]", ["tp=3 does not divide", "valid: 1, 2, 4, 8"]),
+    # -- pipeline stages (pp) ---------------------------------------------------------------
+    Case("pp-zero", edit(("    tp: 1\n", "    tp: 1\n    pp: 0\n")), 22, "pools.main.pp",
+         ["greater than 0"]),
+    Case("pp-not-a-number", edit(("    tp: 1\n", "    tp: 1\n    pp: x\n")), 22,
+         "pools.main.pp", ["valid integer"]),
+    Case("pp-more-stages-than-layers", edit(("    tp: 1\n", "    tp: 1\n    pp: 33\n")), 22,
+         "pools.main.pp", ["pp=33 exceeds llama-3.1-8b's 32 layers",
+                           "each pipeline stage holds at least one layer"]),
+    Case("pp-across-nodes-without-a-network",
+         edit(("hardware: H100-SXM", "hardware: L40S"),
+              ("    tp: 1\n", "    tp: 8\n    pp: 2\n")), 22, "pools.main.pp",
+         ["tp x pp = 16 GPUs span 2 nodes of 8 L40S", "no internode_bandwidth"]),
+    Case("sizing-more-stages-than-layers", append_to_pool("    sizing: {pp: [1, 40]}\n"),
+         27, "pools.main.sizing.pp[1]", ["pp=40 exceeds llama-3.1-8b's 32 layers"]),
+    Case("sizing-pp-of-zero", append_to_pool("    sizing: {pp: [0, 2]}\n"),
+         27, "pools.main.sizing.pp[0]", ["greater than 0"]),
     Case("chunk-cap-without-chunking", edit((
         "      max_num_batched_tokens: 8192\n", "      max_num_batched_tokens: 8192\n"
         "      chunked_prefill: false\n      long_prefill_token_threshold: 512\n")), 23,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from sim.config import profiles
 from sim.config.specs import HardwareSpec, ModelSpec
-from sim.config import sanity
+from sim.config import sanity, stages
 from sim.config.lengths import prompt_range, shortest
 from sim.config.scenario import PoolConfig, Scenario
 from sim.cost.memory import KvBudget, kv_budget
@@ -35,7 +35,8 @@ class ResolvedPool:
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.cfg.tp
+        """tp GPUs for each of pp pipeline stages."""
+        return self.cfg.tp * self.cfg.pp
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,11 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
                          f"{model.num_heads} attention heads / {model.num_kv_heads} KV heads; "
                          f"valid: {', '.join(map(str, valid))}"))
         return None
+    stage_problem = (stages.too_many_stages(model, pool.pp)
+                     or stages.unreachable_nodes(hw, tp, pool.pp))
+    if stage_problem is not None:
+        problems.append((here + ("pp",), stage_problem))
+        return None
     draft_name = getattr(pool.scheduler, "draft_model_name", None)
     draft = None
     if draft_name is not None:
@@ -127,7 +133,7 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
                    block_size_tokens=pool.block_size,
                    gpu_memory_utilization=pool.gpu_memory_utilization,
                    activation_reserve_bytes=pool.activation_reserve,
-                   kv_cache_bytes=pool.kv_cache_bytes, draft=draft)
+                   kv_cache_bytes=pool.kv_cache_bytes, draft=draft, pp=pool.pp)
     if kv.num_blocks <= 0:
         field, message = _no_room(model, hw, pool)
         # located at the field at fault when the scenario sets it, else at the model
@@ -145,8 +151,9 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
 
 def _check_sizing(here: Loc, pool: PoolConfig, model, scenario: Scenario
                   ) -> list[tuple[Loc, str]]:
-    """The GPU kinds and TP degrees `fleetsim size` is asked to try exist for the model (an
-    option that exists but does not fit is a finding of the search, not an error)."""
+    """The GPU kinds, TP degrees and pipeline stage counts `fleetsim size` is asked to try
+    exist for the model (an option that exists but does not fit is a finding of the search,
+    not an error)."""
     opts, problems = pool.sizing, []
     if opts is None:
         return problems
@@ -156,6 +163,10 @@ def _check_sizing(here: Loc, pool: PoolConfig, model, scenario: Scenario
         if hw is None:
             problems.append((here + ("sizing", "hardware", i), f"unknown hardware '{name}'; "
                              f"known: {_choices(known)}"))
+    for i, pp in enumerate(opts.pp or ()):
+        too_many = stages.too_many_stages(model, pp)
+        if too_many is not None:
+            problems.append((here + ("sizing", "pp", i), too_many))
     if not opts.tp:
         return problems
     kinds = [hw for hw in kinds if hw is not None] or \
@@ -186,14 +197,16 @@ def _valid_tps(model, hw) -> list[int]:
 
 def _no_room(model, hw, pool: PoolConfig) -> tuple[str, str]:
     """The field at fault and the message when a pool's replica has no KV block: the
-    weights do not fit (a larger tp, if one fits, else no tp does), or they fit but the
+    weights do not fit (a larger tp, if one fits, else no tp does and, if some does, the
+    fewest pipeline stages at the widest tp that fit), or they fit but the
     requested kv_cache_bytes or the reserve do not."""
     gib = 2 ** 30
     usable = hw.planning_memory * pool.gpu_memory_utilization
     weights = model.weight_bytes(pool.weight_dtype)
-    per_gpu = weights / pool.tp
-    where = (f"{pool.tp} x {hw.name} ({hw.planning_memory / gib:.1f} GiB each as the driver "
-             f"reports it, x gpu_memory_utilization {pool.gpu_memory_utilization:g} = "
+    per_gpu = stages.weights_per_gpu(model, pool.weight_dtype, pool.tp, pool.pp)
+    at = f"tp={pool.tp}" + (f", pp={pool.pp}" if pool.pp > 1 else "")
+    where = (f"{pool.tp * pool.pp} x {hw.name} ({hw.planning_memory / gib:.1f} GiB each as "
+             f"the driver reports it, x gpu_memory_utilization {pool.gpu_memory_utilization:g} = "
              f"{usable / gib:.1f} GiB)")
     left = usable - per_gpu - pool.activation_reserve
     if per_gpu + pool.activation_reserve < usable:
@@ -207,16 +220,22 @@ def _no_room(model, hw, pool: PoolConfig) -> tuple[str, str]:
             f"{model.name} on {where} leaves {left / gib:.3f} GiB for the KV cache after "
             f"{per_gpu / gib:.1f} GiB of weights and activation_reserve "
             f"{pool.activation_reserve / gib:.2f} GiB: less than one block")
-    larger = [t for t in _valid_tps(model, hw)
-              if t > pool.tp and weights / t + pool.activation_reserve < usable]
+    larger = [t for t in _valid_tps(model, hw) if t > pool.tp and stages.weights_per_gpu(
+        model, pool.weight_dtype, t, pool.pp) + pool.activation_reserve < usable]
     if larger:
         hint = f"; it fits at tp={larger[0]}"
     else:
         hint = (f"; no tp up to the {hw.max_gpus_per_node} GPUs of one {hw.name} node "
                 f"leaves room: choose a GPU with more memory or smaller weights "
                 f"(weight_dtype fp8 or int4)")
+        widest = max(_valid_tps(model, hw), default=None)
+        deeper = widest and stages.fitting_pp(model, hw, widest, pool.pp, pool.weight_dtype,
+                                              usable, pool.activation_reserve)
+        if deeper:
+            hint += (f", or split its layers into pipeline stages: pp={deeper} at "
+                     f"tp={widest} leaves room ({widest * deeper} GPUs a replica)")
     return "tp", (f"{model.name} ({pool.weight_dtype}, {weights / gib:.1f} GiB of weights, "
-                  f"{per_gpu / gib:.1f} GiB per GPU at tp={pool.tp}) leaves no room for a KV "
+                  f"{per_gpu / gib:.1f} GiB per GPU at {at}) leaves no room for a KV "
                   f"cache on {where} with activation_reserve "
                   f"{pool.activation_reserve / gib:.2f} GiB{hint}")
 

@@ -60,11 +60,13 @@ class SizingOptions(StrictModel):
 
     hardware: list[Name] | None = Field(None, description="GPU kinds to try")
     tp: list[PositiveInt] | None = Field(None, description="Tensor-parallel degrees to try")
+    pp: list[PositiveInt] | None = Field(None, description="Pipeline-parallel stage counts to "
+                                                           "try (each with every tp)")
     weight_dtype: list[DType] | None = Field(None, description="Weight precisions to try "
                                              "(the KV cache follows: fp8 weights, fp8 KV)")
     max_replicas: ReplicaCount = Field(64, description="Largest replica count to consider")
 
-    @field_validator("hardware", "tp", "weight_dtype")
+    @field_validator("hardware", "tp", "pp", "weight_dtype")
     @classmethod
     def _each_once(cls, values):
         if values is not None:
@@ -83,6 +85,11 @@ class PoolConfig(StrictModel):
     hardware: Name = Field(description="Hardware profile name (shipped or under `hardware:`)")
     tp: PositiveInt = Field(1, description="Tensor-parallel GPUs per replica")
     replicas: ReplicaCount = Field(1, description="Number of replicas")
+    pp: PositiveInt = Field(
+        1, description="Pipeline-parallel stages per replica: the model's layers split into "
+                       "pp stages of tp GPUs each, a batch passing through them in turn "
+                       "(stages past one node's GPUs on further nodes); a replica holds "
+                       "tp x pp GPUs")
     pricing: Literal["on_demand", "reserved", "spot"] = Field(
         "on_demand", description="Which of the hardware's prices applies")
     price_per_gpu_hour: UsdPerGpuHour | None = Field(

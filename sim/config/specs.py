@@ -52,7 +52,17 @@ class HardwareSpec(StrictModel):
     allreduce_latency: Seconds = Field(
         8e-6, description="Fixed latency of one all-reduce of a small message over two GPUs "
                           "(the roofline adds allreduce_latency_per_gpu per further GPU)")
-    max_gpus_per_node: PositiveInt = Field(8, description="Largest tensor-parallel group")
+    max_gpus_per_node: PositiveInt = Field(
+        8, description="GPUs in one node: the largest tensor-parallel group; a replica's "
+                       "pipeline stages (tp x pp GPUs) beyond it sit on further nodes")
+    internode_bandwidth: BytesPerS | None = Field(
+        None, description="Network bandwidth per GPU between nodes, one direction (50GB/s "
+                          "for one 400 Gb/s InfiniBand NDR adapter per GPU): pipeline stages "
+                          "on different nodes send their activations over it; unset: a "
+                          "replica's tp x pp GPUs must fit in one node")
+    internode_latency: Seconds = Field(
+        10e-6, description="Fixed latency of one send between nodes (NCCL point-to-point "
+                           "over InfiniBand for a small message: about 10 us)")
     price_per_gpu_hour: GpuPrices = Field(description="USD per GPU-hour by purchase option")
     price_source: str | None = Field(
         None, max_length=300, description="Where and when the prices were read (shown in "
@@ -161,11 +171,18 @@ class ModelSpec(StrictModel):
     def weight_bytes(self, weight_dtype: str) -> float:
         """All weights in ``weight_dtype``, the embedding and LM head in ``edge_dtype``
         (Llama-3.1-8B in fp8: 8.46 GiB, as vLLM loads the published FP8 checkpoint)."""
+        layers, edges = self.weight_bytes_split(weight_dtype)
+        return layers + edges
+
+    def weight_bytes_split(self, weight_dtype: str) -> tuple[float, float]:
+        """(bytes of the transformer layers, bytes of the embedding and LM head) in
+        ``weight_dtype``: what pipeline stages divide (layers) and what the first and last
+        stage hold beside them (edges)."""
         bf16 = BYTES_PER_ELEMENT["bf16"]
         total_bf16 = self.weights if self.weights is not None else self.total_params * bf16
         edge_bf16 = min(self.edge_params * bf16, total_bf16)
-        return ((total_bf16 - edge_bf16) * BYTES_PER_ELEMENT[weight_dtype] / bf16
-                + edge_bf16 * BYTES_PER_ELEMENT[self.edge_dtype(weight_dtype)] / bf16)
+        return ((total_bf16 - edge_bf16) * BYTES_PER_ELEMENT[weight_dtype] / bf16,
+                edge_bf16 * BYTES_PER_ELEMENT[self.edge_dtype(weight_dtype)] / bf16)
 
     def kv_bytes_per_token(self, kv_dtype: str) -> float:
         """2 (K and V) x layers x kv heads x head dim x bytes per element."""

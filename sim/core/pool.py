@@ -117,7 +117,8 @@ class Pool:
         if replica.state in (READY, DRAINING):
             self._serving_changed(-1)
         replica.release()
-        self.gpu_seconds_released += (self.env.now - replica.requested_s) * self.cfg.tp
+        self.gpu_seconds_released += ((self.env.now - replica.requested_s)
+                                      * self.spec.gpus_per_replica)
         self.replicas.remove(replica)
         del self._by_index[replica.index]
 
@@ -143,7 +144,7 @@ class Pool:
             self._on_lost(req)
 
     def billed_gpu_seconds(self, now_s: float) -> float:
-        live = sum(now_s - r.requested_s for r in self.replicas) * self.cfg.tp
+        live = sum(now_s - r.requested_s for r in self.replicas) * self.spec.gpus_per_replica
         return self.gpu_seconds_released + live
 
     def account(self, end_s: float) -> PoolAccount:

@@ -6,7 +6,8 @@
 * ``calibrated`` (:mod:`sim.cost.calibrated`): tables measured by ``fleetsim calibrate``.
 
 Each config's builder takes the resolved pool (its model, hardware, TP, dtypes, engine)
-and the scenario's folder (where a profile's relative path is tried first).
+and the scenario's folder (where a profile's relative path is tried first); a pool of
+several pipeline stages (``pp``) wraps it in :mod:`sim.cost.pipeline`.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from sim.cost.base import CostModel
 from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
 from sim.cost.measured import AutoConfig
 from sim.cost.measured import build as build_measured
+from sim.cost.pipeline import pipelined
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.config.policies import Family
 
@@ -45,8 +47,10 @@ def build_cost_model(pool, base_dir=None) -> CostModel:
     """The pool's step-time model. ``base_dir``: the scenario's folder, against which a
     calibrated profile's relative path is tried first (then the working directory,
     then the shipped profiles/); a :class:`~sim.config.inputs.DataFiles` also bounds where the
-    profile may lie. Raises ValueError for a missing or mismatched profile."""
-    return COST_MODELS.built_by(pool.cfg.cost_model)(pool, base_dir)
+    profile may lie. Raises ValueError for a missing or mismatched profile. A pool of
+    ``pp`` > 1 pipeline stages runs its stages around it (:mod:`sim.cost.pipeline`)."""
+    cost = COST_MODELS.built_by(pool.cfg.cost_model)(pool, base_dir)
+    return pipelined(cost, pool.model, pool.hardware, pool.cfg.tp, pool.cfg.pp)
 
 
 __all__ = ["COST_MODELS", "CostModel", "CostModelConfig", "build_cost_model"]

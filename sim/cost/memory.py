@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.config.specs import HardwareSpec, ModelSpec
+from sim.cost.pipeline import stage_layers
 
 
 @dataclass(frozen=True)
@@ -22,10 +23,14 @@ class KvBudget:
 def kv_budget(model: ModelSpec, hardware: HardwareSpec, *, tp: int, weight_dtype: str,
               kv_dtype: str, block_size_tokens: int, gpu_memory_utilization: float,
               activation_reserve_bytes: float, kv_cache_bytes: float | None,
-              draft: ModelSpec | None = None) -> KvBudget:
+              draft: ModelSpec | None = None, pp: int = 1) -> KvBudget:
     """Blocks per replica = (reported memory·utilisation − weights/tp − reserve)
     / (block · kv/tp), as vLLM's memory planner counts them (the reported memory is what
     the driver gives an engine, a little under the card's capacity).
+
+    With ``pp`` pipeline stages (``pp_kv_budget``) each stage's GPUs hold that stage's
+    layers (and the embedding or LM head on the first and last) and their KV, and the
+    replica has the blocks of its tightest stage, as vLLM gives every stage one count.
 
     ``kv_cache_bytes`` (per GPU), when given, replaces the computed KV memory,
     like vLLM's ``kv_cache_memory_bytes``; it must still fit beside the weights.
@@ -36,6 +41,12 @@ def kv_budget(model: ModelSpec, hardware: HardwareSpec, *, tp: int, weight_dtype
     Returns a budget with ``num_blocks <= 0`` when the model does not fit;
     the caller turns that into a validation error.
     """
+    if pp > 1:
+        return pp_kv_budget(model, hardware, tp=tp, pp=pp, weight_dtype=weight_dtype,
+                            kv_dtype=kv_dtype, block_size_tokens=block_size_tokens,
+                            gpu_memory_utilization=gpu_memory_utilization,
+                            activation_reserve_bytes=activation_reserve_bytes,
+                            kv_cache_bytes=kv_cache_bytes, draft=draft)
     weight_per_gpu = model.weight_bytes(weight_dtype) / tp
     if draft is not None:
         weight_per_gpu += draft.weight_bytes(weight_dtype) / tp
@@ -51,3 +62,55 @@ def kv_budget(model: ModelSpec, hardware: HardwareSpec, *, tp: int, weight_dtype
     return KvBudget(num_blocks=num_blocks, block_size_tokens=block_size_tokens,
                     kv_bytes_per_token=kv_per_token, weight_bytes_per_gpu=weight_per_gpu,
                     kv_bytes_per_gpu=max(free_per_gpu, 0.0))
+
+
+def stage_weight_bytes_per_gpu(model: ModelSpec, weight_dtype: str, tp: int, pp: int
+                               ) -> list[float]:
+    """Weight bytes on each GPU of each of ``pp`` stages: the stage's share of the layers
+    and, on the first stage the embedding and on the last the LM head (one matrix each,
+    a tied LM head loaded again on the last stage), over ``tp`` GPUs."""
+    layers_bytes, edges_bytes = model.weight_bytes_split(weight_dtype)
+    one_edge = edges_bytes if model.tied_embeddings else edges_bytes / 2.0
+    split = stage_layers(model.num_layers, pp)
+    out = []
+    for s, layers in enumerate(split):
+        edges = (one_edge if s == 0 else 0.0) + (one_edge if s == pp - 1 else 0.0)
+        out.append((layers_bytes * layers / model.num_layers + edges) / tp)
+    return out
+
+
+def pp_kv_budget(model: ModelSpec, hardware: HardwareSpec, *, tp: int, pp: int,
+                 weight_dtype: str, kv_dtype: str, block_size_tokens: int,
+                 gpu_memory_utilization: float, activation_reserve_bytes: float,
+                 kv_cache_bytes: float | None, draft: ModelSpec | None = None) -> KvBudget:
+    """``kv_budget`` over ``pp`` stages: per stage s with ℓ_s of the L layers,
+
+        free_s   = reported memory·utilisation − weights_s/tp − reserve
+        block_s  = block · kv · (ℓ_s / L) / tp
+        blocks   = min over s of ⌊free_s / block_s⌋
+
+    A draft model is spread over the stages evenly (its weights and KV over tp·pp).
+    ``weight_bytes_per_gpu`` is the largest stage's (it loads last at a cold start),
+    ``kv_bytes_per_gpu`` the tightest stage's."""
+    usable = hardware.planning_memory * gpu_memory_utilization
+    kv_per_token = model.kv_bytes_per_token(kv_dtype)
+    draft_weights = draft_kv = 0.0
+    if draft is not None:
+        draft_weights = draft.weight_bytes(weight_dtype) / (tp * pp)
+        draft_kv = draft.kv_bytes_per_token(kv_dtype)
+    weights = stage_weight_bytes_per_gpu(model, weight_dtype, tp, pp)
+    best: tuple[int, float] | None = None          # (blocks, free bytes) of the tightest
+    for layers, weight in zip(stage_layers(model.num_layers, pp), weights):
+        free = usable - weight - draft_weights - activation_reserve_bytes
+        if kv_cache_bytes is not None:
+            free = kv_cache_bytes if kv_cache_bytes <= free else -kv_cache_bytes
+        block = block_size_tokens * (kv_per_token * layers / model.num_layers
+                                     + draft_kv / pp) / tp
+        blocks = int(free // block) if free > 0 else 0
+        if best is None or blocks < best[0]:
+            best = (blocks, free)
+    assert best is not None
+    return KvBudget(num_blocks=best[0], block_size_tokens=block_size_tokens,
+                    kv_bytes_per_token=kv_per_token + draft_kv,
+                    weight_bytes_per_gpu=max(weights) + draft_weights,
+                    kv_bytes_per_gpu=max(best[1], 0.0))

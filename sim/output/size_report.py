@@ -11,14 +11,16 @@ from sim.output import pareto
 from sim.output.report import CSS, _e, _png, _table
 
 HOURS_PER_DAY = 24.0
-SHOWN = ("pool", "hardware", "tp", "weight_dtype", "replicas", "gpus", "feasible",
+SHOWN = ("pool", "hardware", "tp", "pp", "weight_dtype", "replicas", "gpus", "feasible",
          "cost_usd_per_h", "usd_per_million_output_tokens", "slo_margin_min",
          "output_tokens_per_s_per_gpu", "tokens_per_s_per_user", "cost_model", "note")
 
 
 def option_label(row) -> str:
     count = "" if pd.isna(row.get("replicas")) else f" x{int(row['replicas'])}"
-    return f"{row['pool']}: {row['hardware']} TP{row['tp']} {row['weight_dtype']}{count}"
+    stages = row.get("pp", 1)
+    pp = "" if pd.isna(stages) or stages == 1 else f" PP{int(stages)}"
+    return f"{row['pool']}: {row['hardware']} TP{row['tp']}{pp} {row['weight_dtype']}{count}"
 
 
 def _cell(value):

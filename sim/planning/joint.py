@@ -67,7 +67,8 @@ def check_pair(scenario: Scenario, pools: list[str]) -> tuple[str, str]:
 def pair_cost_per_h(scenario: Scenario, a: str, b: str) -> Callable[[int, int], float]:
     """USD per hour of ``na`` replicas of ``a`` and ``nb`` of ``b`` (fixed counts)."""
     resolved, _ = resolve(scenario)
-    rate = {p: resolved.pools[p].price_per_gpu_hour * scenario.pools[p].tp for p in (a, b)}
+    rate = {p: resolved.pools[p].price_per_gpu_hour * resolved.pools[p].gpus_per_replica
+            for p in (a, b)}
     return lambda na, nb: na * rate[a] + nb * rate[b]
 
 

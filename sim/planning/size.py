@@ -1,8 +1,8 @@
 """`fleetsim size`: the cheapest configuration of each pool meeting the SLOs.
 
 For every option the scenario lists under a pool's ``sizing:`` (GPU kind,
-TP degree, weight precision), the fewest replicas meeting every SLO at the
-scenario's load is found by bisection (latency falls as replicas grow), the
+TP degree, pipeline stages, weight precision), the fewest replicas meeting every SLO
+at the scenario's load is found by bisection (latency falls as replicas grow), the
 pool's other settings and the rest of the fleet unchanged and autoscaling
 replaced by that fixed count. Candidates are ranked by cost per hour.
 ``max_rate`` answers the converse: the highest load a fixed fleet sustains.
@@ -161,9 +161,10 @@ def _option_grid(scenario: Scenario, pool: str) -> list[dict]:
     opts = cfg.sizing
     hardware = (opts.hardware if opts and opts.hardware else [cfg.hardware])
     tps = (opts.tp if opts and opts.tp else [cfg.tp])
+    pps = (opts.pp if opts and opts.pp else [cfg.pp])
     dtypes = (opts.weight_dtype if opts and opts.weight_dtype else [cfg.weight_dtype])
-    return [{"hardware": h, "tp": t, "weight_dtype": d}
-            for h, t, d in itertools.product(hardware, tps, dtypes)]
+    return [{"hardware": h, "tp": t, "pp": p, "weight_dtype": d}
+            for h, t, p, d in itertools.product(hardware, tps, pps, dtypes)]
 
 
 # a trial that completed less than this share of its load in the window ran saturated:
@@ -188,12 +189,18 @@ def next_count(trial: Trial) -> int:
     return max(n + 1, math.ceil(1.25 * n)) if n >= FINE_GROWTH_FROM else 2 * n
 
 
-OPTION_FIELDS = ("hardware", "tp", "weight_dtype")
+OPTION_FIELDS = ("hardware", "tp", "pp", "weight_dtype")
 
 
 def configured_option(cfg) -> dict:
-    """A pool's own option (its hardware, TP and weight precision) as sizing names one."""
+    """A pool's own option (its hardware, TP, pipeline stages and weight precision) as
+    sizing names one."""
     return {k: getattr(cfg, k) for k in OPTION_FIELDS}
+
+
+def option_gpus(option: dict) -> int:
+    """GPUs of one replica of ``option``: tp for each of its pp stages."""
+    return option["tp"] * option.get("pp", 1)
 
 
 def option_values(scenario: Scenario, pool: str, option: dict, replicas: int) -> dict:
@@ -292,7 +299,7 @@ def check_budget(scenario: Scenario, pools: list[str], *, options: bool = True,
         f"this search may run {trials:,} simulations of up to {replicas:,} replicas in all "
         f"({shape}); the most one `size` runs is {MAX_SIZING_TRIALS:,} simulations and "
         f"{MAX_SIZING_REPLICA_TRIALS:,} replicas: lower sizing.max_replicas, list fewer "
-        f"hardware/tp/weight_dtype options, size one pool at a time with --pool"
+        f"hardware/tp/pp/weight_dtype options, size one pool at a time with --pool"
         + (", or cap the replications lower (--max-replications)" if each > 1 else ""),
         **located(scenario, ("pools", sized[0], "sizing")))
 
@@ -326,7 +333,7 @@ def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None,
     for pool in pools:
         cfg = scenario.pools[pool]
         if pool not in busy:
-            rows.append({"pool": pool, "hardware": cfg.hardware, "tp": cfg.tp,
+            rows.append({"pool": pool, "hardware": cfg.hardware, "tp": cfg.tp, "pp": cfg.pp,
                          "weight_dtype": cfg.weight_dtype, "replicas": 0, "gpus": 0,
                          "feasible": True, "cost_usd_per_h": 0.0, "note": IDLE_NOTE})
             continue
@@ -345,7 +352,7 @@ def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None,
     return table.reset_index(drop=True)
 
 
-LEADING = ("pool", "hardware", "tp", "weight_dtype", "replicas", "gpus", "feasible",
+LEADING = ("pool", "hardware", "tp", "pp", "weight_dtype", "replicas", "gpus", "feasible",
            "cost_usd_per_h", "usd_per_million_output_tokens")
 
 
@@ -410,14 +417,14 @@ def _option_row(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
     first = best.verdict.first
     margin = margins(best.measured, slos)
     return {
-        "pool": pool, **option, "replicas": n, "gpus": n * option["tp"], "feasible": True,
+        "pool": pool, **option, "replicas": n, "gpus": n * option_gpus(option), "feasible": True,
         "cost_usd_per_h": pool_sum["cost_usd"] / (best.summary["end_s"] / 3600.0),
         "usd_per_million_output_tokens": pool_sum["cost_usd"] / out_tok * 1e6
         if out_tok else None,
         **best.measured,
         **{f"margin_{k}": v for k, v in margin.items()},
         "slo_margin_min": min(margin.values()),
-        "output_tokens_per_s_per_gpu": first.output_tokens_per_s / (n * option["tp"])
+        "output_tokens_per_s_per_gpu": first.output_tokens_per_s / (n * option_gpus(option))
         if first.output_tokens_per_s is not None else None,
         "tokens_per_s_per_user": 1.0 / first.tpot_p50_s if first.tpot_p50_s else None,
         "cost_model": pool_sum["cost_model"],
@@ -515,6 +522,7 @@ def chosen_options(table: pd.DataFrame) -> dict[str, dict]:
         if len(feasible):
             row = feasible.sort_values("cost_usd_per_h", kind="stable").iloc[0]
             chosen[str(pool)] = {"hardware": row["hardware"], "tp": int(row["tp"]),
+                                 "pp": int(row.get("pp", 1)),
                                  "weight_dtype": row["weight_dtype"],
                                  "replicas": int(row["replicas"])}
     return chosen

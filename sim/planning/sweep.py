@@ -31,11 +31,19 @@ def _get(summary: dict, path: tuple) -> Any:
     return summary
 
 
+def _mean_gpus(pool: dict, end_s: float) -> float:
+    """GPUs a pool's summary billed on average: its GPU-hours over the run (which count tp
+    x pp GPUs a replica), else its mean replicas x tp."""
+    if pool.get("gpu_hours") is not None and end_s:
+        return pool["gpu_hours"] * 3600.0 / end_s
+    return (pool.get("replicas_mean") or 0.0) * (pool.get("tp") or 0)
+
+
 def summary_row(summary: dict) -> dict:
     row = {name: _get(summary, path) for name, path in ROW_FIELDS.items()}
     pools = summary.get("pools", {}).values()
-    gpus = sum((p.get("replicas_mean") or 0.0) * (p.get("tp") or 0) for p in pools)
     end_s = summary.get("end_s") or 0.0
+    gpus = sum(_mean_gpus(p, end_s) for p in pools)
     tokens_per_s, tpot = row["output_tokens_per_s"], row["tpot_p50_s"]
     # the Pareto views' axes: each GPU's share of the output, each user's token speed,
     # the cost of an hour

@@ -47,6 +47,7 @@ def test_the_chosen_fleet_is_each_pools_cheapest_feasible_option(sized):
     cheapest = rows[rows["feasible"]].sort_values("cost_usd_per_h").iloc[0]
     assert chosen_options(rows) == {"p": {"hardware": cheapest["hardware"],
                                           "tp": int(cheapest["tp"]),
+                                          "pp": int(cheapest["pp"]),
                                           "weight_dtype": cheapest["weight_dtype"],
                                           "replicas": int(cheapest["replicas"])}}
     scenario, summary = chosen_fleet(sim.load_scenario(path), rows)
