@@ -151,7 +151,7 @@ class Pool:
         """What the results need of this pool once the run has ended at ``end_s``."""
         spec, cost = self.spec, self.cost_model
         return PoolAccount(
-            model=spec.model.name, hardware=spec.hardware.name, tp=spec.cfg.tp,
+            model=spec.model.name, hardware=spec.hardware.name, tp=spec.cfg.tp, pp=spec.cfg.pp,
             cost_model=cost.label, gpus_per_replica=spec.gpus_per_replica,
             price_per_gpu_hour=spec.price_per_gpu_hour, kv_blocks_per_replica=spec.kv.num_blocks,
             billed_gpu_s=self.billed_gpu_seconds(end_s), replicas_max=self.replicas_max,

@@ -23,6 +23,7 @@ class PoolAccount:
     model: str
     hardware: str
     tp: int
+    pp: int                             # pipeline stages a replica
     cost_model: str                     # the cost model's label
     gpus_per_replica: int
     price_per_gpu_hour: float

@@ -86,9 +86,9 @@ def build_report(results, sweep=None, images: dict[str, bytes] | None = None) ->
                     [[k.upper()] + [_ms(lat[k][q]) for q in ("mean", "p50", "p90", "p99")]
                      for k in ("ttft", "tpot", "e2e", "queue")]),
              "<h2>Pools</h2>",
-             _table(["pool", "model", "hardware", "TP", "step times from", "replicas (mean)",
+             _table(["pool", "model", "hardware", "TP", "PP", "step times from", "replicas (mean)",
                      "GPU-hours", "cost (USD)", "busy", "MFU", "MBU", "KV cache used"],
-                    [[name, p["model"], p["hardware"], p["tp"], p["cost_model"],
+                    [[name, p["model"], p["hardware"], p["tp"], p.get("pp", 1), p["cost_model"],
                       p["replicas_mean"], p["gpu_hours"], p["cost_usd"], _pct(p["busy_frac"]),
                       _pct(p["mfu"]), _pct(p.get("mbu")), _pct(p["kv_util_mean"])]
                      for name, p in s["pools"].items()]),

@@ -34,7 +34,7 @@ def _fleet_section(fleet) -> list[str]:
         return ["<h2>Chosen fleet</h2><p>No pool has an option meeting the SLOs.</p>"]
     scenario, summary = fleet
     hours = summary["end_s"] / 3600.0
-    pools = [[name, p["hardware"], p["tp"], p["replicas_mean"], p["cost_model"],
+    pools = [[name, p["hardware"], p["tp"], p.get("pp", 1), p["replicas_mean"], p["cost_model"],
               p["cost_usd"] / hours, p["cost_usd"] / hours * HOURS_PER_DAY]
              for name, p in summary["pools"].items()]
     teams = [[name, t["requests"], t["output_tokens"], t["cost_usd"] / hours,
@@ -48,7 +48,7 @@ def _fleet_section(fleet) -> list[str]:
     return ["<h2>Chosen fleet</h2>",
             "<p>Each pool at its cheapest option that meets the SLOs, run once together."
             + _e(met) + "</p>",
-            _table(["pool", "hardware", "TP", "replicas", "step times from", "USD per hour",
+            _table(["pool", "hardware", "TP", "PP", "replicas", "step times from", "USD per hour",
                     "USD per day"], pools),
             _table(["team", "requests", "output tokens", "USD per hour", "USD per day"],
                    teams + [["(idle capacity, no team's)", None, None, idle,
