@@ -95,10 +95,14 @@ def _latency(s: dict) -> Table:
 
 
 def _replicas(p: dict) -> str:
+    """``tp x replicas``; a pipelined pool (pp > 1) shows its stages too, ``TP2 x PP2 x 3``,
+    so the cell accounts for every GPU billed (tp x pp a replica)."""
     mean, peak = p.get("replicas_mean"), p.get("replicas_max")
+    pp = p.get("pp") or 1
+    shards = f"{p.get('tp', _NONE)}" if pp == 1 else f"TP{p.get('tp', _NONE)} x PP{pp}"
     if mean is None or peak is None or mean == peak:
-        return f"{p.get('tp', _NONE)} x {_num(peak if peak is not None else mean)}"
-    return f"{p.get('tp', _NONE)} x {mean:.1f} (max {peak})"
+        return f"{shards} x {_num(peak if peak is not None else mean)}"
+    return f"{shards} x {mean:.1f} (max {peak})"
 
 
 def _step_times(p: dict) -> str:

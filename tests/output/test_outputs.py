@@ -328,3 +328,22 @@ def test_means_over_no_samples_are_null_not_zero(tmp_path):
     write_outputs(res, tmp_path / "run")
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["pools"]["p"][
         "queue_mean"] is None
+
+
+def test_pool_table_counts_pipeline_stages():
+    """The pools table's 'TP x replicas' cell shows pp when a replica has several stages
+    (tp=2, pp=2, 3 replicas bill 12 GPUs: 'TP2 x PP2 x 3', not '2 x 3'); at pp = 1 the
+    cell is as it was."""
+    from simfactories import make_pool, make_scenario
+    from sim.output.table import _replicas
+    res = sim.run(make_scenario(pool=make_pool(tp=2, pp=2, replicas=3), duration=5.0))
+    pool = res.summary["pools"]["p"]
+    assert pool["gpu_hours"] * 3600 / res.summary["end_s"] == pytest.approx(12.0)
+    assert _replicas(pool) == "TP2 x PP2 x 3"
+    assert _replicas({**pool, "replicas_mean": 2.5, "replicas_max": 3}) == \
+        "TP2 x PP2 x 2.5 (max 3)"
+    assert _replicas({**pool, "pp": 1}) == "2 x 3"
+    assert _replicas({"tp": 4, "replicas_mean": 2, "replicas_max": 2}) == "4 x 2"
+    console = Console(file=io.StringIO(), width=200)
+    print_summary(res.summary, console)
+    assert "TP2 x PP2 x 3" in console.file.getvalue()
