@@ -93,9 +93,15 @@ class CostModel(ABC):
         return StepCost(time_s=self.step_time_s(shape), flops=flops, bytes=bytes_moved)
 
     def step_scalar(self, num_tokens: float, num_seqs: float, prefill_attn_work: float,
-                    decode_kv_tokens: float, kv_read_tokens: float | None = None
-                    ) -> tuple[float, float, float]:
-        """(seconds, FLOPs, bytes) of one step; sources may override with plain floats."""
+                    decode_kv_tokens: float, kv_read_tokens: float | None = None,
+                    sequences: float | None = None) -> tuple[float, float, float]:
+        """(seconds, FLOPs, bytes) of one step; sources may override with plain floats.
+
+        ``num_seqs`` is the step's rows (the logits the LM head computes, the per-sequence
+        overhead); ``sequences``, where given, is how many sequences those rows belong to
+        (fewer under speculative decoding, a verify pass computing one row a draft).
+        Only the pipeline wrapper uses it, to count its micro-batches: one sequence's rows
+        are never split over several."""
         shape = BatchShape(np.array([num_tokens], dtype=np.float64),
                            np.array([num_seqs], dtype=np.float64),
                            np.array([prefill_attn_work], dtype=np.float64),

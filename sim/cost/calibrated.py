@@ -432,8 +432,8 @@ class CalibratedCostModel(CostModel):
         return self._comm.scalar(num_tokens)
 
     def step_scalar(self, num_tokens: float, num_seqs: float, prefill_attn_work: float,
-                    decode_kv_tokens: float, kv_read_tokens: float | None = None
-                    ) -> tuple[float, float, float]:
+                    decode_kv_tokens: float, kv_read_tokens: float | None = None,
+                    sequences: float | None = None) -> tuple[float, float, float]:
         engine = self._prefill_step_s if prefill_attn_work > 0 else 0.0
         if self._packed:
             kv = (float(default_kv_read(num_tokens, num_seqs, decode_kv_tokens))

@@ -15,6 +15,10 @@ micro-batches going round the pipeline. For a step of shape (n tokens, m sequenc
 prefill work W, decode keys K, keys read R) and the inner (one-stage) cost model:
 
     M     = min(pp, ⌊m⌋)                       micro-batches the running sequences fill
+                                                (m counts rows: logits and per-row
+                                                overhead; a speculative step's M counts
+                                                its sequences, not its draft rows, since
+                                                one sequence's verify pass is not split)
     share = (n, m, W, K, R) / M                equal micro-batches
     T1    = inner step time of the share        overhead + L·y + lm_head, as at pp = 1
     h     = overhead(m/M) + engine(share)       host side, once per micro-batch
@@ -201,9 +205,10 @@ class PipelineCostModel(CostModel):
         return micro * flops, micro * moved
 
     def step_scalar(self, num_tokens: float, num_seqs: float, prefill_attn_work: float,
-                    decode_kv_tokens: float, kv_read_tokens: float | None = None
-                    ) -> tuple[float, float, float]:
-        micro = float(min(self.pp, max(1, int(num_seqs))))
+                    decode_kv_tokens: float, kv_read_tokens: float | None = None,
+                    sequences: float | None = None) -> tuple[float, float, float]:
+        rows_of = num_seqs if sequences is None else sequences
+        micro = float(min(self.pp, max(1, int(rows_of))))
         n, m = num_tokens / micro, num_seqs / micro
         work, kv = prefill_attn_work / micro, decode_kv_tokens / micro
         read = None if kv_read_tokens is None else kv_read_tokens / micro

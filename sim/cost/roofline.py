@@ -266,8 +266,8 @@ class RooflineCostModel(CostModel):
 
     # -- one step in plain floats (the hot path of the simulator) ------------------
     def step_scalar(self, num_tokens: float, num_seqs: float, prefill_attn_work: float,
-                    decode_kv_tokens: float, kv_read_tokens: float | None = None
-                    ) -> tuple[float, float, float]:
+                    decode_kv_tokens: float, kv_read_tokens: float | None = None,
+                    sequences: float | None = None) -> tuple[float, float, float]:
         """``step_time_s`` and ``work`` of one step, term by term in plain floats."""
         (flops_per_token, act_bytes_per_token, weight_bw, gemm_fixed, attn_per_work,
          attn_flops_per_s, prefill_fixed, kv_per_token, kv_bw, decode_fixed, tp_latency,

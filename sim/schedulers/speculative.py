@@ -41,7 +41,9 @@ Step time = draft cost + target cost.
   ``decode_kv += c + 1``: the verify pass reads the sequence's KV once for all
   its 1 + k' query tokens (attention kernels share one load between a
   sequence's queries), and the k' draft positions add attention arithmetic
-  like a prefill chunk of k' tokens over that context.
+  like a prefill chunk of k' tokens over that context. The call also passes
+  ``sequences`` (the sequences the rows belong to): under pipeline parallelism
+  the micro-batches are counted in sequences, never splitting one verify pass.
 - Draft, ``proposer: draft_model``: ``max k'`` sequential decode steps of the
   draft model (its own roofline cost model on the same GPUs, tp and dtypes,
   see ``build_draft_cost``); draft step i runs the sequences still drafting
@@ -331,8 +333,11 @@ class SpeculativeScheduler(ContinuousScheduler):
         prefill_work += chunk_work
         num_prefill = len(plan.prefill)
         num_seqs = len(verify) + num_prefill
+        # rows are the logits computed (one a draft besides each sequence's own); a
+        # pipeline fills its micro-batches with sequences, never splitting one's verify pass
         time_s, flops, moved = self.cost.step_scalar(
-            num_tokens, float(num_seqs + num_drafts), prefill_work, decode_kv)
+            num_tokens, float(num_seqs + num_drafts), prefill_work, decode_kv,
+            sequences=float(num_seqs))
         draft = self.draft_cost
         if draft is not None:
             if num_prefill:

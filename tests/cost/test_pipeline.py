@@ -266,3 +266,47 @@ def test_a_draft_model_shares_the_stages():
     draft = build_draft_cost(pool, pool.cfg.scheduler)
     assert isinstance(draft, PipelineCostModel) and draft.pp == 2
     assert draft.layers_per_stage == [16, 16]
+
+
+def test_a_verify_pass_is_one_micro_batch_not_one_a_draft():
+    """Speculative decoding: a sequence with 4 drafts is 5 logit rows but one sequence;
+    its verify pass is one micro-batch (M = 1: the whole traversal, the weights read
+    once), not min(pp, 5) = 4 slices of it. The rows still count for the LM head and the
+    per-row overhead."""
+    cost = build_cost_model(_pool(model="llama-3.1-70b", tp=4, pp=4))
+    inner = make_cost_model(model="llama-3.1-70b", tp=4)
+    model, hw = model_spec("llama-3.1-70b"), hardware_spec()
+    work, kv = BatchShape.prefill_work(4, 2001.0), 2001.0
+    t, f, b = cost.step_scalar(5, 5.0, work, kv, sequences=1.0)
+    whole, f1, b1 = inner.step_scalar(5, 5.0, work, kv)
+    # two stages a node: NVLink, the network, NVLink; 5 tokens' hidden states and residual
+    per_gpu = 2 * 5 * model.hidden_size * 2 / 4
+    nvlink = hw.allreduce_latency + per_gpu / (900e9 / 2 * EFFICIENCY)
+    sends = 2 * nvlink + 10e-6 + per_gpu / (50e9 * EFFICIENCY)
+    assert t == pytest.approx(whole + sends, rel=1e-12)
+    assert (f, b) == (f1, b1)
+    # without the sequence count the rows are taken for sequences, as before
+    assert cost.step_scalar(5, 5.0, work, kv)[2] > 3.5 * b1
+
+
+def test_the_speculative_scheduler_counts_micro_batches_in_sequences(monkeypatch):
+    """The speculative scheduler gives the target model its sequences besides its rows:
+    every call's sequences is at most its rows, fewer where drafts were verified."""
+    calls = []
+    original = PipelineCostModel.step_scalar
+
+    def spy(self, num_tokens, num_seqs, work, kv, kv_read=None, sequences=None):
+        calls.append((num_seqs, sequences))
+        return original(self, num_tokens, num_seqs, work, kv, kv_read, sequences=sequences)
+
+    monkeypatch.setattr(PipelineCostModel, "step_scalar", spy)
+    sim.run(make_scenario(
+        stream=poisson_stream(model="llama-3.1-70b", rate=2.0, prompt_tokens=200,
+                              output_tokens=30),
+        pool=make_pool(model="llama-3.1-70b", tp=4, pp=2,
+                       scheduler={"type": "speculative", "proposer": "ngram",
+                                  "num_speculative_tokens": 3, "acceptance_rate": 0.7}),
+        duration=5.0))
+    given = [(rows, seqs) for rows, seqs in calls if seqs is not None]
+    assert given and all(seqs <= rows for rows, seqs in given)
+    assert any(seqs < rows for rows, seqs in given)
