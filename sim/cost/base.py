@@ -81,6 +81,12 @@ class CostModel(ABC):
         a calibrated profile measured them."""
         return 0.0
 
+    def engine_host_s(self, shape: BatchShape) -> ArrayLike:
+        """The part of ``engine_s`` that is host-side work, once a step whatever the
+        layers (a pipeline pays it once a micro-batch, on no stage); the rest is GPU
+        work over the layers. All of it unless a model says otherwise."""
+        return self.engine_s(shape)
+
     def step_time_s(self, shape: BatchShape) -> ArrayLike:
         return step_sum(self.overhead_s(shape.num_seqs), self.num_layers,
                         self.dense_s(shape.num_tokens), self.tp_comm_s(shape.num_tokens),

@@ -423,6 +423,11 @@ class CalibratedCostModel(CostModel):
             out = out + shape.kv_read() * self._per_key(shape.num_tokens)
         return out
 
+    def engine_host_s(self, shape: BatchShape) -> ArrayLike:
+        """The engine's host work: its per-prefill-step seconds. The per-key term is an
+        attention kernel over the packed batch, GPU work spread over the layers."""
+        return np.where(np.asarray(shape.prefill_attn_work) > 0, self._prefill_step_s, 0.0)
+
     # -- one step in plain floats (the hot path of the simulator) --------------------------
     def _comm_scalar(self, num_tokens: float) -> float:
         if self.tp == 1:

@@ -21,9 +21,14 @@ prefill work W, decode keys K, keys read R) and the inner (one-stage) cost model
                                                 one sequence's verify pass is not split)
     share = (n, m, W, K, R) / M                equal micro-batches
     T1    = inner step time of the share        overhead + L·y + lm_head, as at pp = 1
-    h     = overhead(m/M) + engine(share)       host side, once per micro-batch
+    h     = overhead(m/M) + engine_host(share)  host side, once per micro-batch (an
+                                                engine's host work: a calibrated
+                                                profile's per-prefill-step seconds)
     d     = lm_head(m/M)
-    y     = (T1 − h − d) / L                    one layer of the share
+    y     = (T1 − h − d) / L                    one layer of the share; it holds the
+                                                engine's GPU work too (a calibrated
+                                                per-key term, an attention kernel over
+                                                the packed batch), spread over layers
     c_s   = ℓ_s·y  (+ d on the last stage)      stage s's compute
     x_s   = λ_s + a / (tp·B_s),  a = 2·(n/M)·hidden·2 bytes
                                                 the send from stage s to s+1: hidden
@@ -127,7 +132,8 @@ class PipelineCostModel(CostModel):
                 latency, link = hardware.allreduce_latency, hardware.interconnect_bandwidth / 2
             self.send_latency_s.append(latency)
             self.send_s_per_token.append(bytes_per_token / (link * efficiency))
-        self._plain_engine = type(inner).engine_s is CostModel.engine_s
+        self._plain_engine = (type(inner).engine_s is CostModel.engine_s
+                              and type(inner).engine_host_s is CostModel.engine_host_s)
 
     @property
     def label(self) -> str:
@@ -163,6 +169,9 @@ class PipelineCostModel(CostModel):
     def engine_s(self, shape: BatchShape) -> ArrayLike:
         return self.inner.engine_s(shape)
 
+    def engine_host_s(self, shape: BatchShape) -> ArrayLike:
+        return self.inner.engine_host_s(shape)
+
     # -- the pipeline ----------------------------------------------------------------
     def micro_batches(self, num_seqs: ArrayLike) -> ArrayLike:
         """M = min(pp, ⌊m⌋), at least 1."""
@@ -195,7 +204,7 @@ class PipelineCostModel(CostModel):
         micro = self.micro_batches(np.asarray(shape.num_seqs, dtype=np.float64))
         share = self._share(shape, micro)
         inner = self.inner
-        host = inner.overhead_s(share.num_seqs) + inner.engine_s(share)
+        host = inner.overhead_s(share.num_seqs) + inner.engine_host_s(share)
         return self.period_s(inner.step_time_s(share), host, inner.lm_head_s(share.num_seqs),
                              share.num_tokens, micro, np.maximum)
 
@@ -216,7 +225,7 @@ class PipelineCostModel(CostModel):
         whole_s, flops, moved = inner.step_scalar(n, m, work, kv, read)
         host = float(inner.overhead_s(m))
         if not self._plain_engine:
-            host += float(np.asarray(inner.engine_s(BatchShape(n, m, work, kv, read))))
+            host += float(np.asarray(inner.engine_host_s(BatchShape(n, m, work, kv, read))))
         time_s = self.period_s(whole_s, host, float(inner.lm_head_s(m)), n, micro)
         return float(time_s), micro * flops, micro * moved
 

@@ -310,3 +310,43 @@ def test_the_speculative_scheduler_counts_micro_batches_in_sequences(monkeypatch
     given = [(rows, seqs) for rows, seqs in calls if seqs is not None]
     assert given and all(seqs <= rows for rows, seqs in given)
     assert any(seqs < rows for rows, seqs in given)
+
+
+def _calibrated_pipeline():
+    from sim.config import profiles
+    from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
+    model = profiles.find_model("tiny-llama", {})
+    hw = profiles.find_hardware("cpu", {}).model_copy(
+        update={"internode_bandwidth": 10e9, "max_gpus_per_node": 8})
+    inner = CalibratedCostModel(model, hw, 1, "fp32", "fp32", CalibratedConfig(
+        profile="profiles/calibrated/cpu/intel-xeon/validation/profile/"
+                "validate-light-engine.yaml"))
+    return model, inner, PipelineCostModel(inner, model, hw, 1, 2)
+
+
+def test_a_calibrated_engines_per_key_kernel_is_stage_work_not_host_work():
+    """A calibrated engine's per-key term (an attention kernel over the packed batch) is
+    GPU work spread over the stages' layers; only its per-prefill-step seconds are host
+    work once a micro-batch. 8 sequences of 4,000 keys on two stages: the period is the
+    traversal of one half (the host's 8 ms does not bind), not 2 x (overhead + the
+    packed attention of a half)."""
+    model, inner, cost = _calibrated_pipeline()
+    for n, m, work, kv in ((8, 8, 0.0, 8 * 4000.0), (1, 1, 0.0, 300.0),
+                           (520, 5, 512 * 256.0, 4 * 900.0)):
+        micro = min(2, int(m))
+        share = BatchShape(n / micro, m / micro, work / micro, kv / micro)
+        whole = inner.step_scalar(n / micro, m / micro, work / micro, kv / micro)[0]
+        host = float(inner.overhead_s(m / micro)) + (0.006419 if work > 0 else 0.0)
+        assert float(inner.engine_host_s(share)) + float(inner.overhead_s(m / micro)) == \
+            pytest.approx(host, rel=1e-12)
+        head = float(inner.lm_head_s(m / micro))
+        expected = cost.period_s(whole, host, head, n / micro, float(micro))
+        assert cost.step_scalar(n, m, work, kv)[0] == pytest.approx(expected, rel=1e-12)
+        times = cost.step_time_s(BatchShape(np.array([n], float), np.array([m], float),
+                                            np.array([work]), np.array([kv])))
+        assert times[0] == pytest.approx(expected, rel=1e-12)
+    t1 = inner.step_scalar(8, 8, 0.0, 8 * 4000.0)[0]
+    period = cost.step_scalar(8, 8, 0.0, 8 * 4000.0)[0]
+    assert period < 0.5 * t1 + 0.02                  # about half the pp = 1 step, plus a send
+    packed = float(inner.engine_s(BatchShape(4.0, 4.0, 0.0, 4 * 4000.0)))
+    assert packed > 0.1 and period < 2 * packed      # not 2 x the kernel as host work
