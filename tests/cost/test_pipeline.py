@@ -350,3 +350,49 @@ def test_a_calibrated_engines_per_key_kernel_is_stage_work_not_host_work():
     assert period < 0.5 * t1 + 0.02                  # about half the pp = 1 step, plus a send
     packed = float(inner.engine_s(BatchShape(4.0, 4.0, 0.0, 4 * 4000.0)))
     assert packed > 0.1 and period < 2 * packed      # not 2 x the kernel as host work
+
+
+def test_theory_the_busiest_stage_sets_the_period_on_a_slow_network():
+    """Two stages of Llama-3.1-8B (tp=8) on two L40S nodes joined at 1 GB/s, a 4,096-token
+    prefill of two sequences (M = 2, 2,048 tokens each): the send of a micro-batch's
+    hidden states (2 x 2,048 x 4,096 x 2 / 8 bytes a GPU, about 7 ms) is longer than the
+    host's work and the LM head, so a stage's 16 layers plus its send, twice a period,
+    outlasts one micro-batch's traversal: step = 2 (16 y + x), not T1 + x."""
+    hw = dict(hardware_spec("L40S").model_dump(), name="L40S-IB", internode_bandwidth="1GB/s")
+    resolved, problems = resolve(make_scenario(pool=make_pool(hardware="L40S-IB", tp=8, pp=2),
+                                               hardware={"L40S-IB": hw}))
+    assert problems == []
+    cost = build_cost_model(resolved.pools["p"])
+    inner = cost.inner
+    n, m, work = 4096.0, 2.0, 2 * BatchShape.prefill_work(2048, 0.0)
+    whole = inner.step_scalar(n / 2, m / 2, work / 2, 0.0)[0]
+    host, head = float(inner.overhead_s(1.0)), float(inner.lm_head_s(1.0))
+    y = (whole - host - head) / 32
+    x = 10e-6 + 2 * 2048 * 4096 * 2 / 8 / (1e9 * EFFICIENCY)
+    assert x > host + head                           # the condition for the bound to bind
+    traversal, busiest = whole + x, 2 * (16 * y + x)
+    assert busiest > 1.03 * traversal
+    assert cost.step_scalar(n, m, work, 0.0)[0] == pytest.approx(busiest, rel=1e-12)
+
+
+def test_theory_the_busiest_of_uneven_stages_sets_the_period():
+    """Llama-3.1-8B's 32 layers on five stages of one H100 each: 6, 6, 7, 7, 6 layers
+    (the last with the LM head). Five 2,048-token prompts fill M = 5 micro-batches; a
+    7-layer stage with its send, five times a period, outlasts one prompt's traversal
+    (32 layers, four sends, the host and the head once): 35 y + 5 x > 32 y + 4 x + h + d
+    when 3 y + x > h + d, as a layer of a 2,048-token chunk (about a millisecond) is."""
+    cost = build_cost_model(_pool(model="llama-3.1-8b", tp=1, pp=5))
+    assert cost.layers_per_stage == [6, 6, 7, 7, 6]
+    inner = make_cost_model(model="llama-3.1-8b", tp=1)
+    hw = hardware_spec()
+    n, m, work = 5 * 2048.0, 5.0, 5 * BatchShape.prefill_work(2048, 0.0)
+    whole = inner.step_scalar(2048.0, 1.0, work / 5, 0.0)[0]
+    host, head = float(inner.overhead_s(1.0)), float(inner.lm_head_s(1.0))
+    y = (whole - host - head) / 32
+    x = hw.allreduce_latency + 2 * 2048 * 4096 * 2 / (900e9 / 2 * EFFICIENCY)
+    stages = [6 * y + x, 6 * y + x, 7 * y + x, 7 * y + x, 6 * y + head]
+    traversal = whole + 4 * x
+    assert max(stages) == 7 * y + x > host
+    busiest = 5 * (7 * y + x)
+    assert busiest > 1.05 * traversal
+    assert cost.step_scalar(n, m, work, 0.0)[0] == pytest.approx(busiest, rel=1e-12)
