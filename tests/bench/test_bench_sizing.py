@@ -79,7 +79,10 @@ def test_sizing_twelve_options_at_fleet_scale_within_ten_minutes(sized, capsys):
         print(f"\n\n{SCENARIO} on {os.cpu_count()} cores, {WORKERS} workers: "
               f"{elapsed:.0f} s (target {TARGET_S:.0f} s), "
               f"{int(table['simulations'].sum())} simulations")
-        print(printed.splitlines()[0])
+        scenario = sim.load_scenario(str(ROOT / SCENARIO))
+        _, window_s = auto_windowed(scenario, targets(scenario.slos), frozenset({"fleet"}))
+        print(f"each trial: {window_s:g} s of arrivals after the {scenario.warmup:g} s "
+              "warm-up (--window auto)")
         cols = [*OPTION_FIELDS, "replicas", "gpus", "cost_usd_per_h", "ttft_p99", "tpot_p99",
                 "simulations"]
         print(table[cols].to_string(index=False))
