@@ -871,6 +871,26 @@ CASES += [
          27, "pools.main.sizing.pp[1]", ["pp=40 exceeds llama-3.1-8b's 32 layers"]),
     Case("sizing-pp-of-zero", append_to_pool("    sizing: {pp: [0, 2]}\n"),
          27, "pools.main.sizing.pp[0]", ["greater than 0"]),
+    Case("pp-more-stages-than-the-draft-models-layers", edit(
+        ("    tp: 1\n", "    tp: 1\n    pp: 9\n"),
+        ("      type: continuous\n      max_num_batched_tokens: 8192\n",
+         "      type: speculative\n      draft_model: tiny-llama\n"
+         "      acceptance_rate: 0.5\n")), 22, "pools.main.pp",
+         ["pp=9 exceeds the draft model tiny-llama's 8 layers",
+          "split over the same pipeline stages"]),
+    Case("pp-on-a-disaggregated-decode-pool", edit(
+        (GATEWAY_MODELS[0], GATEWAY_MODELS[1] % "second"))
+         + SECOND_POOL % "llama-3.1-8b" + "    pp: 2\n", 33, "pools.second.pp",
+         ["pool 'second' decodes for 'llama-3.1-8b' (disaggregated) with pp=2",
+          "NixlConnector", "does not support pipeline stages on the decode side"]),
+    Case("pp-no-room-hint-names-no-tp-its-stages-cannot-reach", edit(
+        ("    model: llama-3.1-8b\n    hardware: H100-SXM",
+         "    model: llama-3.1-405b\n    hardware: L40S\n    weight_dtype: fp8"),
+        ("      model: llama-3.1-8b\n", "      model: llama-3.1-405b\n"),
+        ("    tp: 1\n", "    tp: 4\n    pp: 2\n")), 22, "pools.main.tp",
+         ["47.7 GiB per GPU at tp=4, pp=2", "leaves no room for a KV cache",
+          "no tp up to the 8 GPUs of one L40S node that places its 2 stages in one node"],
+         absent=["it fits at tp=8"]),
     Case("chunk-cap-without-chunking", edit((
         "      max_num_batched_tokens: 8192\n", "      max_num_batched_tokens: 8192\n"
         "      chunked_prefill: false\n      long_prefill_token_threshold: 512\n")), 23,

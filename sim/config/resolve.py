@@ -112,6 +112,13 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
                              f"is measured on one model, and the draft model '{draft.name}' "
                              "needs its own step times: use cost_model auto or roofline"))
             return None
+        if pool.pp > draft.num_layers:
+            problems.append((here + ("pp",), f"pp={pool.pp} exceeds the draft model "
+                             f"{draft.name}'s {draft.num_layers} layers: the draft model is "
+                             "split over the same pipeline stages, and each stage holds at "
+                             "least one of its layers; lower pp or name a draft model with "
+                             f"at least {pool.pp} layers"))
+            return None
         if draft.total_params >= model.total_params:
             problems.append((here + ("scheduler", "draft_model"), f"draft model "
                              f"'{draft.name}' ({draft.total_params / 1e9:.3g}B parameters) is "
@@ -220,13 +227,19 @@ def _no_room(model, hw, pool: PoolConfig) -> tuple[str, str]:
             f"{model.name} on {where} leaves {left / gib:.3f} GiB for the KV cache after "
             f"{per_gpu / gib:.1f} GiB of weights and activation_reserve "
             f"{pool.activation_reserve / gib:.2f} GiB: less than one block")
-    larger = [t for t in _valid_tps(model, hw) if t > pool.tp and stages.weights_per_gpu(
-        model, pool.weight_dtype, t, pool.pp) + pool.activation_reserve < usable]
+    # (a larger tp whose pp stages could not be placed on linked nodes is no way out)
+    larger = [t for t in _valid_tps(model, hw) if t > pool.tp
+              and stages.unreachable_nodes(hw, t, pool.pp) is None
+              and stages.weights_per_gpu(model, pool.weight_dtype, t, pool.pp)
+              + pool.activation_reserve < usable]
     if larger:
         hint = f"; it fits at tp={larger[0]}"
     else:
-        hint = (f"; no tp up to the {hw.max_gpus_per_node} GPUs of one {hw.name} node "
-                f"leaves room: choose a GPU with more memory or smaller weights "
+        placed = "" if pool.pp == 1 else (
+            f" that places its {pool.pp} stages" + ("" if hw.internode_bandwidth is not None
+                                                   else " in one node"))
+        hint = (f"; no tp up to the {hw.max_gpus_per_node} GPUs of one {hw.name} node"
+                f"{placed} leaves room: choose a GPU with more memory or smaller weights "
                 f"(weight_dtype fp8 or int4)")
         widest = max(_valid_tps(model, hw), default=None)
         deeper = widest and stages.fitting_pp(model, hw, widest, pool.pp, pool.weight_dtype,
@@ -292,6 +305,13 @@ def _check_gateway(scenario: Scenario, problems: list[tuple[Loc, str]]) -> None:
                                  "cache cannot be decoded by another"))
             elif split.prefill in scenario.pools and split.decode in scenario.pools:
                 problems.extend(_decode_shorter(split.prefill, split.decode, scenario))
+            if split.decode in scenario.pools and scenario.pools[split.decode].pp > 1:
+                problems.append((("pools", split.decode, "pp"), f"pool '{split.decode}' "
+                                 f"decodes for '{name}' (disaggregated) with "
+                                 f"pp={scenario.pools[split.decode].pp}: vLLM's KV "
+                                 "connector for disaggregation (NixlConnector) does not "
+                                 "support pipeline stages on the decode side; give the "
+                                 "decode pool pp: 1 (its prefill pool may keep stages)"))
         base = name.split("@", 1)[0].lower()
         for pool in pools:
             if pool not in scenario.pools:
