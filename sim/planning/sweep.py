@@ -33,10 +33,10 @@ def _get(summary: dict, path: tuple) -> Any:
 
 def _mean_gpus(pool: dict, end_s: float) -> float:
     """GPUs a pool's summary billed on average: its GPU-hours over the run (which count tp
-    x pp GPUs a replica), else its mean replicas x tp."""
+    x pp GPUs a replica), else its mean replicas x tp x pp."""
     if pool.get("gpu_hours") is not None and end_s:
         return pool["gpu_hours"] * 3600.0 / end_s
-    return (pool.get("replicas_mean") or 0.0) * (pool.get("tp") or 0)
+    return (pool.get("replicas_mean") or 0.0) * (pool.get("tp") or 0) * (pool.get("pp") or 1)
 
 
 def summary_row(summary: dict) -> dict:

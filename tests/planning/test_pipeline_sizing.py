@@ -68,3 +68,11 @@ def test_size_cli_writes_the_pp_column(tmp_path, capsys):
     assert table["pp"].tolist() == [2] and table["gpus"].tolist() == [16]
     assert json.loads((out / "size.json").read_text())[0]["pp"] == 2
     capsys.readouterr()
+
+
+def test_a_sweep_row_without_gpu_hours_counts_every_stage():
+    """summary_row's fallback (no GPU-hours in the summary): mean replicas x tp x pp."""
+    from sim.planning.sweep import summary_row
+    pools = {"a": {"replicas_mean": 3.0, "tp": 2, "pp": 2},
+             "b": {"replicas_mean": 1.5, "tp": 4}}
+    assert summary_row({"pools": pools, "end_s": 0.0})["gpus_mean"] == 3 * 2 * 2 + 1.5 * 4
