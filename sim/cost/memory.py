@@ -50,18 +50,25 @@ def kv_budget(model: ModelSpec, hardware: HardwareSpec, *, tp: int, weight_dtype
     weight_per_gpu = model.weight_bytes(weight_dtype) / tp
     if draft is not None:
         weight_per_gpu += draft.weight_bytes(weight_dtype) / tp
-    free_per_gpu = (hardware.planning_memory * gpu_memory_utilization - weight_per_gpu
-                    - activation_reserve_bytes)
-    if kv_cache_bytes is not None:
-        free_per_gpu = kv_cache_bytes if kv_cache_bytes <= free_per_gpu else -kv_cache_bytes
     kv_per_token = model.kv_bytes_per_token(kv_dtype)
     if draft is not None:
         kv_per_token += draft.kv_bytes_per_token(kv_dtype)
-    block_bytes_per_gpu = block_size_tokens * kv_per_token / tp
-    num_blocks = int(free_per_gpu // block_bytes_per_gpu) if free_per_gpu > 0 else 0
+    num_blocks, free_per_gpu = _blocks(
+        hardware.planning_memory * gpu_memory_utilization - weight_per_gpu
+        - activation_reserve_bytes, kv_cache_bytes, block_size_tokens * kv_per_token / tp)
     return KvBudget(num_blocks=num_blocks, block_size_tokens=block_size_tokens,
                     kv_bytes_per_token=kv_per_token, weight_bytes_per_gpu=weight_per_gpu,
                     kv_bytes_per_gpu=max(free_per_gpu, 0.0))
+
+
+def _blocks(free_bytes: float, kv_cache_bytes: float | None, block_bytes: float
+            ) -> tuple[int, float]:
+    """KV blocks of ``block_bytes`` a GPU holds in ``free_bytes`` (what its weights and
+    reserve leave), and the bytes they are cut from: ``kv_cache_bytes`` where given and
+    it fits (negative where it does not, so no block)."""
+    if kv_cache_bytes is not None:
+        free_bytes = kv_cache_bytes if kv_cache_bytes <= free_bytes else -kv_cache_bytes
+    return (int(free_bytes // block_bytes) if free_bytes > 0 else 0), free_bytes
 
 
 def stage_weight_bytes_per_gpu(model: ModelSpec, weight_dtype: str, tp: int, pp: int
@@ -101,12 +108,10 @@ def pp_kv_budget(model: ModelSpec, hardware: HardwareSpec, *, tp: int, pp: int,
     weights = stage_weight_bytes_per_gpu(model, weight_dtype, tp, pp)
     best: tuple[int, float] | None = None          # (blocks, free bytes) of the tightest
     for layers, weight in zip(stage_layers(model.num_layers, pp), weights):
-        free = usable - weight - draft_weights - activation_reserve_bytes
-        if kv_cache_bytes is not None:
-            free = kv_cache_bytes if kv_cache_bytes <= free else -kv_cache_bytes
         block = block_size_tokens * (kv_per_token * layers / model.num_layers
                                      + draft_kv / pp) / tp
-        blocks = int(free // block) if free > 0 else 0
+        blocks, free = _blocks(usable - weight - draft_weights - activation_reserve_bytes,
+                               kv_cache_bytes, block)
         if best is None or blocks < best[0]:
             best = (blocks, free)
     assert best is not None

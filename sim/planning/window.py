@@ -40,14 +40,19 @@ def stationary_problem(scenario: Scenario, sized: frozenset[str] = frozenset()) 
     return None
 
 
-def windowed(scenario: Scenario, window_s: float,
-             sized: frozenset[str] = frozenset()) -> Scenario:
-    """``scenario`` with ``window_s`` of arrivals after its warm-up, refused (naming
-    --window) when its load is not stationary or the window is not shorter than the run."""
+def _require_stationary(scenario: Scenario, sized: frozenset[str]) -> None:
+    """Refuse (naming --window) a load that is not stationary."""
     problem = stationary_problem(scenario, sized)
     if problem is not None:
         raise ScenarioError(f"a shorter window needs a stationary load, and {problem}: size "
                             "over the whole run (leave --window out)", field="--window")
+
+
+def windowed(scenario: Scenario, window_s: float,
+             sized: frozenset[str] = frozenset()) -> Scenario:
+    """``scenario`` with ``window_s`` of arrivals after its warm-up, refused (naming
+    --window) when its load is not stationary or the window is not shorter than the run."""
+    _require_stationary(scenario, sized)
     duration = scenario.warmup + window_s
     if duration >= scenario.duration:
         raise ScenarioError(f"--window {window_s:g} s after the {scenario.warmup:g} s warm-up "
@@ -84,11 +89,8 @@ def auto_windowed(scenario: Scenario, slos: list[Slo],
                   sized: frozenset[str] = frozenset()) -> tuple[Scenario, float | None]:
     """``scenario`` with the window ``--window auto`` picks, and that window (None where
     it is not shorter than the run, which is then simulated whole)."""
-    problem = stationary_problem(scenario, sized)
-    if problem is not None:
-        raise ScenarioError(f"a shorter window needs a stationary load, and {problem}: size "
-                            "over the whole run (leave --window out)", field="--window")
+    _require_stationary(scenario, sized)
     window_s = auto_window_s(scenario, slos)
     if scenario.warmup + window_s >= scenario.duration:
         return scenario, None
-    return windowed(scenario, window_s, sized), window_s
+    return with_values(scenario, {"duration": scenario.warmup + window_s}), window_s
