@@ -9,10 +9,9 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
 from sim.config.specs import HardwareSpec, ModelSpec
 from sim.config.paths import data_dir
+from sim.config.yamlio import load_data
 
 
 def _key(name: str) -> str:
@@ -25,7 +24,7 @@ def _load_dir(kind: str) -> dict[str, Path]:
     out: dict[str, Path] = {}
     for path in sorted(folder.glob("*.yaml")):
         with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+            data = load_data(fh.read())
         out[_key(data["name"])] = path
     return out
 
@@ -34,7 +33,7 @@ def _load_dir(kind: str) -> dict[str, Path]:
 def _parse(kind: str, key: str) -> HardwareSpec | ModelSpec:
     path = _load_dir(kind)[key]
     with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh)
+        data = load_data(fh.read())
     cls = HardwareSpec if kind == "hardware" else ModelSpec
     return cls.model_validate(data)
 

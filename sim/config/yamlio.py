@@ -47,6 +47,22 @@ MAX_WRITTEN_VALUES = 100_000
 MAX_YAML_BYTES = 8 * 2**20
 
 
+# libyaml where the install has it: the same safe loading, about ten times faster
+_DATA_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_data(text: str) -> Any:
+    """A data file's YAML (a hardware or model profile, a calibrated profile): YAML 1.1
+    safe loading as ``yaml.safe_load`` does it. libyaml refuses nesting deeper than
+    1,000 levels; that is raised as the ``RecursionError`` the pure-Python parser meets."""
+    try:
+        return yaml.load(text, Loader=_DATA_LOADER)
+    except yaml.MarkedYAMLError as exc:
+        if "nesting depth" in str(exc.problem):
+            raise RecursionError(str(exc.problem)) from None
+        raise
+
+
 class SafeLineLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` with YAML 1.2's plain scalars instead of YAML 1.1's."""
 

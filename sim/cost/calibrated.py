@@ -49,12 +49,14 @@ from pydantic import Field
 
 from sim.config.common import FilePath, StrictModel
 from sim.config.specs import HardwareSpec, ModelSpec
+from sim.cost import libm
 from sim.cost.base import CostModel, DecodeRun, step_sum
 from sim.cost.steps import StepEnds
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.cost.shape import ArrayLike, BatchShape, default_kv_read
 from sim.config.inputs import MAX_DOC_BYTES, DataFiles, InputFileError, read_bytes, shown
 from sim.config.paths import data_dir
+from sim.config.yamlio import load_data
 
 TERMS = ("dense", "attn_prefill", "attn_decode", "lm_head", "tp_comm")
 SHAPE_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
@@ -148,8 +150,8 @@ class Table:
         x = np.asarray(x, dtype=np.float64)
         if self._zero:
             return np.zeros_like(x)
-        inside = np.exp(np.interp(np.log(np.clip(x, self.xs[0], self._x_last)), self._lx,
-                                  self._lt))
+        inside = libm.exp(np.interp(libm.log(np.clip(x, self.xs[0], self._x_last)),
+                                    self._lx, self._lt))
         beyond = self._t_last * x / self._x_last
         return np.where(x > 0, np.where(x > self._x_last, beyond, inside), 0.0)
 
@@ -206,7 +208,7 @@ class PerKeyTable:
 
     def __call__(self, new_tokens: ArrayLike) -> ArrayLike:
         q = np.asarray(new_tokens, dtype=np.float64)
-        inside = np.interp(np.log(np.maximum(q, 1.0)), self._lq, self._s)
+        inside = np.interp(libm.log(np.maximum(q, 1.0)), self._lq, self._s)
         return np.where(q > self._q_last, self._s_last * q / self._q_last, inside)
 
 
@@ -237,7 +239,7 @@ def resolve_profile_path(profile: str, base_dir: DataFiles | str | Path | None =
 @lru_cache(maxsize=32)
 def _read(path: str, mtime: float) -> dict:
     try:
-        data = yaml.safe_load(read_bytes(path, max_bytes=MAX_DOC_BYTES).decode("utf-8"))
+        data = load_data(read_bytes(path, max_bytes=MAX_DOC_BYTES).decode("utf-8"))
     except InputFileError as exc:
         raise ValueError(str(exc)) from None
     except yaml.MarkedYAMLError as exc:      # its text quotes the file: give the line only

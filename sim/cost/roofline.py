@@ -35,6 +35,7 @@ from pydantic import Field
 
 from sim.config.common import PositiveFraction, Seconds, StrictModel
 from sim.config.specs import BYTES_PER_ELEMENT, HardwareSpec, ModelSpec
+from sim.cost import libm
 from sim.cost.base import CostModel, DecodeRun, step_sum
 from sim.cost.shape import ArrayLike, BatchShape
 from sim.cost.steps import LinearStepEnds
@@ -225,7 +226,7 @@ class RooflineCostModel(CostModel):
         e, k = self.model.num_experts, self.model.experts_per_token
         if e == 1:
             return np.ones_like(np.asarray(num_tokens, dtype=np.float64))
-        return e * (1.0 - (1.0 - k / e) ** np.asarray(num_tokens, dtype=np.float64))
+        return e * (1.0 - libm.power(1.0 - k / e, num_tokens))
 
     def _dense_bytes(self, num_tokens: ArrayLike) -> ArrayLike:
         return self._weight_bytes(num_tokens) + self._act_bytes_per_token * num_tokens
