@@ -190,11 +190,14 @@ def run(scenario: Scenario, *, progress: ProgressFn | None = None,
     """Simulate ``scenario`` and return its tables and summary (``watch``: a test asked
     every so often that may end the run early, see :meth:`Simulation.run`)."""
     t0 = time.perf_counter()
+    simulation = prepare(scenario)
+    setup_s = time.perf_counter() - t0
     try:
-        simulation = prepare(scenario).run(progress, watch)
+        simulation.run(progress, watch)
     except RunRefused as exc:           # found while running (an open-ended stream)
         raise refused(scenario, exc) from None
     simulation.wall_s = time.perf_counter() - t0
+    simulation.setup_s = setup_s
     return collect(simulation.account())
 
 

@@ -370,7 +370,7 @@ class Simulation:
             scenario=self.scenario, end_s=self.end_s,
             stream_names=tuple(self.arrivals.stream_names),
             events_scheduled=self.events_scheduled, wall_s=getattr(self, "wall_s", 0.0),
-            recorder=self.recorder,
+            setup_s=getattr(self, "setup_s", 0.0), recorder=self.recorder,
             pools={name: pool.account(self.end_s) for name, pool in self.pools.items()})
 
     def run(self, progress: ProgressFn | None = None, watch: Watch | None = None

@@ -43,6 +43,7 @@ class RunAccount:
     end_s: float
     stream_names: tuple[str, ...]
     events_scheduled: int
-    wall_s: float
+    wall_s: float                  # set-up and event loop
     recorder: "Recorder"
     pools: dict[str, PoolAccount]
+    setup_s: float = 0.0           # of wall_s, before the first event (see api.prepare)

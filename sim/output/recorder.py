@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import NamedTuple, get_type_hints
 
 import numpy as np
-import pandas as pd
 
 
 # Small enough that a buffer's rows (and the floats they hold) are still in the
@@ -67,10 +66,15 @@ class ColumnTable:
         self._flush()
         return self._cols[name][: self._n]
 
-    def frame(self) -> pd.DataFrame:
+    def columns(self) -> dict[str, np.ndarray]:
+        """Each column's used part (views: appending later may overwrite them)."""
         self._flush()
+        return {name: col[: self._n] for name, col in self._cols.items()}
+
+    def frame(self):
+        import pandas as pd
         # pandas copies the columns of a dict (and the frame does not alias the table)
-        return pd.DataFrame({name: col[: self._n] for name, col in self._cols.items()})
+        return pd.DataFrame(self.columns())
 
 
 @dataclass(frozen=True)
@@ -206,7 +210,8 @@ class Codes(dict):
     def code(self, name: str) -> int:
         return self[name]
 
-    def decode(self, codes: np.ndarray) -> pd.Categorical:
+    def decode(self, codes: np.ndarray):
+        import pandas as pd
         return pd.Categorical.from_codes(codes.astype(np.int64), categories=self.names)
 
 

@@ -1,19 +1,22 @@
-"""What a run returns: flat tables (pandas) and the summary dictionary.
+"""What a run returns: flat tables and the summary dictionary.
 
 ``requests`` has one row per request (the output contract's columns);
 ``timeseries`` one row per pool per sampling instant; ``steps`` one row per
 engine step when ``record_steps`` is on; ``summary`` is what summary.json
-holds.
+holds. The tables are pandas DataFrames, made on first use from ``tables``
+(numpy columns, :mod:`sim.output.columns`), from which the summary and the
+data files are made without pandas.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
-import pandas as pd
 
 from sim.config.scenario import Scenario
 from sim.output.accounts import RunAccount
+from sim.output.columns import Coded, Table
 from sim.output.recorder import REQUEST_COLUMNS, REQUEST_ROW
 from sim.output.summary import EarlierWork, summarise
 from sim.output.timeseries import build_timeseries
@@ -27,15 +30,38 @@ REQUEST_TABLE_COLUMNS = [
 ]
 
 
+@dataclass(frozen=True)
+class RunTables:
+    """A run's tables as columns (``steps`` only with ``record_steps``)."""
+
+    requests: Table
+    timeseries: Table
+    steps: Table | None = None
+
+
 @dataclass
 class Results:
     scenario: Scenario
-    requests: pd.DataFrame
-    timeseries: pd.DataFrame
-    steps: pd.DataFrame | None
+    tables: RunTables
     summary: dict
     wall_s: float = 0.0
     extra: dict = field(default_factory=dict)
+
+    @cached_property
+    def requests(self):
+        """One row per request (a pandas DataFrame)."""
+        return self.tables.requests.frame()
+
+    @cached_property
+    def timeseries(self):
+        """One row per pool per sampling instant (a pandas DataFrame)."""
+        return self.tables.timeseries.frame()
+
+    @cached_property
+    def steps(self):
+        """One row per engine step (a pandas DataFrame), or None without
+        ``record_steps``."""
+        return self.tables.steps.frame() if self.tables.steps is not None else None
 
 
 def latencies(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -50,8 +76,8 @@ def latencies(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             "queue_s": raw["admitted_s"] - arrival}
 
 
-def _request_table(run: RunAccount) -> tuple[pd.DataFrame, EarlierWork]:
-    """The recorded columns in request order, codes decoded, latencies derived:
+def _request_table(run: RunAccount) -> tuple[Table, EarlierWork]:
+    """The recorded columns in request order, codes kept as codes, latencies derived:
     numpy all the way, one copy of each column (a long run has millions of rows); and,
     in the same order, each request's work on an earlier pool (not a table column)."""
     rec = run.recorder
@@ -59,34 +85,32 @@ def _request_table(run: RunAccount) -> tuple[pd.DataFrame, EarlierWork]:
     order = np.argsort(table.column("request_id"), kind="stable")
     raw = {name: table.column(name)[order] for name in REQUEST_COLUMNS}
     out: dict[str, object] = dict(raw)
-    out["stream"] = pd.Categorical.from_codes(raw["stream"].astype(np.int64),
-                                              categories=list(run.stream_names))
-    for field in REQUEST_ROW:
-        if field.codes is not None:
-            out[field.column] = rec.code_table(field).decode(raw[field.column])
+    out["stream"] = Coded(raw["stream"], run.stream_names)
+    for column in REQUEST_ROW:
+        if column.codes is not None:
+            out[column.column] = Coded(raw[column.column], rec.code_table(column).names)
     out.update(latencies(raw))
     out["cost_usd"] = np.zeros(len(order))  # filled in by summarise (its pool's cost share)
     earlier = EarlierWork(pool=out["earlier_pool"],
                           tokens=raw["earlier_tokens"], carried=raw["carried_tokens"])
-    return pd.DataFrame({name: out[name] for name in REQUEST_TABLE_COLUMNS}, copy=False), \
-        earlier
+    return Table({name: out[name] for name in REQUEST_TABLE_COLUMNS}), earlier
 
 
 def collect(run: RunAccount) -> Results:
     """The results of an ended run (``Simulation.account()``)."""
     rec = run.recorder
     requests, earlier = _request_table(run)
-    samples = rec.samples.frame()
     pool_names = list(rec.pools.names)
-    ts = build_timeseries(samples, run.pools, run.scenario.sample_interval, pool_names,
-                          run.end_s)
+    ts = build_timeseries(rec.samples.columns(), run.pools, run.scenario.sample_interval,
+                          pool_names, run.end_s)
     steps = None
     if rec.steps is not None:
-        steps = rec.steps.frame()
-        steps["pool"] = rec.pools.decode(steps["pool"].to_numpy())
+        steps = Table(rec.steps.columns())
+        steps["pool"] = Coded(steps["pool"], rec.pools.names)
     summary = summarise(run, requests, ts, earlier)
     usage = [p.usage for p in run.pools.values()]
     extra = {"segments": sum(u.num_runs for u in usage),
-             "steps": sum(u.num_steps for u in usage), "events": run.events_scheduled}
-    return Results(scenario=run.scenario, requests=requests, timeseries=ts, steps=steps,
-                   summary=summary, wall_s=run.wall_s, extra=extra)
+             "steps": sum(u.num_steps for u in usage), "events": run.events_scheduled,
+             "setup_s": run.setup_s}
+    return Results(run.scenario, RunTables(requests, ts, steps), summary,
+                   wall_s=run.wall_s, extra=extra)

@@ -1,21 +1,24 @@
 """SLO figures over a run's request table: each SLO's measured value and margin, the
-share of requests meeting every bound (attainment) and their rate (goodput)."""
+share of requests meeting every bound (attainment) and their rate (goodput).
+
+A table here is a run's :class:`sim.output.columns.Table` or a pandas DataFrame of the
+same columns: only what both do is used (a column by name, rows by a boolean mask,
+``==`` and ``isin`` on a column of names, ``np.asarray``)."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from sim.config.slos import Slo, targets
 
 
-def within_every_bound(done: pd.DataFrame, slos: list[Slo]) -> np.ndarray:
+def within_every_bound(done, slos: list[Slo]) -> np.ndarray:
     """Per completed request: within each latency SLO's target (a request either meets
     a latency bound or not, whatever the statistic the SLO puts on it)."""
     ok = np.ones(len(done), dtype=bool)
     for slo in slos:
         if slo.metric != "attainment":
             column = slo.metric.rsplit("_", 1)[0] + "_s"
-            ok &= ~(done[column].to_numpy(dtype=np.float64) > slo.target)
+            ok &= ~(np.asarray(done[column], dtype=np.float64) > slo.target)
     return ok
 
 
@@ -24,25 +27,28 @@ def within_every_bound(done: pd.DataFrame, slos: list[Slo]) -> np.ndarray:
 POLICY_REFUSALS = ("unauthorized", "model_not_allowed")
 
 
-def judged(requests: pd.DataFrame) -> pd.DataFrame:
+def judged(requests):
     """The requests an SLO is judged over: all but those refused by policy."""
-    reason = requests["reject_reason"].astype(str)
-    return requests[~reason.isin(POLICY_REFUSALS)]
+    return requests[~np.asarray(requests["reject_reason"].isin(POLICY_REFUSALS))]
 
 
-def unserved(requests: pd.DataFrame) -> int:
+def _completed(requests) -> np.ndarray:
+    return np.asarray(requests["status"] == "completed", dtype=bool)
+
+
+def unserved(requests) -> int:
     """Requests of ``judged`` that never completed (shed, refused for capacity, unfinished
     when the run ended)."""
-    return int((requests["status"].astype(str) != "completed").sum())
+    return int((~_completed(requests)).sum())
 
 
-def measure(requests: pd.DataFrame, slos: list[Slo]) -> dict[str, float]:
+def measure(requests, slos: list[Slo]) -> dict[str, float]:
     """Each SLO's metric over ``requests`` (all but the policy refusals). A request that
     never completed (shed, refused for capacity, unfinished) has an infinite latency:
     shedding load cannot meet a latency SLO. Attainment = share of them completed within
     every latency bound."""
     requests = judged(requests)
-    done = requests[requests["status"].astype(str) == "completed"]
+    done = requests[_completed(requests)]
     missing = len(requests) - len(done)
     out: dict[str, float] = {}
     for slo in slos:
@@ -51,7 +57,8 @@ def measure(requests: pd.DataFrame, slos: list[Slo]) -> dict[str, float]:
             out[slo.metric] = float(ok.sum() / len(requests)) if len(requests) else 0.0
             continue
         name, stat = slo.metric.rsplit("_", 1)
-        values = done[f"{name}_s"].dropna().to_numpy(dtype=np.float64)
+        values = np.asarray(done[f"{name}_s"], dtype=np.float64)
+        values = values[~np.isnan(values)]
         if len(values) + missing == 0:
             out[slo.metric] = float("inf")
         elif stat == "mean":
@@ -92,11 +99,11 @@ def met(measured: dict[str, float], slos: list[Slo]) -> bool:
     return all(m >= 0 for m in margins(measured, slos).values())
 
 
-def _verdicts(requests: pd.DataFrame, slos: list[Slo], window_s: float) -> dict:
+def _verdicts(requests, slos: list[Slo], window_s: float) -> dict:
     measured = measure(requests, slos)
     margin = margins(measured, slos)
     requests = judged(requests)
-    done = requests[requests["status"].astype(str) == "completed"]
+    done = requests[_completed(requests)]
     good = int(within_every_bound(done, slos).sum())
     finite = {k: (v if np.isfinite(v) else None) for k, v in measured.items()}
     return {
@@ -113,12 +120,12 @@ def _verdicts(requests: pd.DataFrame, slos: list[Slo], window_s: float) -> dict:
     }
 
 
-def slo_section(requests: pd.DataFrame, slos_cfg, warmup_s: float, end_s: float) -> dict:
+def slo_section(requests, slos_cfg, warmup_s: float, end_s: float) -> dict:
     """summary.json's ``slo``: the verdict over every request after the warm-up and over
     each team's (stream's) requests for a team (stream) with SLOs of its own. Goodput is
     requests completed within every bound per second of the measured window (warm-up to
     the run's end)."""
-    measured = requests[requests["arrival_s"] >= warmup_s]
+    measured = requests[np.asarray(requests["arrival_s"]) >= warmup_s]
     window_s = end_s - warmup_s
     out = {"met": True}
     fleet = targets(slos_cfg)
@@ -129,7 +136,7 @@ def slo_section(requests: pd.DataFrame, slos_cfg, warmup_s: float, end_s: float)
                                   ("streams", "stream", slos_cfg.streams)):
         verdicts = {}
         for name, block in blocks.items():
-            mine = measured[measured[column].astype(str) == name]
+            mine = measured[np.asarray(measured[column] == name, dtype=bool)]
             verdicts[name] = _verdicts(mine, targets(block), window_s)
             out["met"] = out["met"] and verdicts[name]["met"]
         if verdicts:

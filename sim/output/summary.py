@@ -1,21 +1,23 @@
-"""summary.json: the headline figures of one run, as plain JSON types."""
+"""summary.json: the headline figures of one run, as plain JSON types (from the run's
+numpy columns, :mod:`sim.output.columns`)."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from sim.core.request import Status
 from sim.output.accounts import RunAccount
+from sim.output.columns import Coded, Table
 from sim.output.slo import slo_section
 
 PERCENTILES = (50, 90, 99)
 
 
-def _stats(values: pd.Series) -> dict[str, float | None]:
-    v = values.dropna().to_numpy(dtype=np.float64)
+def _stats(values: np.ndarray) -> dict[str, float | None]:
+    v = values[~np.isnan(values)]
     if len(v) == 0:
         return {"mean": None, "p50": None, "p90": None, "p99": None}
     pct = np.percentile(v, PERCENTILES)
@@ -31,28 +33,28 @@ class EarlierWork:
     """Per request (in the table's order): a pool that worked on it before its last ("" if
     none), the tokens computed there, and how many of those its own totals still hold."""
 
-    pool: pd.Categorical        # pool names, compared by code
+    pool: Coded                 # pool names, compared by code
     tokens: np.ndarray          # int64
     carried: np.ndarray         # int64
 
 
-def attribute_cost(requests: pd.DataFrame, pool_cost: dict[str, float],
+def attribute_cost(requests: Table, pool_cost: dict[str, float],
                    earlier: EarlierWork | None = None) -> np.ndarray:
     """Each request's share of each pool's cost, by the tokens it had computed there:
     prompt less cache hits, plus output, on its last pool (a refused request computed
     nothing there), and the tokens of its work on an earlier pool (a disaggregated
     prefill, a cascade's first attempt) on that one."""
     work = (requests["prompt_tokens"] - requests["cached_prompt_tokens"]
-            + requests["output_tokens"]).to_numpy(dtype=np.float64)
+            + requests["output_tokens"]).astype(np.float64)
     if earlier is not None:
         work = work - earlier.carried
-    work = np.where((requests["status"] != Status.REJECTED).to_numpy(), work, 0.0)
-    pools = requests["pool"]               # categorical: compared by code, not as strings
+    work = np.where(requests["status"] != Status.REJECTED, work, 0.0)
+    pools = requests["pool"]               # compared by code, not as strings
     before = np.zeros(len(requests)) if earlier is None else earlier.tokens.astype(np.float64)
     out = np.zeros(len(requests))
     for name, cost in pool_cost.items():
-        here = (pools == name).to_numpy()
-        there = np.asarray(earlier.pool == name) if earlier is not None \
+        here = pools == name
+        there = earlier.pool == name if earlier is not None \
             else np.zeros(len(out), bool)
         total = work[here].sum() + before[there].sum()
         if total > 0:
@@ -61,35 +63,44 @@ def attribute_cost(requests: pd.DataFrame, pool_cost: dict[str, float],
     return out
 
 
-def _prompt_pools(requests: pd.DataFrame, earlier: EarlierWork | None):
-    """Per request, the pool that computed its prompt: its last pool (the categorical
-    column itself, compared by code, when no request was handed over), or the earlier one
+def _prompt_pools(requests: Table, earlier: EarlierWork | None) -> Coded:
+    """Per request, the pool that computed its prompt: its last pool, or the earlier one
     that handed it over with its prompt's KV (``carried`` tokens: disaggregation; a
     cascade's next pool starts over and computes the prompt itself)."""
+    last = requests["pool"]
     handed = earlier.carried > 0 if earlier is not None else None
     if handed is None or not handed.any():
-        return requests["pool"]
-    return np.where(handed, np.asarray(earlier.pool, dtype=object).astype(str),
-                    requests["pool"].astype(str).to_numpy())
+        return last
+    names = list(last.names)
+    recode = np.array([names.index(n) if n in names else names.append(n) or len(names) - 1
+                       for n in earlier.pool.names] + [-1])
+    before = recode[np.where(earlier.pool.codes >= 0, earlier.pool.codes, -1)]
+    return Coded(np.where(handed, before, last.codes), names)
 
 
-def summarise(run: RunAccount, requests: pd.DataFrame, ts: pd.DataFrame,
+def _reason_counts(reasons: Coded) -> dict[str, int]:
+    """Requests per reason, by the reason's name in sorted order."""
+    counts = Counter(reasons.strings())
+    return {str(k): int(counts[k]) for k in sorted(counts)}
+
+
+def summarise(run: RunAccount, requests: Table, ts: Table,
               earlier: EarlierWork | None = None) -> dict:
     end_s = run.end_s
     status = requests["status"]
-    done = requests[status == Status.COMPLETED]
+    completed = status == Status.COMPLETED
+    done = requests[completed]
     rejected = requests[status == Status.REJECTED]
-    by_reason = rejected["reject_reason"].astype(str).value_counts().sort_index()
 
     pools: dict[str, dict] = {}
     pool_cost: dict[str, float] = {}
     total_cost = 0.0
     prompt_pool = _prompt_pools(requests, earlier)
-    completed = (status == Status.COMPLETED).to_numpy()
+    ts_pool = ts["pool"] if len(ts) else np.array([], dtype=object)
     for code, name in enumerate(run.recorder.pools.names):
         pool = run.pools[name]
         usage = pool.usage
-        pts = ts[ts["pool"] == name]
+        pts = ts[ts_pool == name] if len(ts) else ts
         gpu_s = pool.billed_gpu_s
         replicas = gpu_s / pool.gpus_per_replica / end_s if end_s > 0 else 0.0
         cost = gpu_s / 3600.0 * pool.price_per_gpu_hour
@@ -132,16 +143,20 @@ def summarise(run: RunAccount, requests: pd.DataFrame, ts: pd.DataFrame,
     requests["cost_usd"] = attribute_cost(requests, pool_cost, earlier)
     teams: dict[str, dict] = {}
     warmup_s = run.scenario.warmup
-    for team, rows in requests.groupby("team", observed=True, sort=True):
+    team_codes = requests["team"].codes
+    for code, team in enumerate(requests["team"].names):     # the recorder's order
+        rows = requests[team_codes == code]
+        if not len(rows):
+            continue
         st = rows["status"]
         ok = rows[st == Status.COMPLETED]
         measured = ok[ok["arrival_s"] >= warmup_s]      # latencies leave out the warm-up
-        reasons = rows.loc[st == Status.REJECTED, "reject_reason"].astype(str).value_counts()
+        refused = st == Status.REJECTED
         teams[str(team)] = {
             "requests": int(len(rows)),
             "completed": int(len(ok)),
-            "rejected": int((st == Status.REJECTED).sum()),
-            "rejected_by_reason": {str(k): int(v) for k, v in reasons.sort_index().items()},
+            "rejected": int(refused.sum()),
+            "rejected_by_reason": _reason_counts(rows["reject_reason"][refused]),
             "input_tokens": int(ok["prompt_tokens"].sum()),
             "output_tokens": int(ok["output_tokens"].sum()),
             "ttft_p99_s": _num(float(np.percentile(measured["ttft_s"], 99)))
@@ -163,7 +178,7 @@ def summarise(run: RunAccount, requests: pd.DataFrame, ts: pd.DataFrame,
         "requests": {
             "arrived": int(len(requests)),
             "completed": int(len(done)),
-            "rejected": {str(k): int(v) for k, v in by_reason.items()},
+            "rejected": _reason_counts(rejected["reject_reason"]),
             "rejected_total": int(len(rejected)),
             "in_flight_at_end": int((status == Status.UNFINISHED).sum()),
         },

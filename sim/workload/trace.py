@@ -20,13 +20,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Optional
 
 import numpy as np
-import pandas as pd
 
 from sim.config.lengths import MAX_TOKENS
 from sim.config.workload import TraceArrivalConfig
 from sim.config.inputs import MAX_DATA_BYTES, DataFiles, InputFileError, as_data_files, open_regular
 
 if TYPE_CHECKING:
+    import pandas as pd
     from sim.workload.trace_formats import Trace
 
 TRACE_COLUMNS = ("timestamp", "prompt_tokens", "output_tokens")
@@ -169,6 +169,7 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...],
     columns, may say how many of its rows are the last wanted: reading stops there. More
     than ``max_rows`` rows wanted is an error (``too_many``, when given, is its message).
     """
+    import pandas as pd
     try:
         quoted = scan_text(path)
     except InputFileError as exc:
@@ -267,6 +268,7 @@ def _lenient(frame: pd.DataFrame, name: str, datetimes: tuple[str, ...]
              ) -> dict[str, np.ndarray]:
     """One column of a chunk as numbers (dates and times as float nanoseconds), whatever
     does not read as one NaN: to find where the wanted rows end before checking them."""
+    import pandas as pd
     text = frame[name].str.strip()
     if name in datetimes:
         try:
@@ -285,6 +287,7 @@ def _numeric_columns(path: pathlib.Path, frame: pd.DataFrame, columns: tuple[str
                      ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """One chunk's wanted columns as finite floats (or datetimes as int64 ns), blank rows
     dropped."""
+    import pandas as pd
     text = frame[list(columns)].apply(lambda col: col.str.strip())
     keep = (text != "").any(axis=1).to_numpy()
     text, lines = text[keep], lines[keep]

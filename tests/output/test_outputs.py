@@ -14,7 +14,9 @@ from rich.console import Console
 
 import sim
 from sim.config.errors import ScenarioError
+from sim.output.columns import Coded, Table
 from sim.output.outputs import summary_json, write_outputs
+from sim.output.results import RunTables
 from sim.output.plots import save_all
 from sim.output.table import print_summary
 
@@ -175,10 +177,13 @@ def test_force_replaces_and_output_is_byte_identical(results, tmp_path):
 def test_empty_folder_is_reused_and_steps_written(results, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
-    steps = pd.DataFrame({"time_s": [0.5, 1.0], "pool": ["fast", "capped"]})
-    paths = write_outputs(dataclasses.replace(results, steps=steps), out)
+    steps = Table({"time_s": np.array([0.5, 1.0]),
+                   "pool": Coded(np.array([0, 1]), ["fast", "capped"])})
+    tables = dataclasses.replace(results.tables, steps=steps)
+    paths = write_outputs(dataclasses.replace(results, tables=tables), out)
     assert out / "steps.csv" in paths
-    assert pd.read_csv(out / "steps.csv").equals(steps)
+    assert pd.read_csv(out / "steps.csv").equals(
+        pd.DataFrame({"time_s": [0.5, 1.0], "pool": ["fast", "capped"]}))
 
 
 def test_file_in_the_way_is_an_error(results, tmp_path):
@@ -202,8 +207,9 @@ def test_failed_write_leaves_nothing(results, tmp_path, monkeypatch):
 
 
 def test_plots_survive_empty_results(results, tmp_path):
-    empty = dataclasses.replace(results, requests=results.requests.iloc[0:0],
-                                timeseries=pd.DataFrame(), summary={})
+    requests = results.tables.requests
+    none = RunTables(requests[np.zeros(len(requests), dtype=bool)], Table({}))
+    empty = dataclasses.replace(results, tables=none, summary={})
     paths = save_all(empty, tmp_path)
     assert [p.name for p in paths] == ["ttft_cdf.png", "tpot_cdf.png", "e2e_cdf.png",
                                        "latency_over_time.png", "lengths.png", "queue.png",
