@@ -18,6 +18,7 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e .
+	$(PY) -m compileall -q sim calibrate >/dev/null   # as a non-editable install would
 	touch $@
 
 $(DEV_STAMP): pyproject.toml $(STAMP)

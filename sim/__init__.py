@@ -6,10 +6,32 @@
     results.requests      # one row per request (pandas)
     results.timeseries    # one row per pool per sample
     results.summary       # what summary.json holds
+
+The names below are imported on first use (``import sim`` itself costs nothing, so the
+``fleetsim`` command can set itself up before pydantic builds the scenario's models).
 """
-from sim.api import load_scenario, run, with_overrides
-from sim.config.errors import ScenarioError
-from sim.output.results import Results
+from __future__ import annotations
+
+import importlib
 
 __all__ = ["load_scenario", "run", "with_overrides", "Results", "ScenarioError"]
 __version__ = "0.1.0"
+
+_HOMES = {"load_scenario": "sim.api", "run": "sim.api", "with_overrides": "sim.api",
+          "Results": "sim.output.results", "ScenarioError": "sim.config.errors"}
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        value = getattr(importlib.import_module(_HOMES[name]), name)
+    else:
+        try:                                  # a subpackage: sim.api, sim.config, ...
+            value = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError:
+            raise AttributeError(f"module 'sim' has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

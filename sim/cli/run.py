@@ -120,8 +120,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(json.dumps(results.summary, indent=2))
     elif not args.quiet:
         print_summary(results.summary)
+        setup_s = results.extra.get("setup_s", 0.0)
         print(f"wrote {len(written)} files to {shown(out_dir)}/ "
-              f"(simulated {results.summary['end_s']:,.0f} s in {results.wall_s:.2f} s)")
+              f"(simulated {results.summary['end_s']:,.0f} s in {results.wall_s:.2f} s: "
+              f"{setup_s:.2f} s to set up, {results.wall_s - setup_s:.2f} s of events)")
     return 0
 
 

@@ -70,7 +70,7 @@ def parse_slo(text: str) -> Slo:
 MIN_TARGET_S, MAX_TARGET_S = 1e-6, 30 * 86400.0
 
 
-def _targets_model(name: str, doc: str):
+def _target_fields() -> dict:
     fields = {f"{m}_{s}": (PositiveSeconds | None, Field(
         None, ge=MIN_TARGET_S, le=MAX_TARGET_S,
         description=f"{s} of {WHAT[m]} at most this, e.g. 2s or 50ms (1 us to 30 days)"))
@@ -78,21 +78,22 @@ def _targets_model(name: str, doc: str):
     fields["attainment"] = (PositiveFraction | None, Field(
         None, description="least share of requests (arrivals after the warm-up) completed "
                           "within every percentile and mean bound given beside it"))
-    return create_model(name, __base__=StrictModel, __doc__=doc, **fields)
+    return fields
 
 
-TeamSlos = _targets_model("TeamSlos", "One team's SLOs (its requests only).")
-StreamSlos = _targets_model("StreamSlos", "One stream's SLOs (its requests only).")
-_FleetTargets = _targets_model("FleetTargets", "SLOs over every request.")
-
-
-class SlosConfig(_FleetTargets):
-    """SLOs over every request, a team's own over its requests, a stream's over its."""
-
-    teams: dict[Name, TeamSlos] = Field(
-        default_factory=dict, description="Team -> SLOs over that team's requests")
-    streams: dict[Name, StreamSlos] = Field(
-        default_factory=dict, description="Stream -> SLOs over that stream's requests")
+# Two models, each built once (26 fields apiece: building a model is most of what
+# importing the configuration costs): a team's or a stream's SLOs, and the block.
+ScopeSlos = create_model("ScopeSlos", __base__=StrictModel,
+                         __doc__="One team's or one stream's SLOs (its requests only).",
+                         **_target_fields())
+SlosConfig = create_model(
+    "SlosConfig", __base__=StrictModel,
+    __doc__="SLOs over every request, a team's own over its requests, a stream's over its.",
+    **_target_fields(),
+    teams=(dict[Name, ScopeSlos], Field(
+        default_factory=dict, description="Team -> SLOs over that team's requests")),
+    streams=(dict[Name, ScopeSlos], Field(
+        default_factory=dict, description="Stream -> SLOs over that stream's requests")))
 
 
 ATTAINMENT_ALONE = ("attainment counts the requests within every latency bound given "

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
+
+from sim.config.yamlio import dump_data
 
 from sim.output.atomic_write import write_folder
 
@@ -144,8 +145,7 @@ def _write_all(results, folder: Path, sweep=None, report: bool = True) -> list[P
         written.append(path)
 
     path = folder / "scenario.yaml"
-    _write_text(path, yaml.safe_dump(results.scenario.model_dump(mode="json"),
-                                     sort_keys=False, allow_unicode=True))
+    _write_text(path, dump_data(results.scenario.model_dump(mode="json")))
     written.append(path)
     if not report:
         return written

