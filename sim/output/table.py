@@ -192,7 +192,9 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
     """Print :func:`summary_table` to ``console`` (standard output by default). A figure
     is never cut: on a terminal a narrow column folds its cells onto more lines; into a
     file or a CI log (no width to respect) each table takes the width it needs."""
-    console = console or Console()
+    # the cells are figures and names as written: no markup or emoji codes read in them
+    # (a team named "[red]x" prints as itself), which also halves rich's time per cell
+    console = console or Console(markup=False, emoji=False)
     for table in summary_table(summary):
         for column in table.columns:
             column.overflow = "fold"

@@ -320,6 +320,16 @@ def test_tables_into_a_file_never_cut_a_figure():
     assert "$1,299" in text
 
 
+def test_names_print_as_written_not_as_markup(capsys):
+    """The summary printed to standard output reads no rich markup or emoji codes in the
+    scenario's names: a team named "[red]x:smile:" prints as itself."""
+    teams = {"[red]x:smile:": {"requests": 1, "completed": 1, "rejected": 0,
+                               "input_tokens": 1, "output_tokens": 1, "cost_usd": 1.0}}
+    print_summary({"scenario": "[bold]plan", "latency_s": {}, "cost": {}, "teams": teams})
+    out = capsys.readouterr().out
+    assert "[red]x:smile:" in out and "[bold]plan" in out
+
+
 def test_means_over_no_samples_are_null_not_zero(tmp_path):
     """A sample interval as long as the run (which ends before 20 s when its last
     request does) leaves no sample inside it: the pools' means over the samples are null
