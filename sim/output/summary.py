@@ -72,8 +72,8 @@ def _prompt_pools(requests: Table, earlier: EarlierWork | None) -> Coded:
     if handed is None or not handed.any():
         return last
     names = list(last.names)
-    recode = np.array([names.index(n) if n in names else names.append(n) or len(names) - 1
-                       for n in earlier.pool.names] + [-1])
+    names += [n for n in earlier.pool.names if n not in names]
+    recode = np.array([names.index(n) for n in earlier.pool.names] + [-1])
     before = recode[np.where(earlier.pool.codes >= 0, earlier.pool.codes, -1)]
     return Coded(np.where(handed, before, last.codes), names)
 
