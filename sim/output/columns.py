@@ -13,7 +13,7 @@ so a function over them (the SLO verdicts) works on a DataFrame as well.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -92,7 +92,7 @@ def _arrow_numbers(values: np.ndarray, null: np.ndarray | None = None):
                                  [valid, pa.py_buffer(values)], null_count=nulls)
 
 
-def _arrow_strings(values) -> "object":
+def _arrow_strings(values):
     """A string array of ``values`` (text, or None for null)."""
     import pyarrow as pa
     data = [v.encode("utf-8") if v is not None else b"" for v in values]
@@ -102,9 +102,6 @@ def _arrow_strings(values) -> "object":
     return pa.Array.from_buffers(pa.large_string(), len(data),
                                  [valid, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))],
                                  null_count=nulls)
-
-
-Column = "np.ndarray | Coded"
 
 
 class Table:
@@ -123,12 +120,6 @@ class Table:
 
     def __len__(self) -> int:
         return len(next(iter(self._cols.values()))) if self._cols else 0
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._cols
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._cols)
 
     def __getitem__(self, key):
         if isinstance(key, str):

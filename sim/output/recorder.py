@@ -3,8 +3,8 @@
 A row is appended as one tuple to a short buffer; every ``BUFFER_ROWS`` rows
 the buffer is transposed (in C, by ``zip``) and written into the columns a
 column at a time, which costs far less than one numpy item assignment per
-field. Memory holds at most one buffer of Python rows. ``frame()`` hands the
-used part to pandas without copying the Python way.
+field. Memory holds at most one buffer of Python rows. ``columns()`` gives the
+used part of each column (views, no copy).
 """
 from __future__ import annotations
 
@@ -70,11 +70,6 @@ class ColumnTable:
         """Each column's used part (views: appending later may overwrite them)."""
         self._flush()
         return {name: col[: self._n] for name, col in self._cols.items()}
-
-    def frame(self):
-        import pandas as pd
-        # pandas copies the columns of a dict (and the frame does not alias the table)
-        return pd.DataFrame(self.columns())
 
 
 @dataclass(frozen=True)
@@ -209,10 +204,6 @@ class Codes(dict):
 
     def code(self, name: str) -> int:
         return self[name]
-
-    def decode(self, codes: np.ndarray):
-        import pandas as pd
-        return pd.Categorical.from_codes(codes.astype(np.int64), categories=self.names)
 
 
 class Recorder:

@@ -96,11 +96,10 @@ def summarise(run: RunAccount, requests: Table, ts: Table,
     pool_cost: dict[str, float] = {}
     total_cost = 0.0
     prompt_pool = _prompt_pools(requests, earlier)
-    ts_pool = ts["pool"] if len(ts) else np.array([], dtype=object)
     for code, name in enumerate(run.recorder.pools.names):
         pool = run.pools[name]
         usage = pool.usage
-        pts = ts[ts_pool == name] if len(ts) else ts
+        pts = ts[ts["pool"] == name] if len(ts) else ts     # (no columns: no pools)
         gpu_s = pool.billed_gpu_s
         replicas = gpu_s / pool.gpus_per_replica / end_s if end_s > 0 else 0.0
         cost = gpu_s / 3600.0 * pool.price_per_gpu_hour

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from sim.output import recorder
+from sim.output.columns import Coded
 from sim.output.recorder import ColumnTable
 
 
@@ -17,10 +18,10 @@ def test_rows_across_buffer_flushes_and_column_growth_come_back_in_order(monkeyp
         assert len(table) == i + 1
         if i == 20:                      # reading mid-run flushes what is buffered
             assert table.column("i").tolist() == list(range(21))
-    frame = table.frame()
-    assert frame["i"].tolist() == list(range(n))
-    np.testing.assert_array_equal(frame["x"].to_numpy(), np.arange(n) / 4.0)
-    assert frame["c"].dtype == np.int8 and frame["c"].tolist() == [i % 3 for i in range(n)]
+    columns = table.columns()
+    assert columns["i"].tolist() == list(range(n))
+    np.testing.assert_array_equal(columns["x"], np.arange(n) / 4.0)
+    assert columns["c"].dtype == np.int8 and columns["c"].tolist() == [i % 3 for i in range(n)]
 
 
 def test_a_row_with_a_missing_field_is_an_error_not_a_shifted_column(monkeypatch):
@@ -37,7 +38,7 @@ def test_codes_intern_each_name_once_in_first_seen_order_and_decode_back():
     assert codes["team-b"] == 2 and codes["team-a"] == 3
     assert codes["team-b"] == 2 and codes.code("team-a") == 3     # known names keep their code
     assert codes.names == ["completed", "rejected", "team-b", "team-a"]
-    decoded = codes.decode(np.array([3, 0, 2], dtype=np.int32))
+    decoded = Coded(np.array([3, 0, 2], dtype=np.int32), codes.names).strings()
     assert list(decoded) == ["team-a", "completed", "team-b"]
 
 
@@ -69,7 +70,7 @@ def test_each_request_column_holds_the_attribute_it_declares():
     for f in REQUEST_ROW:
         got = raw[f.column]
         if f.codes is not None:
-            got = rec.code_table(f).decode(np.array([got]))[0]
+            got = Coded(np.array([got]), rec.code_table(f).names).strings()[0]
         assert got == values[f.column], f.column
         assert rec.requests.column(f.column).dtype == np.dtype(f.dtype)
 
