@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from sim.config.common import (BytesPerS, Flag, FlopsPerS, PositiveBytes,
+from sim.config.common import (BytesPerS, Flag, FlopsPerS, PositiveBytes, PositiveFraction,
                                Name, PositiveInt, Seconds, StrictModel, UsdPerGpuHour)
 
 DType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
@@ -63,6 +63,12 @@ class HardwareSpec(StrictModel):
     internode_latency: Seconds = Field(
         10e-6, description="Fixed latency of one send between nodes (NCCL point-to-point "
                            "over InfiniBand for a small message: about 10 us)")
+    internode_efficiency: PositiveFraction = Field(
+        1.0, description="Share of internode_bandwidth a send between nodes moves data at "
+                         "(1: the full adapter rate, as NVIDIA AIConfigurator's analytic "
+                         "point-to-point model takes it; the roofline's "
+                         "interconnect_efficiency, fitted to NVLink all-reduce kernels, is "
+                         "not applied to the network)")
     price_per_gpu_hour: GpuPrices = Field(description="USD per GPU-hour by purchase option")
     price_source: str | None = Field(
         None, max_length=300, description="Where and when the prices were read (shown in "

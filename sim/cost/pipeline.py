@@ -39,8 +39,10 @@ prefill work W, decode keys K, keys read R) and the inner (one-stage) cost model
                                                 (λ = allreduce_latency, B = half of
                                                 interconnect_bandwidth) or the network
                                                 across nodes (internode_latency and
-                                                internode_bandwidth), B at the roofline's
-                                                interconnect_efficiency
+                                                internode_bandwidth); B at the roofline's
+                                                interconnect_efficiency over NVLink (its
+                                                all-reduce fit) and at the hardware's
+                                                internode_efficiency over the network
     T_trav = T1 + Σ_{s<pp−1} x_s                one micro-batch through every stage
     t_b   = max(h, max_s (c_s + x_s))           the busiest resource (x_{pp−1} = 0)
     step  = max(T_trav, M·t_b)
@@ -117,8 +119,8 @@ class PipelineCostModel(CostModel):
         self.after_idle_s = inner.after_idle_s
         self.measures_engine = inner.measures_engine
         self.layers_per_stage = stage_layers(model.num_layers, pp)
-        efficiency = getattr(getattr(inner, "cfg", None), "interconnect_efficiency",
-                             FITTED["interconnect_efficiency"])
+        nvlink_efficiency = getattr(getattr(inner, "cfg", None), "interconnect_efficiency",
+                                    FITTED["interconnect_efficiency"])
         bytes_per_token = PP_SEND_TENSORS * model.hidden_size * ACTIVATION_BYTES / tp
         self.send_latency_s: list[float] = []        # per send s -> s+1
         self.send_s_per_token: list[float] = []
@@ -127,11 +129,13 @@ class PipelineCostModel(CostModel):
                 if hardware.internode_bandwidth is None:
                     raise ValueError(f"{hardware.name} gives no internode_bandwidth: "
                                      f"{pp} stages of tp={tp} span several nodes")
-                latency, link = hardware.internode_latency, hardware.internode_bandwidth
+                latency = hardware.internode_latency
+                link = hardware.internode_bandwidth * hardware.internode_efficiency
             else:
-                latency, link = hardware.allreduce_latency, hardware.interconnect_bandwidth / 2
+                latency = hardware.allreduce_latency
+                link = hardware.interconnect_bandwidth / 2 * nvlink_efficiency
             self.send_latency_s.append(latency)
-            self.send_s_per_token.append(bytes_per_token / (link * efficiency))
+            self.send_s_per_token.append(bytes_per_token / link)
         self._plain_engine = (type(inner).engine_s is CostModel.engine_s
                               and type(inner).engine_host_s is CostModel.engine_host_s)
 
