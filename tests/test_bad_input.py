@@ -883,6 +883,18 @@ CASES += [
          + SECOND_POOL % "llama-3.1-8b" + "    pp: 2\n", 33, "pools.second.pp",
          ["pool 'second' decodes for 'llama-3.1-8b' (disaggregated) with pp=2",
           "NixlConnector", "does not support pipeline stages on the decode side"]),
+    Case("sizing-pp-on-a-disaggregated-decode-pool", edit(
+        (GATEWAY_MODELS[0], GATEWAY_MODELS[1] % "second"))
+         + SECOND_POOL % "llama-3.1-8b" + "    sizing: {pp: [1, 2]}\n", 33,
+         "pools.second.sizing.pp[1]",
+         ["pp=2: pool 'second' decodes for 'llama-3.1-8b' (disaggregated)",
+          "size the decode pool with pp: 1"]),
+    Case("sizing-pp-past-the-draft-models-layers", edit(
+        ("      type: continuous\n      max_num_batched_tokens: 8192\n",
+         "      type: speculative\n      draft_model: tiny-llama\n"
+         "      acceptance_rate: 0.5\n")) + "    sizing: {pp: [1, 4, 9]}\n", 28,
+         "pools.main.sizing.pp[2]",
+         ["pp=9 exceeds the draft model tiny-llama's 8 layers", "try at most pp=8"]),
     Case("pp-no-room-hint-names-no-tp-its-stages-cannot-reach", edit(
         ("    model: llama-3.1-8b\n    hardware: H100-SXM",
          "    model: llama-3.1-405b\n    hardware: L40S\n    weight_dtype: fp8"),

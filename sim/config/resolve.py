@@ -170,10 +170,23 @@ def _check_sizing(here: Loc, pool: PoolConfig, model, scenario: Scenario
         if hw is None:
             problems.append((here + ("sizing", "hardware", i), f"unknown hardware '{name}'; "
                              f"known: {_choices(known)}"))
+    decodes_for = _decodes_for(here[-1], scenario)
+    draft_name = getattr(pool.scheduler, "draft_model_name", None)
+    draft = profiles.find_model(draft_name, scenario.models) if draft_name else None
     for i, pp in enumerate(opts.pp or ()):
         too_many = stages.too_many_stages(model, pp)
         if too_many is not None:
             problems.append((here + ("sizing", "pp", i), too_many))
+        elif pp > 1 and decodes_for is not None:
+            problems.append((here + ("sizing", "pp", i), f"pp={pp}: pool '{here[-1]}' decodes "
+                             f"for '{decodes_for}' (disaggregated), and vLLM's KV connector "
+                             "for disaggregation (NixlConnector) does not support pipeline "
+                             "stages on the decode side; size the decode pool with pp: 1"))
+        elif draft is not None and pp > draft.num_layers:
+            problems.append((here + ("sizing", "pp", i), f"pp={pp} exceeds the draft model "
+                             f"{draft.name}'s {draft.num_layers} layers (the draft model is "
+                             "split over the same stages, each holding at least one of its "
+                             f"layers); try at most pp={draft.num_layers}"))
     if not opts.tp:
         return problems
     kinds = [hw for hw in kinds if hw is not None] or \
@@ -190,6 +203,15 @@ def _check_sizing(here: Loc, pool: PoolConfig, model, scenario: Scenario
             problems.append((here + ("sizing", "tp", i), f"tp={tp} exceeds the {largest} "
                              "GPUs of one node of every GPU kind tried"))
     return problems
+
+
+def _decodes_for(pool: str, scenario: Scenario) -> str | None:
+    """The served model a pool decodes for as a disaggregated decode pool, if any."""
+    for name, served in scenario.gateway.models.items():
+        split = served.disaggregated
+        if split is not None and split.decode == pool:
+            return name
+    return None
 
 
 def _splits_heads(model, tp: int) -> bool:
