@@ -851,6 +851,9 @@ CASES += [
     Case("sizing-past-the-fleet-bound", append_to_pool("    sizing: {max_replicas: 100000}\n"),
          27, "pools.main.sizing.max_replicas", ["size may try 100,000 replicas",
                                                 "the most simulated at once is 20,000"]),
+    Case("sizing-floor-over-the-cap", append_to_pool(
+        "    sizing: {min_replicas: 5, max_replicas: 4}\n"), 27, "pools.main.sizing",
+         ["min_replicas (5) exceeds max_replicas (4)"]),
     Case("sizing-an-unknown-gpu", append_to_pool("    sizing: {hardware: [H999, H200]}\n"),
          27, "pools.main.sizing.hardware[0]", ["unknown hardware 'H999'", "H100-SXM"]),
     Case("sizing-a-tp-that-splits-no-heads", append_to_pool("    sizing: {tp: [1, 3]}\n"),

@@ -439,8 +439,9 @@ def add_planning(sub) -> None:
                              "every request through either")
     size_p.add_argument("--autoscaled", action="store_true",
                         help="size each target-tracking autoscaler (or those of --pool) for "
-                             "the whole run: the target and fewest max_replicas keeping the "
-                             "SLOs at the lowest cost, with cost per day and per team")
+                             "the whole run: the target, the lowest min_replicas and the "
+                             "fewest max_replicas keeping the SLOs at the lowest cost, with "
+                             "cost per day and per team")
     size_p.add_argument("--window", type=_window_arg, metavar="DURATION|auto",
                         help="each trial simulates this much of the arrivals after the "
                              "warm-up, not the whole run (a stationary load only: constant "

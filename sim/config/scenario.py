@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, PrivateAttr, field_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from sim.config.common import (Bytes, BytesPerS, Flag, Fraction, Name, PositiveBytes,
                                PositiveInt, PositiveSeconds, ReplicaCount, Seconds, StrictModel,
@@ -65,6 +65,17 @@ class SizingOptions(StrictModel):
     weight_dtype: list[DType] | None = Field(None, description="Weight precisions to try "
                                              "(the KV cache follows: fp8 weights, fp8 KV)")
     max_replicas: ReplicaCount = Field(64, description="Largest replica count to consider")
+    min_replicas: ReplicaCount = Field(
+        1, description="Fewest replicas size may choose: where the search for a fixed "
+                       "pool's count starts, and under --autoscaled the lowest autoscaler "
+                       "floor (min_replicas) tried; keep 2 or more for redundancy")
+
+    @model_validator(mode="after")
+    def _floor_under_the_cap(self) -> "SizingOptions":
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) exceeds max_replicas "
+                             f"({self.max_replicas}): size would have no count to try")
+        return self
 
     @field_validator("hardware", "tp", "pp", "weight_dtype")
     @classmethod

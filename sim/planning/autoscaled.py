@@ -3,11 +3,15 @@ load: the target and the most replicas that keep the SLOs over the whole run at 
 lowest cost, with that fleet's cost per day and per team.
 
 For each target tried (the configured one scaled by :data:`TARGET_SCALES`: a lower
-target starts replicas sooner, buying latency with cost), the fewest ``max_replicas``
-meeting the SLOs is found by bisection (a higher bound never hurts: the autoscaler only
-uses it when the load asks), its floor ``min_replicas`` and every other setting as
-configured. The SLOs are judged over the whole run (after the warm-up), cold starts and
-scale-downs included; each run's cost is what the replicas it held were billed. The
+target starts replicas sooner, buying latency with cost), two bisections, each asked
+first at its low end (where most end): the lowest floor ``min_replicas`` meeting the
+SLOs with the bound at the cap (a higher floor never hurts the SLOs: it keeps replicas
+warm through a trough, so a burst does not wait out a cold start; a lower one costs less
+through every trough), from the pool's ``sizing.min_replicas`` (default 1; a pool that
+scales to zero keeps floor 0), then the fewest ``max_replicas`` with that floor (a higher
+bound never hurts: the autoscaler only uses it when the load asks); every other setting
+as configured. The SLOs are judged over the whole run (after the warm-up), cold starts
+and scale-downs included; each run's cost is what the replicas it held were billed. The
 answer is the cheapest feasible row.
 """
 from __future__ import annotations
@@ -21,7 +25,7 @@ from sim.config.scenario import Scenario
 from sim.config.slos import Slo
 from sim.output.slo import margins
 from sim.planning.overrides import with_values
-from sim.planning.size import replica_cap, verdict
+from sim.planning.size import replica_cap, sizing_floor, verdict
 from sim.planning.verdict import Confidence, Verdict
 
 TARGET_SCALES = (0.5, 0.75, 1.0, 1.5, 2.0)
@@ -49,9 +53,10 @@ def targets_tried(scaler) -> list[float]:
     return list(dict.fromkeys(tried))
 
 
-def _row(pool: str, target: float, bound: int | None, trial: Verdict | None,
-         slos: list[Slo]) -> dict:
-    row = {"pool": pool, "target": target, "max_replicas": bound, "feasible": bound is not None}
+def _row(pool: str, target: float, floor: int | None, bound: int | None,
+         trial: Verdict | None, slos: list[Slo]) -> dict:
+    row = {"pool": pool, "target": target, "min_replicas": floor, "max_replicas": bound,
+           "feasible": bound is not None}
     if trial is None or bound is None:
         return row
     summary = trial.first.summary
@@ -69,48 +74,47 @@ def autoscaled_size(scenario: Scenario, pool: str, slos: list[Slo], *,
                     confidence: Confidence | None = None,
                     progress: Callable[[int, int], None] | None = None
                     ) -> tuple[pd.DataFrame, dict | None]:
-    """One row per target tried (its fewest ``max_replicas`` meeting the SLOs, the run's
-    replicas and cost per hour and per day, the SLO figures; ``chosen`` marks the
-    cheapest feasible), and the chosen row's cost per day by team (None when no target
-    meets the SLOs within the cap)."""
+    """One row per target tried (its lowest floor and fewest ``max_replicas`` meeting the
+    SLOs, the run's replicas and cost per hour and per day, the SLO figures; ``chosen``
+    marks the cheapest feasible), and the chosen row's cost per day by team (None when no
+    target meets the SLOs within the cap)."""
     scaler = target_autoscaler(scenario, pool)
-    floor = max(1, scaler.min_replicas)
-    cap = max(floor, replica_cap(scenario, pool))
+    low = 0 if scaler.min_replicas == 0 else sizing_floor(scenario, pool)
+    cap = max(low, 1, replica_cap(scenario, pool))
     rows, runs, chosen_summary = [], 0, {}
     tried = targets_tried(scaler)
     for i, target in enumerate(tried):
         if progress is not None:
             progress(i, len(tried))
-        trials: dict[int, Verdict] = {}
+        trials: dict[tuple[int, int], Verdict] = {}
 
-        def meets(bound: int) -> bool:
-            if bound not in trials:
+        def meets(floor: int, bound: int) -> bool:
+            if (floor, bound) not in trials:
                 scn = with_values(scenario, {
                     f"pools.{pool}.autoscaler.target": target,
+                    f"pools.{pool}.autoscaler.min_replicas": floor,
                     f"pools.{pool}.autoscaler.max_replicas": bound})
-                trials[bound] = verdict(scn, pool, slos, confidence)
-            return trials[bound].ok
+                trials[(floor, bound)] = verdict(scn, pool, slos, confidence)
+            return trials[(floor, bound)].ok
 
-        bound = None
-        if meets(cap):
-            lo, hi = floor, cap
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if meets(mid):
-                    hi = mid
-                else:
-                    lo = mid + 1
-            bound = hi
+        if low == 0:                    # scale to zero stays: its floor is 0
+            floor = 0 if meets(0, cap) else None
+        else:
+            floor = _lowest(low, cap, lambda f: meets(f, cap))
+        bound = None if floor is None else _lowest(max(floor, 1), cap,
+                                                   lambda m: meets(floor, m))
         runs += sum(v.replications for v in trials.values())
-        rows.append(_row(pool, target, bound, trials.get(bound, trials[cap]), slos))
+        shown = trials.get((floor, bound), trials[(low, cap)])
+        rows.append(_row(pool, target, floor, bound, shown, slos))
         if bound is not None:
-            chosen_summary[len(rows) - 1] = trials[bound].first.summary
+            chosen_summary[len(rows) - 1] = shown.first.summary
     table = pd.DataFrame(rows)
     table["chosen"] = False
     feasible = table[table["feasible"]]
     teams = None
     if len(feasible):
-        best = feasible.sort_values(["cost_usd_per_h", "max_replicas"], kind="stable").index[0]
+        best = feasible.sort_values(["cost_usd_per_h", "max_replicas", "min_replicas"],
+                                    kind="stable").index[0]
         table.loc[best, "chosen"] = True
         summary = chosen_summary[best]
         hours = summary["end_s"] / 3600.0
@@ -118,3 +122,21 @@ def autoscaled_size(scenario: Scenario, pool: str, slos: list[Slo], *,
                  for name, t in summary["teams"].items()}
     table["simulations"] = runs
     return table, teams
+
+
+def _lowest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
+    """The least n in [lo, hi] with ``ok(n)`` (``ok`` taken as monotone: true from some n
+    on), or None when ``ok(hi)`` is false. ``ok(lo)`` is asked first: most searches end
+    there."""
+    if ok(lo):
+        return lo
+    if not ok(hi):
+        return None
+    lo += 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi

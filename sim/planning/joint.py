@@ -6,12 +6,12 @@ model's prefill and decode pools, a cascade's first and second pools, or a split
 prompt length. Sizing them one at a time asks each to meet the SLOs alone, with the other
 as configured; here the question is the cheapest pair of counts (a, b) meeting them
 together, each pool at its configured hardware, TP and precision, autoscaling replaced by
-the fixed counts.
+the fixed counts; each count starts at the pool's ``sizing.min_replicas`` (default 1).
 
 The search is a staircase over the monotone frontier, not the whole grid: more replicas
 of either pool never hurt, so the fewest B meeting the SLOs with a+1 A replicas is at
 most the fewest with a. For a = 1, 2, ... it finds that fewest B by bisection below the
-last one, and stops once a's replicas alone (with one of B) cost no less than the
+last one, and stops once a's replicas alone (with the fewest of B) cost no less than the
 cheapest pair found. The cost of a pair is known without simulating it (counts x TP x
 price per GPU-hour), so the answer is the grid's cheapest pair, as an exhaustive search
 finds it, ties going to the fewer A replicas.
@@ -27,7 +27,8 @@ from sim.config.resolve import resolve
 from sim.config.scenario import Scenario
 from sim.config.slos import Slo
 from sim.planning.overrides import with_values
-from sim.planning.size import configured_option, option_values, replica_cap, verdict
+from sim.planning.size import (configured_option, option_values, replica_cap, sizing_floor,
+                               verdict)
 from sim.planning.verdict import Confidence, Verdict
 
 
@@ -93,16 +94,17 @@ def joint_size(scenario: Scenario, pools: list[str], slos: list[Slo], *,
             trials[(na, nb)] = verdict(scn, (a, b), slos, confidence)
         return trials[(na, nb)].ok
 
+    low_a, low_b = sizing_floor(scenario, a), sizing_floor(scenario, b)
     rows, best, top = [], None, cap_b
-    for na in range(1, cap_a + 1):
-        if best is not None and cost(na, 1) >= cost(*best):
+    for na in range(low_a, cap_a + 1):
+        if best is not None and cost(na, low_b) >= cost(*best):
             break                               # a's replicas alone cost the best pair
         if progress is not None:
-            progress(na - 1, cap_a)
+            progress(na - low_a, cap_a - low_a + 1)
         if not meets(na, top):
             rows.append({a: na, b: None, "cost_usd_per_h": None, "feasible": False})
             continue
-        lo, hi = 1, top                         # fewest b in [1, top] meeting the SLOs
+        lo, hi = low_b, top                     # fewest b in [low_b, top] meeting the SLOs
         while lo < hi:
             mid = (lo + hi) // 2
             if meets(na, mid):

@@ -227,7 +227,8 @@ def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
                  estimate: bool = True, give_up: bool = True
                  ) -> tuple[int | None, dict[int, Trial]]:
     """Fewest replicas meeting the SLOs with ``option``, or None within the cap (each
-    trial's verdict as sure as ``confidence`` asks). From 1 replica the count grows
+    trial's verdict as sure as ``confidence`` asks). From the pool's sizing floor
+    (``sizing.min_replicas``, default 1) the count grows
     until the SLOs are met (``estimate``: to the flow bound of a saturated trial, see
     :func:`next_count`; else doubling), then bisection finds the fewest. ``give_up``:
     a one-seed trial whose SLOs are missed for good stops there (cheaper, never wrong;
@@ -244,7 +245,7 @@ def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
                                          give_up=give_up and confidence is None))
         return trials[n]
 
-    lo, hi = 1, 1
+    lo = hi = sizing_floor(scenario, pool)
     while not trial(hi).ok:                 # grow until it meets the SLOs
         if hi >= max_replicas:
             return None, trials
@@ -302,6 +303,13 @@ def check_budget(scenario: Scenario, pools: list[str], *, options: bool = True,
         f"hardware/tp/pp/weight_dtype options, size one pool at a time with --pool"
         + (", or cap the replications lower (--max-replications)" if each > 1 else ""),
         **located(scenario, ("pools", sized[0], "sizing")))
+
+
+def sizing_floor(scenario: Scenario, pool: str) -> int:
+    """The fewest replicas size may choose for ``pool``: its ``sizing.min_replicas``,
+    else 1."""
+    cfg = scenario.pools[pool]
+    return cfg.sizing.min_replicas if cfg.sizing else 1
 
 
 def replica_cap(scenario: Scenario, pool: str) -> int:

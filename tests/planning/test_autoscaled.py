@@ -1,6 +1,6 @@
 """`fleetsim size --autoscaled`: a target-tracking autoscaler sized for a time-varying
-load finds, per target, the fewest max_replicas a scan finds, picks the cheapest feasible
-target, and gives its cost per day by team."""
+load finds, per target, the lowest floor and the fewest max_replicas a scan finds, picks
+the cheapest feasible target, and gives its cost per day by team."""
 from __future__ import annotations
 
 import json
@@ -46,22 +46,64 @@ def sized():
     return autoscaled_size(diurnal(), "p", SLOS)
 
 
-def test_each_targets_bound_is_the_fewest_a_scan_finds(sized):
+def _meets(scenario: Scenario, target: float, floor: int, bound: int) -> bool:
+    return verdict(with_values(scenario, {"pools.p.autoscaler.target": target,
+                                          "pools.p.autoscaler.min_replicas": floor,
+                                          "pools.p.autoscaler.max_replicas": bound}),
+                   "p", SLOS, None).ok
+
+
+def test_each_targets_floor_and_bound_are_the_fewest_a_scan_finds(sized):
+    """Per target: the lowest floor meeting the SLOs with the bound at the cap, then the
+    fewest max_replicas with that floor, each as a scan of every count finds it."""
     table, _ = sized
     scenario = diurnal()
     assert list(table["target"]) == targets_tried(scenario.pools["p"].autoscaler)
     for _, row in table.iloc[[2, 3]].iterrows():         # the configured target, a higher
-        meets = [verdict(with_values(scenario, {"pools.p.autoscaler.target": row["target"],
-                                                "pools.p.autoscaler.max_replicas": n}),
-                         "p", SLOS, None).ok for n in range(1, CAP + 1)]
-        fewest = meets.index(True) + 1 if any(meets) else None
-        assert (None if not row["feasible"] else int(row["max_replicas"])) == fewest
+        floors = [_meets(scenario, row["target"], f, CAP) for f in range(1, CAP + 1)]
+        floor = floors.index(True) + 1 if any(floors) else None
+        assert (None if not row["feasible"] else int(row["min_replicas"])) == floor
+        if floor is None:
+            continue
+        bounds = [_meets(scenario, row["target"], floor, m) for m in range(floor, CAP + 1)]
+        assert int(row["max_replicas"]) == bounds.index(True) + floor
+
+
+def test_a_higher_floor_rescues_a_target_that_reacts_too_late(sized):
+    """At twice the configured target the pool scales up too late for the burst with one
+    warm replica, whatever its bound; keeping two warm meets the SLOs."""
+    table, _ = sized
+    scenario = diurnal()
+    late = table[table["target"] == 2 * scenario.pools["p"].autoscaler.target].iloc[0]
+    assert late["feasible"] and late["min_replicas"] == 2
+    assert not _meets(scenario, late["target"], 1, CAP)
+
+
+def test_the_configured_floor_is_lowered_to_the_cheapest_that_meets_the_slos():
+    """A floor of 3 configured: the search goes down to the lowest that meets the SLOs
+    (the sizing floor, 1, here) and the day costs less than at the configured floor;
+    sizing.min_replicas: 2 keeps at least 2 (for redundancy)."""
+    scenario = with_values(diurnal(), {"duration": 120.0,
+                                       "pools.p.autoscaler.min_replicas": 3,
+                                       "pools.p.autoscaler.target": 48.0})
+    table, _ = autoscaled_size(scenario, "p", SLOS)
+    row = table[table["target"] == 48.0].iloc[0]
+    assert row["feasible"] and row["min_replicas"] == 1
+    at_three = verdict(with_values(scenario, {"pools.p.autoscaler.max_replicas":
+                                              max(3, int(row["max_replicas"]))}),
+                       "p", SLOS, None)
+    assert at_three.ok
+    assert row["cost_usd_per_h"] < at_three.first.summary["pools"]["p"]["cost_usd"] / (
+        at_three.first.summary["end_s"] / 3600.0)
+    kept = with_values(scenario, {"pools.p.sizing.min_replicas": 2})
+    table, _ = autoscaled_size(kept, "p", SLOS)
+    assert (table.loc[table["feasible"], "min_replicas"] >= 2).all()
 
 
 def test_the_cheapest_feasible_target_is_chosen_with_its_cost_per_day_and_team(sized):
     table, teams = sized
     feasible = table[table["feasible"]]
-    assert len(feasible) >= 2 and not table["feasible"].all()   # the search had a choice
+    assert feasible["cost_usd_per_h"].nunique() >= 2           # the search had a choice
     chosen = table[table["chosen"]].iloc[0]
     assert chosen["cost_usd_per_h"] == feasible["cost_usd_per_h"].min()
     assert chosen["cost_usd_per_day"] == pytest.approx(24 * chosen["cost_usd_per_h"])

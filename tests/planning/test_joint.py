@@ -56,6 +56,20 @@ def test_joint_sizing_finds_the_exhaustive_searchs_cheapest_pair(prices, grid_ok
     assert table["simulations"].iloc[0] < grid        # the staircase, not the grid
 
 
+def test_joint_sizing_keeps_each_pools_sizing_floor(grid_ok):
+    """sizing.min_replicas: 2 on both pools: the cheapest pair of the grid with at least
+    two of each, and no pair under the floors tried."""
+    floored = with_values(disaggregated(), {"pools.prefill.sizing.min_replicas": 2,
+                                            "pools.decode.sizing.min_replicas": 2})
+    cost = pair_cost_per_h(floored, "prefill", "decode")
+    allowed = [(a, b) for a, b in grid_ok if a >= 2 and b >= 2]
+    table = joint_size(floored, ["prefill", "decode"], SLOS)
+    assert table["prefill"].min() >= 2
+    row = table[table["chosen"]].iloc[0]
+    assert (int(row["prefill"]), int(row["decode"])) == \
+        min(allowed, key=lambda pair: (cost(*pair), pair[0]))
+
+
 def test_coupled_pools_are_found_by_their_route():
     scenario = sim.load_scenario("scenarios/disaggregated.yaml")
     assert coupling(scenario, "decode", "prefill") == "disaggregated model chat-split"

@@ -166,6 +166,21 @@ def test_growing_to_the_flow_bound_finds_the_same_count_in_fewer_trials():
     assert len(quick_trials) < len(plain_trials) - 2
 
 
+def test_the_search_starts_at_the_sizing_floor():
+    """sizing.min_replicas: 6 on the λS = 2.3 stream (3 servers suffice): no count under 6
+    is tried and the answer is the floor; with a floor of 2 the answer is still 3."""
+    from sim.planning.overrides import with_values
+    from sim.planning.size import min_replicas
+    s = prefill_s()
+    scn = one_at_a_time({"type": "gamma", "rate": 2.3 / s, "cv": 0.001}, 100 * s, 10 * s)
+    slos = [parse_slo(f"e2e_p99={1.5 * s}s")]
+    option = {"hardware": "H100-SXM", "tp": 1, "weight_dtype": "bf16"}
+    for floor, answer in ((6, 6), (2, 3)):
+        floored = with_values(scn, {"pools.p.sizing.min_replicas": floor})
+        found, trials = min_replicas(floored, "p", slos, option, 16)
+        assert found == answer and min(trials) == floor
+
+
 def test_the_room_a_percentile_leaves_is_numpys():
     """room(n, q) values above a bound push numpy's linear percentile above it, whatever
     the values; one fewer, just above it, leave the percentile within a hair of it."""
