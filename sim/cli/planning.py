@@ -54,6 +54,10 @@ def _cmd_size(args: argparse.Namespace) -> int:
                             "workload.streams.NAME.arrival.concurrency instead",
                             field="--max-rate")
     confidence = _confidence(args)
+    if args.thresholds and not args.joint:
+        raise ScenarioError("--thresholds tries a prompt-length split's thresholds in a "
+                            "joint search: give --joint SHORT_POOL,LONG_POOL as well",
+                            field="--thresholds")
     if args.joint and args.autoscaled:
         raise ScenarioError("--joint sizes two fixed pools and --autoscaled one pool's "
                             "autoscaler: give one", field="--autoscaled")
@@ -121,6 +125,18 @@ def _cmd_size(args: argparse.Namespace) -> int:
                     if len(table) else [], "no option")
 
 
+MAX_THRESHOLDS = 16
+
+
+def _thresholds_arg(text: str) -> list[int]:
+    """--thresholds: prompt-token thresholds, comma-separated whole numbers from 1."""
+    parts = [p.strip() for p in text.split(",")]
+    if not 1 <= len(parts) <= MAX_THRESHOLDS:
+        raise argparse.ArgumentTypeError(f"give 1 to {MAX_THRESHOLDS} thresholds, got "
+                                         f"{len(parts)}")
+    return [count_arg(10_000_000)(p) for p in parts]
+
+
 def _window_arg(text: str) -> float | str:
     """--window: a duration, or ``auto``."""
     if text == "auto":
@@ -171,7 +187,8 @@ def _size_joint(args: argparse.Namespace, scenario, slos, confidence, out, input
     pools = [p.strip() for p in args.joint.split(",")]
     bar, update = count_bar("size --joint") if not args.quiet else (None, None)
     try:
-        table = joint_size(scenario, pools, slos, confidence=confidence, progress=update)
+        table = joint_size(scenario, pools, slos, confidence=confidence, progress=update,
+                           thresholds=args.thresholds)
     finally:
         if bar is not None:
             bar.stop()
@@ -437,6 +454,10 @@ def add_planning(sub) -> None:
                              "prefill and decode pools, a cascade's, a prompt-length "
                              "split's): the cheapest pair of counts meeting the SLOs over "
                              "every request through either")
+    size_p.add_argument("--thresholds", type=_thresholds_arg, metavar="TOKENS,...",
+                        help="with --joint over a prompt-length split's pools: also try "
+                             "each of these thresholds (prompt tokens, e.g. 1024,2048,4096) "
+                             "and answer with the cheapest pair of counts under any")
     size_p.add_argument("--autoscaled", action="store_true",
                         help="size each target-tracking autoscaler (or those of --pool) for "
                              "the whole run: the target, the lowest min_replicas and the "

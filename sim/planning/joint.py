@@ -15,6 +15,10 @@ last one, and stops once a's replicas alone (with the fewest of B) cost no less 
 cheapest pair found. The cost of a pair is known without simulating it (counts x TP x
 price per GPU-hour), so the answer is the grid's cheapest pair, as an exhaustive search
 finds it, ties going to the fewer A replicas.
+
+A prompt-length split couples its pools through its threshold too: a higher threshold
+sends more prompts to the short pool. ``--thresholds`` runs the staircase for each
+threshold given and answers with the cheapest pair of any.
 """
 from __future__ import annotations
 
@@ -77,14 +81,74 @@ def _values(scenario: Scenario, pool: str, n: int) -> dict:
     return option_values(scenario, pool, configured_option(scenario.pools[pool]), n)
 
 
+def split_route(scenario: Scenario, a: str, b: str) -> str | None:
+    """The served model whose prompt-length split routes between ``a`` and ``b``, if any."""
+    for name, served in scenario.gateway.models.items():
+        split = served.by_prompt_length
+        if split is not None and {split.short, split.long} == {a, b}:
+            return name
+    return None
+
+
+def check_thresholds(scenario: Scenario, pools: list[str], thresholds: list[int]) -> str:
+    """The served model whose split threshold ``--thresholds`` tries, refused unless the
+    two pools are a prompt-length split's."""
+    a, b = check_pair(scenario, pools)
+    name = split_route(scenario, a, b)
+    if name is None:
+        raise ScenarioError(
+            f"--thresholds tries prompt-length thresholds, and pools {a} and {b} are "
+            f"coupled as a {coupling(scenario, a, b)}, not by a prompt-length split "
+            "(gateway.models.NAME.by_prompt_length)", field="--thresholds")
+    if len(set(thresholds)) != len(thresholds):
+        raise ScenarioError("--thresholds lists a threshold twice: give each once",
+                            field="--thresholds")
+    return name
+
+
 def joint_size(scenario: Scenario, pools: list[str], slos: list[Slo], *,
                confidence: Confidence | None = None,
-               progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+               progress: Callable[[int, int], None] | None = None,
+               thresholds: list[int] | None = None) -> pd.DataFrame:
     """One row per count of the first pool tried: the fewest of the second meeting the
     SLOs with it (None when none within the cap), the pair's cost per hour, the SLO
-    figures of that pair and whether it is the answer (``chosen``)."""
+    figures of that pair and whether it is the answer (``chosen``). ``thresholds``
+    (a prompt-length split's pools only): the staircase for each threshold in turn, its
+    rows marked with ``threshold_tokens``, and the answer the cheapest pair of any
+    (ties to the earlier threshold listed)."""
     a, b = check_pair(scenario, pools)
     cost = pair_cost_per_h(scenario, a, b)
+    if not thresholds:
+        rows, best, runs = _staircase(scenario, a, b, slos, cost, confidence, progress)
+        table = pd.DataFrame(rows)
+        table["chosen"] = [best is not None and (r[a], r[b]) == best for r in rows]
+        table["simulations"] = runs
+        return table
+    name = check_thresholds(scenario, pools, thresholds)
+    field = f"gateway.models.{name}.by_prompt_length.threshold_tokens"
+    rows, best, runs = [], None, 0
+    for i, threshold in enumerate(thresholds):
+        scn = with_values(scenario, {field: threshold})
+        these, pair, n = _staircase(scn, a, b, slos, cost, confidence, None)
+        if progress is not None:
+            progress(i + 1, len(thresholds))
+        rows += [{"threshold_tokens": threshold, **r} for r in these]
+        runs += n
+        if pair is not None and (best is None or cost(*pair) < cost(*best[1])):
+            best = (threshold, pair)
+    table = pd.DataFrame(rows)
+    table["chosen"] = [best is not None and (r["threshold_tokens"], (r[a], r[b])) == best
+                       for r in rows]
+    table["simulations"] = runs
+    return table
+
+
+def _staircase(scenario: Scenario, a: str, b: str, slos: list[Slo],
+               cost: Callable[[int, int], float], confidence: Confidence | None,
+               progress: Callable[[int, int], None] | None
+               ) -> tuple[list[dict], tuple[int, int] | None, int]:
+    """The rows of the staircase search (module docstring), the cheapest pair (None when
+    none meets the SLOs) and the simulations run."""
     cap_a, cap_b = replica_cap(scenario, a), replica_cap(scenario, b)
     trials: dict[tuple[int, int], Verdict] = {}
 
@@ -116,7 +180,4 @@ def joint_size(scenario: Scenario, pools: list[str], slos: list[Slo], *,
             best = (na, hi)
         rows.append({a: na, b: hi, "cost_usd_per_h": cost(na, hi), "feasible": True,
                      **trials[(na, hi)].estimate})
-    table = pd.DataFrame(rows)
-    table["chosen"] = [best is not None and (r[a], r[b]) == best for r in rows]
-    table["simulations"] = sum(v.replications for v in trials.values())
-    return table
+    return rows, best, sum(v.replications for v in trials.values())

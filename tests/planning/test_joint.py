@@ -11,6 +11,7 @@ import yaml
 
 import sim
 from sim.cli import main
+from sim.config.scenario import Scenario
 from sim.config.slos import parse_slo
 from sim.planning.joint import coupling, joint_size, pair_cost_per_h
 from sim.planning.overrides import with_values
@@ -110,3 +111,79 @@ def test_size_joint_writes_its_table(tmp_path, capsys):
     rows = json.loads((tmp_path / "o" / "size.json").read_text())
     assert sum(r["chosen"] for r in rows) == 1
     assert "prefill" in capsys.readouterr().out
+
+
+def by_length(cap: int = 3) -> Scenario:
+    """One stream of long-tailed prompts split at a prompt length between two pools of
+    the 8B model, the long pool's GPUs dearer."""
+    return Scenario.model_validate({
+        "name": "split", "seed": 3, "duration": 60, "warmup": 5,
+        "workload": {"streams": {"q": {
+            "model": "chat", "arrival": {"type": "poisson", "rate": 12},
+            "prompt_tokens": {"type": "lognormal", "mean": 2500, "cv": 1.0, "max": 16000},
+            "output_tokens": 100}}},
+        "gateway": {"models": {"chat": {"by_prompt_length": {
+            "threshold_tokens": 2000, "short": "short", "long": "long"}}}},
+        "pools": {name: {"model": "llama-3.1-8b", "hardware": "H100-SXM",
+                         "price_per_gpu_hour": price, "sizing": {"max_replicas": cap}}
+                  for name, price in (("short", 2.0), ("long", 3.0))},
+    })
+
+
+def test_joint_sizing_over_thresholds_answers_as_each_threshold_searched_alone():
+    """--thresholds: the staircase at each threshold, the answer the cheapest pair of
+    any, exactly as separate searches at each threshold find them."""
+    scenario = by_length()
+    field = "gateway.models.chat.by_prompt_length.threshold_tokens"
+    slos = [parse_slo("ttft_p99=1s")]
+    cost = pair_cost_per_h(scenario, "short", "long")
+    thresholds = [1000, 2000, 6000]
+    table = joint_size(scenario, ["short", "long"], slos, thresholds=thresholds)
+    best = None
+    for threshold in thresholds:
+        alone = joint_size(with_values(scenario, {field: threshold}), ["short", "long"], slos)
+        mine = table[table["threshold_tokens"] == threshold]
+        assert _pairs(mine) == _pairs(alone)
+        assert list(mine["ttft_p99"]) == pytest.approx(list(alone["ttft_p99"]), nan_ok=True)
+        if alone["chosen"].any():
+            row = alone[alone["chosen"]].iloc[0]
+            pair = (int(row["short"]), int(row["long"]))
+            if best is None or cost(*pair) < cost(*best[1]):
+                best = (threshold, pair)
+    assert best is not None
+    chosen = table[table["chosen"]]
+    assert len(chosen) == 1
+    row = chosen.iloc[0]
+    assert (row["threshold_tokens"], (int(row["short"]), int(row["long"]))) == best
+    costs = {t: min((cost(*p) for p, ok in _pairs(table[table["threshold_tokens"] == t])
+                     if ok), default=None) for t in thresholds}
+    assert costs[2000] == costs[6000] and best[0] == 2000   # a tie goes to the earlier
+
+
+def _pairs(table) -> list[tuple[tuple[int, int | None], bool]]:
+    return [((int(r["short"]), None if r["long"] is None or r["long"] != r["long"]
+              else int(r["long"])), bool(r["feasible"])) for _, r in table.iterrows()]
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--joint", "prefill,decode", "--thresholds", "1000,2000"], "not by a prompt-length split"),
+    (["--thresholds", "1000"], "give --joint SHORT_POOL,LONG_POOL as well"),
+    (["--joint", "prefill,decode", "--thresholds", "0,2000"], "must be from 1"),
+    (["--joint", "prefill,decode", "--thresholds", "1k"], "--thresholds"),
+])
+def test_bad_thresholds_exit_2(argv, fragment, tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(disaggregated().model_dump(mode="json")))
+    try:
+        code = main(["size", str(path), "--slo", "ttft_p99=1s", *argv, "--quiet"])
+    except SystemExit as exc:           # argparse's own refusal of a value
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err
+
+
+def test_a_threshold_listed_twice_is_refused():
+    with pytest.raises(sim.ScenarioError, match="lists a threshold twice"):
+        joint_size(by_length(), ["short", "long"], [parse_slo("ttft_p99=1s")],
+                   thresholds=[1000, 1000])
