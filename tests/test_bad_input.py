@@ -14,7 +14,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pydantic
 import pytest
 
 import sim
@@ -891,7 +890,7 @@ CASES += [
          + SECOND_POOL % "llama-3.1-8b" + "    sizing: {pp: [1, 2]}\n", 33,
          "pools.second.sizing.pp[1]",
          ["pp=2: pool 'second' decodes for 'llama-3.1-8b' (disaggregated)",
-          "size the decode pool with pp: 1"]),
+          "list only pp: [1] under sizing"]),
     Case("sizing-pp-past-the-draft-models-layers", edit(
         ("      type: continuous\n      max_num_batched_tokens: 8192\n",
          "      type: speculative\n      draft_model: tiny-llama\n"

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 import sim
-from simfactories import (continuous, lognormal, make_cost_model, make_pool, make_scenario,
+from simfactories import (continuous, lognormal, make_cost_model, make_pool,
                           poisson_stream, run_scenario, single, single_service_time_s,
                           uniform)
 

@@ -455,9 +455,10 @@ def add_planning(sub) -> None:
                              "split's): the cheapest pair of counts meeting the SLOs over "
                              "every request through either")
     size_p.add_argument("--thresholds", type=_thresholds_arg, metavar="TOKENS,...",
-                        help="with --joint over a prompt-length split's pools: also try "
-                             "each of these thresholds (prompt tokens, e.g. 1024,2048,4096) "
-                             "and answer with the cheapest pair of counts under any")
+                        help="with --joint over a prompt-length split's pools: try each of "
+                             "these thresholds (prompt tokens, e.g. 1024,2048,4096) in place "
+                             "of the configured one and answer with the cheapest pair of "
+                             "counts under any")
     size_p.add_argument("--autoscaled", action="store_true",
                         help="size each target-tracking autoscaler (or those of --pool) for "
                              "the whole run: the target, the lowest min_replicas and the "

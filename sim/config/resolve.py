@@ -181,7 +181,8 @@ def _check_sizing(here: Loc, pool: PoolConfig, model, scenario: Scenario
             problems.append((here + ("sizing", "pp", i), f"pp={pp}: pool '{here[-1]}' decodes "
                              f"for '{decodes_for}' (disaggregated), and vLLM's KV connector "
                              "for disaggregation (NixlConnector) does not support pipeline "
-                             "stages on the decode side; size the decode pool with pp: 1"))
+                             "stages on the decode side; list only pp: [1] under sizing (or leave "
+                             "sizing.pp out)"))
         elif draft is not None and pp > draft.num_layers:
             problems.append((here + ("sizing", "pp", i), f"pp={pp} exceeds the draft model "
                              f"{draft.name}'s {draft.num_layers} layers (the draft model is "

@@ -65,16 +65,20 @@ class SizingOptions(StrictModel):
     weight_dtype: list[DType] | None = Field(None, description="Weight precisions to try "
                                              "(the KV cache follows: fp8 weights, fp8 KV)")
     max_replicas: ReplicaCount = Field(64, description="Largest replica count to consider")
-    min_replicas: ReplicaCount = Field(
-        1, description="Fewest replicas size may choose: where the search for a fixed "
-                       "pool's count starts, and under --autoscaled the lowest autoscaler "
-                       "floor (min_replicas) tried; keep 2 or more for redundancy")
+    min_replicas: ReplicaCount | None = Field(
+        None, description="Fewest replicas size may choose: where the search for a fixed "
+                          "pool's count starts, and under --autoscaled the lowest "
+                          "autoscaler floor (min_replicas) tried; unset: 1 (under "
+                          "--autoscaled, 0 for a pool configured to scale to zero); keep "
+                          "2 or more for redundancy")
 
     @model_validator(mode="after")
     def _floor_under_the_cap(self) -> "SizingOptions":
-        if self.min_replicas > self.max_replicas:
+        if self.min_replicas is not None and self.min_replicas > self.max_replicas:
+            given = "" if "max_replicas" in self.model_fields_set else ", the default"
             raise ValueError(f"min_replicas ({self.min_replicas}) exceeds max_replicas "
-                             f"({self.max_replicas}): size would have no count to try")
+                             f"({self.max_replicas}{given}): size would have no count to "
+                             "try")
         return self
 
     @field_validator("hardware", "tp", "pp", "weight_dtype")

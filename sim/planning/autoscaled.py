@@ -7,15 +7,17 @@ target starts replicas sooner, buying latency with cost), two bisections, each a
 first at its low end (where most end): the lowest floor ``min_replicas`` meeting the
 SLOs with the bound at the cap (a higher floor never hurts the SLOs: it keeps replicas
 warm through a trough, so a burst does not wait out a cold start; a lower one costs less
-through every trough), from the pool's ``sizing.min_replicas`` (default 1; a pool that
-scales to zero keeps floor 0), then the fewest ``max_replicas`` with that floor (a higher
-bound never hurts: the autoscaler only uses it when the load asks); every other setting
-as configured. The SLOs are judged over the whole run (after the warm-up), cold starts
+through every trough), from the pool's ``sizing.min_replicas`` (where not given: 0 for a
+pool configured to scale to zero, else 1), then the fewest ``max_replicas`` with that
+floor (a higher bound never hurts: the autoscaler only uses it when the load asks). Each
+run starts with the configured replicas held within its floor and bound; every other
+setting as configured. The SLOs are judged over the whole run (after the warm-up), cold starts
 and scale-downs included; each run's cost is what the replicas it held were billed. The
 answer is the cheapest feasible row.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import pandas as pd
@@ -25,7 +27,7 @@ from sim.config.scenario import Scenario
 from sim.config.slos import Slo
 from sim.output.slo import margins
 from sim.planning.overrides import with_values
-from sim.planning.size import replica_cap, sizing_floor, verdict
+from sim.planning.size import refuse_over_budget, replica_cap, verdict
 from sim.planning.verdict import Confidence, Verdict
 
 TARGET_SCALES = (0.5, 0.75, 1.0, 1.5, 2.0)
@@ -51,6 +53,44 @@ def targets_tried(scaler) -> list[float]:
     if scaler.metric == "kv_util":
         tried = [min(t, 1.0) for t in tried]
     return list(dict.fromkeys(tried))
+
+
+def lowest_floor(scenario: Scenario, pool: str) -> int:
+    """The lowest ``min_replicas`` tried: the pool's ``sizing.min_replicas`` where given,
+    else 0 for a pool configured to scale to zero and 1 for any other."""
+    cfg = scenario.pools[pool]
+    if cfg.sizing is not None and cfg.sizing.min_replicas is not None:
+        return cfg.sizing.min_replicas
+    return 0 if cfg.autoscaler.min_replicas == 0 else 1
+
+
+def bounds_values(scenario: Scenario, pool: str, target: float, floor: int,
+                  bound: int) -> dict:
+    """The overrides of one trial: the target, the floor and the bound; the run starts
+    with the configured replicas held within [floor, bound] (at least one), and a floor
+    above 0 drops a scale-to-zero grace (it applies only at floor 0)."""
+    cfg = scenario.pools[pool]
+    values = {f"pools.{pool}.autoscaler.target": target,
+              f"pools.{pool}.autoscaler.min_replicas": floor,
+              f"pools.{pool}.autoscaler.max_replicas": bound,
+              f"pools.{pool}.replicas": max(1, min(max(cfg.replicas, floor), bound))}
+    if floor > 0:
+        grace = type(cfg.autoscaler).model_fields["scale_to_zero_grace"].default
+        values[f"pools.{pool}.autoscaler.scale_to_zero_grace"] = grace
+    return values
+
+
+def check_autoscaled_budget(scenario: Scenario, pool: str, targets: int, low: int,
+                            cap: int, confidence: Confidence | None) -> None:
+    """Refuse, before any run, a search whose worst case (per target, two bisections over
+    [low, cap], each replicated up to the cap) runs more simulations or simulates more
+    replicas than one `size` may."""
+    steps = 2 + max(0, math.ceil(math.log2(max(1, cap - low))))
+    each = confidence.max_replications if confidence is not None else 1
+    refuse_over_budget(scenario, pool, targets * 2 * steps * each,
+                       targets * 2 * steps * each * cap,
+                       f"{targets} targets x two searches over {low:,}..{cap:,} replicas",
+                       replicated=each > 1)
 
 
 def _row(pool: str, target: float, floor: int | None, bound: int | None,
@@ -79,10 +119,11 @@ def autoscaled_size(scenario: Scenario, pool: str, slos: list[Slo], *,
     marks the cheapest feasible), and the chosen row's cost per day by team (None when no
     target meets the SLOs within the cap)."""
     scaler = target_autoscaler(scenario, pool)
-    low = 0 if scaler.min_replicas == 0 else sizing_floor(scenario, pool)
+    low = lowest_floor(scenario, pool)
     cap = max(low, 1, replica_cap(scenario, pool))
     rows, runs, chosen_summary = [], 0, {}
     tried = targets_tried(scaler)
+    check_autoscaled_budget(scenario, pool, len(tried), low, cap, confidence)
     for i, target in enumerate(tried):
         if progress is not None:
             progress(i, len(tried))
@@ -90,17 +131,12 @@ def autoscaled_size(scenario: Scenario, pool: str, slos: list[Slo], *,
 
         def meets(floor: int, bound: int) -> bool:
             if (floor, bound) not in trials:
-                scn = with_values(scenario, {
-                    f"pools.{pool}.autoscaler.target": target,
-                    f"pools.{pool}.autoscaler.min_replicas": floor,
-                    f"pools.{pool}.autoscaler.max_replicas": bound})
+                scn = with_values(scenario, bounds_values(scenario, pool, target, floor,
+                                                          bound))
                 trials[(floor, bound)] = verdict(scn, pool, slos, confidence)
             return trials[(floor, bound)].ok
 
-        if low == 0:                    # scale to zero stays: its floor is 0
-            floor = 0 if meets(0, cap) else None
-        else:
-            floor = _lowest(low, cap, lambda f: meets(f, cap))
+        floor = _lowest(low, cap, lambda f: meets(f, cap))
         bound = None if floor is None else _lowest(max(floor, 1), cap,
                                                    lambda m: meets(floor, m))
         runs += sum(v.replications for v in trials.values())

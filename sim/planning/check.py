@@ -52,8 +52,10 @@ def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = ()
         if pool not in busy:                    # idle capacity: nothing to size or break
             out["pools"][pool] = {"required_replicas": 0, "slo_met_as_configured": True}
             continue
+        # the replicas the load needs, from 1: a sizing floor kept for redundancy would
+        # hide a drift in that need
         need, trials = min_replicas(scenario, pool, slos, configured_option(cfg),
-                                    replica_cap(scenario, pool), confidence)
+                                    replica_cap(scenario, pool), confidence, floor=1)
         as_configured = verdict(scenario, pool, slos, confidence, ran=ran)
         out["pools"][pool] = {"required_replicas": need,
                               "slo_met_as_configured": as_configured.ok}

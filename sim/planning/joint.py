@@ -10,9 +10,9 @@ the fixed counts; each count starts at the pool's ``sizing.min_replicas`` (defau
 
 The search is a staircase over the monotone frontier, not the whole grid: more replicas
 of either pool never hurt, so the fewest B meeting the SLOs with a+1 A replicas is at
-most the fewest with a. For a = 1, 2, ... it finds that fewest B by bisection below the
-last one, and stops once a's replicas alone (with the fewest of B) cost no less than the
-cheapest pair found. The cost of a pair is known without simulating it (counts x TP x
+most the fewest with a. For a = 1, 2, ... (from A's ``sizing.min_replicas``) it finds
+that fewest B by bisection below the last one, and stops once a's replicas alone (with
+the fewest of B) cost no less than the cheapest pair found. The cost of a pair is known without simulating it (counts x TP x
 price per GPU-hour), so the answer is the grid's cheapest pair, as an exhaustive search
 finds it, ties going to the fewer A replicas.
 
@@ -22,6 +22,7 @@ threshold given and answers with the cheapest pair of any.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import pandas as pd
@@ -31,8 +32,8 @@ from sim.config.resolve import resolve
 from sim.config.scenario import Scenario
 from sim.config.slos import Slo
 from sim.planning.overrides import with_values
-from sim.planning.size import (configured_option, option_values, replica_cap, sizing_floor,
-                               verdict)
+from sim.planning.size import (configured_option, option_values, refuse_over_budget,
+                               replica_cap, sizing_floor, verdict)
 from sim.planning.verdict import Confidence, Verdict
 
 
@@ -81,29 +82,63 @@ def _values(scenario: Scenario, pool: str, n: int) -> dict:
     return option_values(scenario, pool, configured_option(scenario.pools[pool]), n)
 
 
-def split_route(scenario: Scenario, a: str, b: str) -> str | None:
-    """The served model whose prompt-length split routes between ``a`` and ``b``, if any."""
-    for name, served in scenario.gateway.models.items():
-        split = served.by_prompt_length
-        if split is not None and {split.short, split.long} == {a, b}:
-            return name
-    return None
+def split_routes(scenario: Scenario, a: str, b: str) -> list[str]:
+    """The served models whose prompt-length split routes between ``a`` and ``b``."""
+    return [name for name, served in scenario.gateway.models.items()
+            if served.by_prompt_length is not None
+            and {served.by_prompt_length.short, served.by_prompt_length.long} == {a, b}]
+
+
+def threshold_field(name: str) -> str:
+    return f"gateway.models.{name}.by_prompt_length.threshold_tokens"
 
 
 def check_thresholds(scenario: Scenario, pools: list[str], thresholds: list[int]) -> str:
-    """The served model whose split threshold ``--thresholds`` tries, refused unless the
-    two pools are a prompt-length split's."""
+    """The served model whose split threshold ``--thresholds`` tries, refused (before any
+    run) unless the two pools are one prompt-length split's and every threshold is one
+    the scenario takes."""
     a, b = check_pair(scenario, pools)
-    name = split_route(scenario, a, b)
-    if name is None:
+    names = split_routes(scenario, a, b)
+    if not names:
         raise ScenarioError(
             f"--thresholds tries prompt-length thresholds, and pools {a} and {b} are "
             f"coupled as a {coupling(scenario, a, b)}, not by a prompt-length split "
             "(gateway.models.NAME.by_prompt_length)", field="--thresholds")
+    if len(names) > 1:
+        raise ScenarioError(
+            f"--thresholds: served models {', '.join(names)} each split prompts between "
+            f"pools {a} and {b}, and one threshold is tried at a time: give them one "
+            "served model, or size them with their thresholds as configured",
+            field="--thresholds")
     if len(set(thresholds)) != len(thresholds):
         raise ScenarioError("--thresholds lists a threshold twice: give each once",
                             field="--thresholds")
-    return name
+    for threshold in thresholds:
+        try:
+            _, problems = resolve(with_values(scenario, {threshold_field(names[0]):
+                                                         threshold}))
+        except ScenarioError as exc:
+            problems = [((), exc.message)]
+        if problems:
+            raise ScenarioError(f"--thresholds: {threshold:,} tokens: {problems[0][1]}",
+                                field="--thresholds")
+    return names[0]
+
+
+def check_joint_budget(scenario: Scenario, a: str, b: str, thresholds: int,
+                       confidence: Confidence | None) -> None:
+    """Refuse, before any run, a joint search whose worst case (every count of ``a``,
+    each with a bisection over ``b``'s, at each threshold, each trial replicated up to
+    the cap) runs more than one `size` may."""
+    low_a, low_b = sizing_floor(scenario, a), sizing_floor(scenario, b)
+    cap_a, cap_b = replica_cap(scenario, a), replica_cap(scenario, b)
+    steps = 2 + max(0, math.ceil(math.log2(max(1, cap_b - low_b))))
+    each = confidence.max_replications if confidence is not None else 1
+    trials = thresholds * (cap_a - low_a + 1) * steps * each
+    refuse_over_budget(scenario, a, trials, trials * (cap_a + cap_b),
+                       f"{thresholds} threshold(s) x {cap_a - low_a + 1:,} counts of {a} x a "
+                       f"search over {low_b:,}..{cap_b:,} replicas of {b}",
+                       replicated=each > 1)
 
 
 def joint_size(scenario: Scenario, pools: list[str], slos: list[Slo], *,
@@ -117,6 +152,8 @@ def joint_size(scenario: Scenario, pools: list[str], slos: list[Slo], *,
     rows marked with ``threshold_tokens``, and the answer the cheapest pair of any
     (ties to the earlier threshold listed)."""
     a, b = check_pair(scenario, pools)
+    name = check_thresholds(scenario, pools, thresholds) if thresholds else None
+    check_joint_budget(scenario, a, b, len(thresholds or [None]), confidence)
     cost = pair_cost_per_h(scenario, a, b)
     if not thresholds:
         rows, best, runs = _staircase(scenario, a, b, slos, cost, confidence, progress)
@@ -124,8 +161,7 @@ def joint_size(scenario: Scenario, pools: list[str], slos: list[Slo], *,
         table["chosen"] = [best is not None and (r[a], r[b]) == best for r in rows]
         table["simulations"] = runs
         return table
-    name = check_thresholds(scenario, pools, thresholds)
-    field = f"gateway.models.{name}.by_prompt_length.threshold_tokens"
+    field = threshold_field(name)
     rows, best, runs = [], None, 0
     for i, threshold in enumerate(thresholds):
         scn = with_values(scenario, {field: threshold})

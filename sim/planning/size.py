@@ -224,11 +224,11 @@ def option_values(scenario: Scenario, pool: str, option: dict, replicas: int) ->
 
 def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
                  max_replicas: int, confidence: Confidence | None = None, *,
-                 estimate: bool = True, give_up: bool = True
+                 estimate: bool = True, give_up: bool = True, floor: int | None = None
                  ) -> tuple[int | None, dict[int, Trial]]:
     """Fewest replicas meeting the SLOs with ``option``, or None within the cap (each
-    trial's verdict as sure as ``confidence`` asks). From the pool's sizing floor
-    (``sizing.min_replicas``, default 1) the count grows
+    trial's verdict as sure as ``confidence`` asks). From ``floor`` (default: the pool's
+    ``sizing.min_replicas``, else 1; never above the cap) the count grows
     until the SLOs are met (``estimate``: to the flow bound of a saturated trial, see
     :func:`next_count`; else doubling), then bisection finds the fewest. ``give_up``:
     a one-seed trial whose SLOs are missed for good stops there (cheaper, never wrong;
@@ -245,7 +245,7 @@ def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
                                          give_up=give_up and confidence is None))
         return trials[n]
 
-    lo = hi = sizing_floor(scenario, pool)
+    lo = hi = min(max_replicas, sizing_floor(scenario, pool) if floor is None else floor)
     while not trial(hi).ok:                 # grow until it meets the SLOs
         if hi >= max_replicas:
             return None, trials
@@ -305,11 +305,29 @@ def check_budget(scenario: Scenario, pools: list[str], *, options: bool = True,
         **located(scenario, ("pools", sized[0], "sizing")))
 
 
+def refuse_over_budget(scenario: Scenario, pool: str, trials: int, replicas: int,
+                       shape: str, *, replicated: bool = False) -> None:
+    """Refuse, before any run, a search of ``pool`` (``shape`` says what it tries) whose
+    worst case is ``trials`` simulations of ``replicas`` replicas in all, beyond what one
+    `size` may run."""
+    if trials <= MAX_SIZING_TRIALS and replicas <= MAX_SIZING_REPLICA_TRIALS:
+        return
+    raise sim.ScenarioError(
+        f"this search may run {trials:,} simulations of up to {replicas:,} replicas in all "
+        f"({shape}); the most one `size` runs is {MAX_SIZING_TRIALS:,} simulations and "
+        f"{MAX_SIZING_REPLICA_TRIALS:,} replicas: lower sizing.max_replicas or raise "
+        "sizing.min_replicas" + (", or cap the replications lower (--max-replications)"
+                                 if replicated else ""),
+        **located(scenario, ("pools", pool, "sizing") if scenario.pools[pool].sizing
+                  else ("pools", pool)))
+
+
 def sizing_floor(scenario: Scenario, pool: str) -> int:
     """The fewest replicas size may choose for ``pool``: its ``sizing.min_replicas``,
     else 1."""
     cfg = scenario.pools[pool]
-    return cfg.sizing.min_replicas if cfg.sizing else 1
+    given = cfg.sizing.min_replicas if cfg.sizing else None
+    return 1 if given is None else given
 
 
 def replica_cap(scenario: Scenario, pool: str) -> int:

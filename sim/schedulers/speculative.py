@@ -69,7 +69,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from sim.config import profiles
-from sim.config.common import Name, PositiveInt, Seconds, StrictModel
+from sim.config.common import Name, PositiveInt, Seconds
 from sim.config.specs import ModelSpec
 from sim.cost.base import CostModel
 from sim.cost.shape import BatchShape

@@ -6,7 +6,6 @@ lets different fleet designs be compared on exactly the same requests.
 """
 from __future__ import annotations
 
-import math
 import pathlib
 from dataclasses import dataclass
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import typing
 
-import pytest
 
 from simfactories import FakeReplica
 from sim.autoscalers import metrics

@@ -20,7 +20,7 @@ from sim.cost.calibrated import (CalibratedConfig, CalibratedCostModel, Table, l
 from sim.cost.shape import BatchShape
 from sim.config.paths import data_dir
 
-from simfactories import make_pool, make_scenario, single, single_service_time_s, trace_stream
+from simfactories import make_pool, make_scenario, single, single_service_time_s
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = "calibrated/cpu/tiny-llama.yaml"

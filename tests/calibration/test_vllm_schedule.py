@@ -221,7 +221,7 @@ def test_a_recorded_run_s_errors_name_its_folder_not_the_output_folder(tmp_path,
         folder.mkdir(parents=True)
         (folder / vllm_engine.PLAN_NAME).write_text(json.dumps(plan_data), "utf-8")
         (folder / "vllm_log.json").write_text(json.dumps(log_data), "utf-8")
-    for name, message in (("bad-plan", f"plan.json: scenario_yaml.pools.engine.replicas: "
+    for name, message in (("bad-plan", "plan.json: scenario_yaml.pools.engine.replicas: "
                                         "Input should be greater than 0"),
                           ("unfinished", ": vLLM left requests unfinished")):
         folder = tmp_path / name / "vllm-light"

@@ -11,7 +11,8 @@ import yaml
 from sim.cli import main
 from sim.config.scenario import Scenario
 from sim.config.slos import parse_slo
-from sim.planning.autoscaled import autoscaled_size, targets_tried
+from sim.config.errors import ScenarioError
+from sim.planning.autoscaled import autoscaled_size, bounds_values, lowest_floor, targets_tried
 from sim.planning.overrides import with_values
 from sim.planning.size import verdict
 
@@ -47,10 +48,35 @@ def sized():
 
 
 def _meets(scenario: Scenario, target: float, floor: int, bound: int) -> bool:
-    return verdict(with_values(scenario, {"pools.p.autoscaler.target": target,
-                                          "pools.p.autoscaler.min_replicas": floor,
-                                          "pools.p.autoscaler.max_replicas": bound}),
+    return verdict(with_values(scenario, bounds_values(scenario, "p", target, floor, bound)),
                    "p", SLOS, None).ok
+
+
+def test_a_trial_starts_within_its_floor_and_bound_and_drops_a_zero_grace():
+    """The configured replicas (1 here) held within [floor, bound]; a scale-to-zero
+    pool's grace dropped for a floor above 0 (it applies only at 0), kept at 0."""
+    scenario = diurnal()
+    assert bounds_values(scenario, "p", 64, 2, 4)["pools.p.replicas"] == 2
+    started = with_values(scenario, {"pools.p.replicas": 5})
+    assert bounds_values(started, "p", 64, 1, 3)["pools.p.replicas"] == 3
+    assert bounds_values(started, "p", 64, 1, 6)["pools.p.replicas"] == 5
+    to_zero = with_values(scenario, {"pools.p.autoscaler.min_replicas": 0,
+                                     "pools.p.autoscaler.scale_to_zero_grace": 90.0})
+    assert lowest_floor(to_zero, "p") == 0
+    assert bounds_values(to_zero, "p", 64, 0, 3)["pools.p.replicas"] == 1
+    for floor in (0, 2):
+        trial = with_values(to_zero, bounds_values(to_zero, "p", 64, floor, 3))
+        scaler = trial.pools["p"].autoscaler
+        assert (scaler.min_replicas, scaler.scale_to_zero_grace) == \
+            (floor, 90.0 if floor == 0 else 30.0)
+    kept = with_values(to_zero, {"pools.p.sizing.min_replicas": 2})
+    assert lowest_floor(kept, "p") == 2 and lowest_floor(scenario, "p") == 1
+
+
+def test_an_autoscaled_search_past_the_budget_is_refused_before_any_run():
+    big = with_values(diurnal(), {"pools.p.sizing.max_replicas": 20_000})
+    with pytest.raises(ScenarioError, match="this search may run .* simulations"):
+        autoscaled_size(big, "p", SLOS)
 
 
 def test_each_targets_floor_and_bound_are_the_fewest_a_scan_finds(sized):
@@ -97,7 +123,9 @@ def test_the_configured_floor_is_lowered_to_the_cheapest_that_meets_the_slos():
         at_three.first.summary["end_s"] / 3600.0)
     kept = with_values(scenario, {"pools.p.sizing.min_replicas": 2})
     table, _ = autoscaled_size(kept, "p", SLOS)
+    assert table["feasible"].any()
     assert (table.loc[table["feasible"], "min_replicas"] >= 2).all()
+    assert table.loc[table["target"] == 48.0, "min_replicas"].iloc[0] == 2
 
 
 def test_the_cheapest_feasible_target_is_chosen_with_its_cost_per_day_and_team(sized):

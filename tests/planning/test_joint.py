@@ -132,7 +132,9 @@ def by_length(cap: int = 3) -> Scenario:
 
 def test_joint_sizing_over_thresholds_answers_as_each_threshold_searched_alone():
     """--thresholds: the staircase at each threshold, the answer the cheapest pair of
-    any, exactly as separate searches at each threshold find them."""
+    any, exactly as separate searches at each threshold find them. (Both go through the
+    same staircase; that the threshold is applied shows in the answer: were it not, the
+    three would tie and the first, 1,000, would be chosen.)"""
     scenario = by_length()
     field = "gateway.models.chat.by_prompt_length.threshold_tokens"
     slos = [parse_slo("ttft_p99=1s")]
@@ -183,7 +185,18 @@ def test_bad_thresholds_exit_2(argv, fragment, tmp_path, capsys):
     assert fragment in err and "Traceback" not in err
 
 
-def test_a_threshold_listed_twice_is_refused():
-    with pytest.raises(sim.ScenarioError, match="lists a threshold twice"):
-        joint_size(by_length(), ["short", "long"], [parse_slo("ttft_p99=1s")],
-                   thresholds=[1000, 1000])
+@pytest.mark.parametrize("thresholds, change, fragment", [
+    ([1000, 1000], {}, "lists a threshold twice"),
+    ([1000, 20000], {}, "--thresholds: 20,000 tokens: no prompt reaches 20,000 tokens"),
+    ([1000], {"gateway.models.other": {"by_prompt_length": {
+        "threshold_tokens": 3000, "short": "long", "long": "short"}}},
+     "served models chat, other each split prompts between pools short and long"),
+    ([1000], {"pools.short.sizing.max_replicas": 400, "pools.long.sizing.max_replicas": 400},
+     "this search may run"),
+])
+def test_thresholds_refused_before_any_run(thresholds, change, fragment, monkeypatch):
+    import sim.planning.joint as joint
+    monkeypatch.setattr(joint, "verdict", lambda *a, **k: pytest.fail("a run started"))
+    with pytest.raises(sim.ScenarioError, match=fragment):
+        joint_size(with_values(by_length(), change), ["short", "long"],
+                   [parse_slo("ttft_p99=1s")], thresholds=thresholds)
