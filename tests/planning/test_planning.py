@@ -135,6 +135,21 @@ def test_check_passes_unchanged_and_fails_when_load_rises(tmp_path, capsys):
     assert "required replicas" in out
 
 
+def test_check_counts_the_replicas_the_load_needs_whatever_the_sizing_floor(tmp_path):
+    """A sizing floor of 3 kept for redundancy: size answers at least 3, check's required
+    replicas stay what the load needs (1 at this rate), so a drift in it shows."""
+    import yaml
+    from sim.planning.check import measure_scenario
+    data = chat(duration=30, rate=4).model_dump(mode="json")
+    data["pools"]["p"]["sizing"] = {"max_replicas": 8, "min_replicas": 3}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    slos = [parse_slo("ttft_p99=1s")]
+    measured = measure_scenario(str(path), slos)
+    assert measured["pools"]["p"]["required_replicas"] == 1
+    assert size(sim.load_scenario(str(path)), slos).iloc[0]["replicas"] == 3
+
+
 def test_check_says_what_a_missing_figure_means():
     """A pool the baseline lacks, a count none within the cap reached and a latency no
     request gave are said in words (they printed None)."""
