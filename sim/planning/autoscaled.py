@@ -27,7 +27,8 @@ from sim.config.scenario import Scenario
 from sim.config.slos import Slo
 from sim.output.slo import margins
 from sim.planning.overrides import with_values
-from sim.planning.size import refuse_over_budget, replica_cap, verdict
+from sim.planning.size import (NARROWER_COUNTS, fewest, refuse_over_budget, replica_cap,
+                               sizing_field, verdict)
 from sim.planning.verdict import Confidence, Verdict
 
 TARGET_SCALES = (0.5, 0.75, 1.0, 1.5, 2.0)
@@ -86,11 +87,10 @@ def check_autoscaled_budget(scenario: Scenario, pool: str, targets: int, low: in
     [low, cap], each replicated up to the cap) runs more simulations or simulates more
     replicas than one `size` may."""
     steps = 2 + max(0, math.ceil(math.log2(max(1, cap - low))))
-    each = confidence.max_replications if confidence is not None else 1
-    refuse_over_budget(scenario, pool, targets * 2 * steps * each,
-                       targets * 2 * steps * each * cap,
+    refuse_over_budget(scenario, sizing_field(scenario, pool), targets * 2 * steps,
+                       targets * 2 * steps * cap,
                        f"{targets} targets x two searches over {low:,}..{cap:,} replicas",
-                       replicated=each > 1)
+                       NARROWER_COUNTS, confidence)
 
 
 def _row(pool: str, target: float, floor: int | None, bound: int | None,
@@ -168,11 +168,4 @@ def _lowest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
         return lo
     if not ok(hi):
         return None
-    lo += 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return hi
+    return fewest(lo + 1, hi, ok)

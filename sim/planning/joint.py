@@ -32,8 +32,9 @@ from sim.config.resolve import resolve
 from sim.config.scenario import Scenario
 from sim.config.slos import Slo
 from sim.planning.overrides import with_values
-from sim.planning.size import (configured_option, option_values, refuse_over_budget,
-                               replica_cap, sizing_floor, verdict)
+from sim.planning.size import (NARROWER_COUNTS, configured_option, fewest, option_values,
+                               refuse_over_budget, replica_cap, sizing_field, sizing_floor,
+                               verdict)
 from sim.planning.verdict import Confidence, Verdict
 
 
@@ -133,12 +134,11 @@ def check_joint_budget(scenario: Scenario, a: str, b: str, thresholds: int,
     low_a, low_b = sizing_floor(scenario, a), sizing_floor(scenario, b)
     cap_a, cap_b = replica_cap(scenario, a), replica_cap(scenario, b)
     steps = 2 + max(0, math.ceil(math.log2(max(1, cap_b - low_b))))
-    each = confidence.max_replications if confidence is not None else 1
-    trials = thresholds * (cap_a - low_a + 1) * steps * each
-    refuse_over_budget(scenario, a, trials, trials * (cap_a + cap_b),
+    trials = thresholds * (cap_a - low_a + 1) * steps
+    refuse_over_budget(scenario, sizing_field(scenario, a), trials, trials * (cap_a + cap_b),
                        f"{thresholds} threshold(s) x {cap_a - low_a + 1:,} counts of {a} x a "
-                       f"search over {low_b:,}..{cap_b:,} replicas of {b}",
-                       replicated=each > 1)
+                       f"search over {low_b:,}..{cap_b:,} replicas of {b}", NARROWER_COUNTS,
+                       confidence)
 
 
 def joint_size(scenario: Scenario, pools: list[str], slos: list[Slo], *,
@@ -204,13 +204,7 @@ def _staircase(scenario: Scenario, a: str, b: str, slos: list[Slo],
         if not meets(na, top):
             rows.append({a: na, b: None, "cost_usd_per_h": None, "feasible": False})
             continue
-        lo, hi = low_b, top                     # fewest b in [low_b, top] meeting the SLOs
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if meets(na, mid):
-                hi = mid
-            else:
-                lo = mid + 1
+        hi = fewest(low_b, top, lambda nb: meets(na, nb))
         top = hi
         if best is None or cost(na, hi) < cost(*best):
             best = (na, hi)

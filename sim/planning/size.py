@@ -251,13 +251,19 @@ def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
             return None, trials
         grown = next_count(trials[hi]) if estimate else 2 * hi
         lo, hi = hi + 1, min(grown, max_replicas)
-    while lo < hi:                          # fewest in [lo, hi] that meets them
+    return fewest(lo, hi, lambda n: trial(n).ok), trials
+
+
+def fewest(lo: int, hi: int, ok: Callable[[int], bool]) -> int:
+    """The least n in [lo, hi] with ``ok(n)``, by bisection, ``ok(hi)`` known to hold and
+    ``ok`` taken as monotone (true from some n on; more replicas never hurt)."""
+    while lo < hi:
         mid = (lo + hi) // 2
-        if trial(mid).ok:
+        if ok(mid):
             hi = mid
         else:
             lo = mid + 1
-    return hi, trials
+    return hi
 
 
 MAX_SIZING_TRIALS = 2_000                  # simulations one `size` may run, at worst
@@ -285,41 +291,44 @@ def check_budget(scenario: Scenario, pools: list[str], *, options: bool = True,
     options; else its configuration alone, as `check` sizes it; ``confidence``: each
     trial replicated up to its cap)."""
     trials = replicas = 0
-    each = confidence.max_replications if confidence is not None else 1
     for pool in pools:
         n_opts = len(_option_grid(scenario, pool)) if options else 1
         t, r = search_bound(replica_cap(scenario, pool))
-        trials, replicas = trials + n_opts * t * each, replicas + n_opts * r * each
-    if trials <= MAX_SIZING_TRIALS and replicas <= MAX_SIZING_REPLICA_TRIALS:
-        return
+        trials, replicas = trials + n_opts * t, replicas + n_opts * r
     sized = [p for p in pools if scenario.pools[p].sizing is not None] or pools
     shape = "; ".join(f"{p}: {len(_option_grid(scenario, p)) if options else 1} "
                       f"option(s) x up to "
                       f"{replica_cap(scenario, p):,} replicas" for p in sized)
-    raise sim.ScenarioError(
-        f"this search may run {trials:,} simulations of up to {replicas:,} replicas in all "
-        f"({shape}); the most one `size` runs is {MAX_SIZING_TRIALS:,} simulations and "
-        f"{MAX_SIZING_REPLICA_TRIALS:,} replicas: lower sizing.max_replicas, list fewer "
-        f"hardware/tp/pp/weight_dtype options, size one pool at a time with --pool"
-        + (", or cap the replications lower (--max-replications)" if each > 1 else ""),
-        **located(scenario, ("pools", sized[0], "sizing")))
+    refuse_over_budget(scenario, ("pools", sized[0], "sizing"), trials, replicas, shape,
+                       "lower sizing.max_replicas, list fewer hardware/tp/pp/weight_dtype "
+                       "options, size one pool at a time with --pool", confidence)
 
 
-def refuse_over_budget(scenario: Scenario, pool: str, trials: int, replicas: int,
-                       shape: str, *, replicated: bool = False) -> None:
-    """Refuse, before any run, a search of ``pool`` (``shape`` says what it tries) whose
-    worst case is ``trials`` simulations of ``replicas`` replicas in all, beyond what one
-    `size` may run."""
+# how a search of one pool's counts (joint, autoscaled) is brought within the budget
+NARROWER_COUNTS = "lower sizing.max_replicas or raise sizing.min_replicas"
+
+
+def refuse_over_budget(scenario: Scenario, at: tuple, trials: int, replicas: int,
+                       shape: str, remedy: str, confidence: Confidence | None) -> None:
+    """Refuse, before any run, a search whose worst case is ``trials`` simulations of
+    ``replicas`` replicas in all, each replicated up to ``confidence``'s cap, beyond what
+    one `size` may run: the error says what it tries (``shape``) and how to cut it
+    (``remedy``), located at the scenario field ``at``."""
+    each = confidence.max_replications if confidence is not None else 1
+    trials, replicas = trials * each, replicas * each
     if trials <= MAX_SIZING_TRIALS and replicas <= MAX_SIZING_REPLICA_TRIALS:
         return
     raise sim.ScenarioError(
         f"this search may run {trials:,} simulations of up to {replicas:,} replicas in all "
         f"({shape}); the most one `size` runs is {MAX_SIZING_TRIALS:,} simulations and "
-        f"{MAX_SIZING_REPLICA_TRIALS:,} replicas: lower sizing.max_replicas or raise "
-        "sizing.min_replicas" + (", or cap the replications lower (--max-replications)"
-                                 if replicated else ""),
-        **located(scenario, ("pools", pool, "sizing") if scenario.pools[pool].sizing
-                  else ("pools", pool)))
+        f"{MAX_SIZING_REPLICA_TRIALS:,} replicas: {remedy}"
+        + (", or cap the replications lower (--max-replications)" if each > 1 else ""),
+        **located(scenario, at))
+
+
+def sizing_field(scenario: Scenario, pool: str) -> tuple:
+    """Where a pool's sizing error points: its ``sizing:`` block, else the pool."""
+    return ("pools", pool, "sizing") if scenario.pools[pool].sizing else ("pools", pool)
 
 
 def sizing_floor(scenario: Scenario, pool: str) -> int:
