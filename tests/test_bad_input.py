@@ -889,7 +889,7 @@ CASES += [
         (GATEWAY_MODELS[0], GATEWAY_MODELS[1] % "second"))
          + SECOND_POOL % "llama-3.1-8b" + "    sizing: {pp: [1, 2]}\n", 33,
          "pools.second.sizing.pp[1]",
-         ["pp=2: pool 'second' decodes for 'llama-3.1-8b' (disaggregated)",
+         ["pool 'second' decodes for 'llama-3.1-8b' (disaggregated) with pp=2",
           "list only pp: [1] under sizing"]),
     Case("sizing-pp-past-the-draft-models-layers", edit(
         ("      type: continuous\n      max_num_batched_tokens: 8192\n",

@@ -112,12 +112,10 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
                              f"is measured on one model, and the draft model '{draft.name}' "
                              "needs its own step times: use cost_model auto or roofline"))
             return None
-        if pool.pp > draft.num_layers:
-            problems.append((here + ("pp",), f"pp={pool.pp} exceeds the draft model "
-                             f"{draft.name}'s {draft.num_layers} layers: the draft model is "
-                             "split over the same pipeline stages, and each stage holds at "
-                             "least one of its layers; lower pp or name a draft model with "
-                             f"at least {pool.pp} layers"))
+        shallow = stages.draft_too_shallow(draft, pool.pp)
+        if shallow is not None:
+            problems.append((here + ("pp",), f"{shallow}; lower pp or name a draft model "
+                             f"with at least {pool.pp} layers"))
             return None
         if draft.total_params >= model.total_params:
             problems.append((here + ("scheduler", "draft_model"), f"draft model "
@@ -174,20 +172,15 @@ def _check_sizing(here: Loc, pool: PoolConfig, model, scenario: Scenario
     draft_name = getattr(pool.scheduler, "draft_model_name", None)
     draft = profiles.find_model(draft_name, scenario.models) if draft_name else None
     for i, pp in enumerate(opts.pp or ()):
-        too_many = stages.too_many_stages(model, pp)
-        if too_many is not None:
-            problems.append((here + ("sizing", "pp", i), too_many))
-        elif pp > 1 and decodes_for is not None:
-            problems.append((here + ("sizing", "pp", i), f"pp={pp}: pool '{here[-1]}' decodes "
-                             f"for '{decodes_for}' (disaggregated), and vLLM's KV connector "
-                             "for disaggregation (NixlConnector) does not support pipeline "
-                             "stages on the decode side; list only pp: [1] under sizing (or leave "
-                             "sizing.pp out)"))
-        elif draft is not None and pp > draft.num_layers:
-            problems.append((here + ("sizing", "pp", i), f"pp={pp} exceeds the draft model "
-                             f"{draft.name}'s {draft.num_layers} layers (the draft model is "
-                             "split over the same stages, each holding at least one of its "
-                             f"layers); try at most pp={draft.num_layers}"))
+        problem = stages.too_many_stages(model, pp)
+        decode = stages.decode_stages(here[-1], decodes_for, pp) if decodes_for else None
+        shallow = stages.draft_too_shallow(draft, pp) if draft else None
+        if problem is None and decode is not None:
+            problem = f"{decode}; list only pp: [1] under sizing (or leave sizing.pp out)"
+        elif problem is None and shallow is not None:
+            problem = f"{shallow}; try at most pp={draft.num_layers}"
+        if problem is not None:
+            problems.append((here + ("sizing", "pp", i), problem))
     if not opts.tp:
         return problems
     kinds = [hw for hw in kinds if hw is not None] or \
@@ -328,13 +321,11 @@ def _check_gateway(scenario: Scenario, problems: list[tuple[Loc, str]]) -> None:
                                  "cache cannot be decoded by another"))
             elif split.prefill in scenario.pools and split.decode in scenario.pools:
                 problems.extend(_decode_shorter(split.prefill, split.decode, scenario))
-            if split.decode in scenario.pools and scenario.pools[split.decode].pp > 1:
-                problems.append((("pools", split.decode, "pp"), f"pool '{split.decode}' "
-                                 f"decodes for '{name}' (disaggregated) with "
-                                 f"pp={scenario.pools[split.decode].pp}: vLLM's KV "
-                                 "connector for disaggregation (NixlConnector) does not "
-                                 "support pipeline stages on the decode side; give the "
-                                 "decode pool pp: 1 (its prefill pool may keep stages)"))
+            decode = (stages.decode_stages(split.decode, name, scenario.pools[split.decode].pp)
+                      if split.decode in scenario.pools else None)
+            if decode is not None:
+                problems.append((("pools", split.decode, "pp"), f"{decode}; give the decode "
+                                 "pool pp: 1 (its prefill pool may keep stages)"))
         base = name.split("@", 1)[0].lower()
         for pool in pools:
             if pool not in scenario.pools:

@@ -19,6 +19,25 @@ def too_many_stages(model: ModelSpec, pp: int) -> str | None:
             "holds at least one layer")
 
 
+def draft_too_shallow(draft: ModelSpec, pp: int) -> str | None:
+    """Why ``pp`` stages cannot split a speculative pool's ``draft`` model (it is split
+    over the same stages), or None."""
+    if pp <= draft.num_layers:
+        return None
+    return (f"pp={pp} exceeds the draft model {draft.name}'s {draft.num_layers} layers: the "
+            "draft model is split over the same pipeline stages, and each stage holds at "
+            "least one of its layers")
+
+
+def decode_stages(pool: str, served: str, pp: int) -> str | None:
+    """Why a disaggregated model's decode ``pool`` cannot have ``pp`` stages, or None."""
+    if pp == 1:
+        return None
+    return (f"pool '{pool}' decodes for '{served}' (disaggregated) with pp={pp}: vLLM's KV "
+            "connector for disaggregation (NixlConnector) does not support pipeline stages "
+            "on the decode side")
+
+
 def unreachable_nodes(hw: HardwareSpec, tp: int, pp: int) -> str | None:
     """Why ``pp`` stages of ``tp`` GPUs cannot be placed on ``hw``'s nodes, or None."""
     nodes = num_nodes(tp, pp, hw.max_gpus_per_node)
