@@ -156,6 +156,22 @@ def reached(scenario: Scenario, requests: pd.DataFrame) -> set[str]:
 IDLE_NOTE = "no request reaches this pool (idle capacity): nothing to size"
 
 
+def idle_row(scenario: Scenario, pool: str) -> dict:
+    """The size table's row for ``pool`` when no request reaches it: its own option at
+    the floor its ``sizing.min_replicas`` keeps (kept for redundancy, paid for whether
+    or not a request comes), else 0 replicas."""
+    cfg = scenario.pools[pool]
+    option = configured_option(cfg)
+    floor = cfg.sizing.min_replicas if cfg.sizing and cfg.sizing.min_replicas else 0
+    price = resolve(scenario)[0].pools[pool].price_per_gpu_hour if floor else 0.0
+    note = IDLE_NOTE if not floor else (
+        f"no request reaches this pool (idle capacity): kept at its floor "
+        f"(sizing.min_replicas: {floor})")
+    return {"pool": pool, **option, "replicas": floor, "gpus": floor * option_gpus(option),
+            "feasible": True, "cost_usd_per_h": floor * option_gpus(option) * price,
+            "note": note}
+
+
 def _option_grid(scenario: Scenario, pool: str) -> list[dict]:
     cfg = scenario.pools[pool]
     opts = cfg.sizing
@@ -366,11 +382,8 @@ def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None,
     tasks: list[tuple[int, OptionTask]] = []
     busy = reached(scenario, ran.requests)
     for pool in pools:
-        cfg = scenario.pools[pool]
         if pool not in busy:
-            rows.append({"pool": pool, "hardware": cfg.hardware, "tp": cfg.tp, "pp": cfg.pp,
-                         "weight_dtype": cfg.weight_dtype, "replicas": 0, "gpus": 0,
-                         "feasible": True, "cost_usd_per_h": 0.0, "note": IDLE_NOTE})
+            rows.append(idle_row(scenario, pool))
             continue
         for option in _option_grid(scenario, pool):
             tasks.append((len(rows), (scenario_payload(scenario), pool, slos, option,

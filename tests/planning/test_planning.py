@@ -302,6 +302,27 @@ def test_size_measures_a_prefill_pool_by_the_requests_it_prefilled_and_skips_idl
     assert idle["replicas"] == 0 and idle["feasible"] and "idle" in idle["note"]
 
 
+def test_size_keeps_an_idle_pool_at_its_sizing_floor_and_prices_it():
+    """A pool no request reaches, with sizing.min_replicas: 2 kept for redundancy, was
+    reported at 0 replicas and $0/h whatever its floor; now at 2 replicas of its own
+    option, paid for at its price."""
+    from sim.config.resolve import resolve
+    from sim.config.slos import parse_slo
+    from sim.planning.overrides import with_values
+    from sim.planning.size import size
+    scenario = sim.with_overrides(sim.load_scenario(ROOT / "scenarios" / "disaggregated.yaml"),
+                                  duration_s=10)
+    floored = with_values(scenario, {"pools.colocated.sizing": {"max_replicas": 8,
+                                                                 "min_replicas": 2}})
+    row = size(floored, [parse_slo("ttft_p99=5s")], pools=["colocated"]).iloc[0]
+    cfg = floored.pools["colocated"]
+    gpus = 2 * cfg.tp * cfg.pp
+    price = resolve(floored)[0].pools["colocated"].price_per_gpu_hour
+    assert (row["replicas"], row["gpus"], row["feasible"]) == (2, gpus, True)
+    assert row["cost_usd_per_h"] == pytest.approx(gpus * price) and price > 0
+    assert "sizing.min_replicas: 2" in row["note"]
+
+
 def test_max_rate_is_a_multiple_of_the_scenarios_own_load():
     """A scenario at rate_scale 4 of 4/s and one at 16/s are the same load: max_rate gave
     the first 4x the requests per second (its trials overwrote rate_scale, and the answer
