@@ -3,6 +3,7 @@ vLLM) and compare fleetsim's predictions with the measurements."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
@@ -76,7 +77,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                             "shape the engine's run, which a recorded run has done already")
     try:
         if not args.from_logs:
-            import transformers  # noqa: F401  (the engine; checked before anything is timed)
+            # the engine, checked before anything is timed
+            importlib.import_module("transformers")
         from calibrate.engine_log import EngineLogError
         from calibrate.validate import ValidationError, format_table, validate, validate_logs
     except ImportError as exc:

@@ -46,7 +46,6 @@ def test_a_request_still_in_the_front_end_when_the_run_stops_ends_unfinished(tmp
 
 def _kv_tight(engine: str, **sched):
     """Long answers into a small cache: on_demand admits more than can finish."""
-    from tests.simfactories import continuous
     pool = make_pool(engine=engine, kv_cache_bytes="1GiB", scheduler=continuous(**sched))
     return make_scenario(stream=poisson_stream(rate=40.0, prompt_tokens=512,
                                                output_tokens=1500), pool=pool, duration=20.0)

@@ -7,6 +7,7 @@ known formulas, so that what the builder reads and interpolates can be checked e
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -51,7 +52,11 @@ def _write(root, gpu, family, engine, version, name, frame):
 
 @pytest.fixture
 def db(tmp_path):
-    root = tmp_path / "data"
+    return write_db(tmp_path / "data")
+
+
+def write_db(root: Path) -> Path:
+    """A small kernel database under ``root``, laid out as AIConfigurator's."""
     gemm = [dict(gemm_dtype=d, m=m, n=n, k=k, latency=gemm_ms(m, n, k, d),
                  kernel_source="torch.nn.functional.linear")
             for d in ("bfloat16", "fp8") for n in NK_GRID for k in NK_GRID for m in MS_GRID]

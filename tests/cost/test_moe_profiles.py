@@ -17,7 +17,7 @@ from calibrate.spec import ModelShape, ShardShape
 from sim.config import profiles
 from sim.config.specs import ModelSpec
 from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel, load_profile
-from test_kernel_profiles import _write, db, gemm_ms  # noqa: F401 - db is a fixture
+from test_kernel_profiles import _write, gemm_ms, write_db
 
 # hidden 512, 8 heads / 4 KV of 64 (tiny-llama's attention), 4 experts of 1536, top 2
 TINY_MOE = ModelShape("tiny-moe", 2, 512, 8, 4, 64, 1536, 32000, 4, 2)
@@ -36,6 +36,11 @@ def _moe_rows(tp, dtype="bfloat16", dist="balanced", hidden=512, inter=1536, exp
                  hidden_size=hidden, inter_size=inter, topk=topk, num_experts=experts,
                  moe_tp_size=tp, moe_ep_size=ep, distribution=dist,
                  latency=slower * moe_ms(n, tp, dtype)) for n in MOE_TOKENS]
+
+
+@pytest.fixture
+def db(tmp_path):
+    return write_db(tmp_path / "data")
 
 
 @pytest.fixture
