@@ -201,7 +201,7 @@ def _size_joint(args: argparse.Namespace, scenario, slos, confidence, out, input
 def _size_autoscaled(args: argparse.Namespace, scenario, slos, confidence, out,
                      inputs) -> int:
     """size --autoscaled: each pool's target-tracking autoscaler sized for the whole run."""
-    from sim.planning.autoscaled import autoscaled_size, target_autoscaler
+    from sim.planning.autoscaled import autoscaled_size, search_plan
 
     _refuse_beside(args, "--autoscaled", ("--max-rate", "--report", "--workers"))
     pools = args.pool or [p for p in scenario.pools
@@ -209,8 +209,8 @@ def _size_autoscaled(args: argparse.Namespace, scenario, slos, confidence, out,
     if not pools:
         raise ScenarioError("no pool has a target-tracking autoscaler to size (autoscaler: "
                             "{type: target, ...})", field="--autoscaled")
-    for pool in pools:
-        target_autoscaler(scenario, pool)           # refused before any run
+    for pool in pools:              # every pool's search refused before any pool's run
+        search_plan(scenario, pool, confidence)
     tables, teams = [], {}
     bar, update = count_bar("size --autoscaled") if not args.quiet else (None, None)
     try:

@@ -17,7 +17,6 @@ answer is the cheapest feasible row.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import pandas as pd
@@ -27,8 +26,8 @@ from sim.config.scenario import Scenario
 from sim.config.slos import Slo
 from sim.output.slo import margins
 from sim.planning.overrides import with_values
-from sim.planning.size import (NARROWER_COUNTS, fewest, refuse_over_budget, replica_cap,
-                               sizing_field, verdict)
+from sim.planning.size import (NARROWER_COUNTS, bisection_steps, fewest, refuse_over_budget,
+                               replica_cap, sizing_field, sizing_floor, verdict)
 from sim.planning.verdict import Confidence, Verdict
 
 TARGET_SCALES = (0.5, 0.75, 1.0, 1.5, 2.0)
@@ -59,10 +58,8 @@ def targets_tried(scaler) -> list[float]:
 def lowest_floor(scenario: Scenario, pool: str) -> int:
     """The lowest ``min_replicas`` tried: the pool's ``sizing.min_replicas`` where given,
     else 0 for a pool configured to scale to zero and 1 for any other."""
-    cfg = scenario.pools[pool]
-    if cfg.sizing is not None and cfg.sizing.min_replicas is not None:
-        return cfg.sizing.min_replicas
-    return 0 if cfg.autoscaler.min_replicas == 0 else 1
+    to_zero = scenario.pools[pool].autoscaler.min_replicas == 0
+    return sizing_floor(scenario, pool, default=0 if to_zero else 1)
 
 
 def bounds_values(scenario: Scenario, pool: str, target: float, floor: int,
@@ -81,12 +78,23 @@ def bounds_values(scenario: Scenario, pool: str, target: float, floor: int,
     return values
 
 
+def search_plan(scenario: Scenario, pool: str, confidence: Confidence | None
+                ) -> tuple[list[float], int, int]:
+    """The targets an autoscaled search of ``pool`` tries and the [floor, cap] it searches,
+    refused before any run without a target-tracking autoscaler or past the budget."""
+    tried = targets_tried(target_autoscaler(scenario, pool))
+    low = lowest_floor(scenario, pool)
+    cap = max(low, 1, replica_cap(scenario, pool))
+    check_autoscaled_budget(scenario, pool, len(tried), low, cap, confidence)
+    return tried, low, cap
+
+
 def check_autoscaled_budget(scenario: Scenario, pool: str, targets: int, low: int,
                             cap: int, confidence: Confidence | None) -> None:
     """Refuse, before any run, a search whose worst case (per target, two bisections over
     [low, cap], each replicated up to the cap) runs more simulations or simulates more
     replicas than one `size` may."""
-    steps = 2 + max(0, math.ceil(math.log2(max(1, cap - low))))
+    steps = bisection_steps(low, cap)
     refuse_over_budget(scenario, sizing_field(scenario, pool), targets * 2 * steps,
                        targets * 2 * steps * cap,
                        f"{targets} targets x two searches over {low:,}..{cap:,} replicas",
@@ -118,12 +126,8 @@ def autoscaled_size(scenario: Scenario, pool: str, slos: list[Slo], *,
     SLOs, the run's replicas and cost per hour and per day, the SLO figures; ``chosen``
     marks the cheapest feasible), and the chosen row's cost per day by team (None when no
     target meets the SLOs within the cap)."""
-    scaler = target_autoscaler(scenario, pool)
-    low = lowest_floor(scenario, pool)
-    cap = max(low, 1, replica_cap(scenario, pool))
+    tried, low, cap = search_plan(scenario, pool, confidence)
     rows, runs, chosen_summary = [], 0, {}
-    tried = targets_tried(scaler)
-    check_autoscaled_budget(scenario, pool, len(tried), low, cap, confidence)
     for i, target in enumerate(tried):
         if progress is not None:
             progress(i, len(tried))

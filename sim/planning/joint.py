@@ -22,7 +22,6 @@ threshold given and answers with the cheapest pair of any.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import pandas as pd
@@ -32,9 +31,9 @@ from sim.config.resolve import resolve
 from sim.config.scenario import Scenario
 from sim.config.slos import Slo
 from sim.planning.overrides import with_values
-from sim.planning.size import (NARROWER_COUNTS, configured_option, fewest, option_values,
-                               refuse_over_budget, replica_cap, sizing_field, sizing_floor,
-                               verdict)
+from sim.planning.size import (NARROWER_COUNTS, bisection_steps, configured_option, fewest,
+                               option_values, refuse_over_budget, replica_cap, sizing_field,
+                               sizing_floor, verdict)
 from sim.planning.verdict import Confidence, Verdict
 
 
@@ -133,8 +132,7 @@ def check_joint_budget(scenario: Scenario, a: str, b: str, thresholds: int,
     the cap) runs more than one `size` may."""
     low_a, low_b = sizing_floor(scenario, a), sizing_floor(scenario, b)
     cap_a, cap_b = replica_cap(scenario, a), replica_cap(scenario, b)
-    steps = 2 + max(0, math.ceil(math.log2(max(1, cap_b - low_b))))
-    trials = thresholds * (cap_a - low_a + 1) * steps
+    trials = thresholds * (cap_a - low_a + 1) * bisection_steps(low_b, cap_b)
     refuse_over_budget(scenario, sizing_field(scenario, a), trials, trials * (cap_a + cap_b),
                        f"{thresholds} threshold(s) x {cap_a - low_a + 1:,} counts of {a} x a "
                        f"search over {low_b:,}..{cap_b:,} replicas of {b}", NARROWER_COUNTS,

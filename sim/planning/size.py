@@ -160,9 +160,8 @@ def idle_row(scenario: Scenario, pool: str) -> dict:
     """The size table's row for ``pool`` when no request reaches it: its own option at
     the floor its ``sizing.min_replicas`` keeps (kept for redundancy, paid for whether
     or not a request comes), else 0 replicas."""
-    cfg = scenario.pools[pool]
-    option = configured_option(cfg)
-    floor = cfg.sizing.min_replicas if cfg.sizing and cfg.sizing.min_replicas else 0
+    option = configured_option(scenario.pools[pool])
+    floor = sizing_floor(scenario, pool, default=0)
     price = resolve(scenario)[0].pools[pool].price_per_gpu_hour if floor else 0.0
     note = IDLE_NOTE if not floor else (
         f"no request reaches this pool (idle capacity): kept at its floor "
@@ -347,12 +346,18 @@ def sizing_field(scenario: Scenario, pool: str) -> tuple:
     return ("pools", pool, "sizing") if scenario.pools[pool].sizing else ("pools", pool)
 
 
-def sizing_floor(scenario: Scenario, pool: str) -> int:
+def sizing_floor(scenario: Scenario, pool: str, default: int = 1) -> int:
     """The fewest replicas size may choose for ``pool``: its ``sizing.min_replicas``,
-    else 1."""
+    else ``default``."""
     cfg = scenario.pools[pool]
     given = cfg.sizing.min_replicas if cfg.sizing else None
-    return 1 if given is None else given
+    return default if given is None else given
+
+
+def bisection_steps(low: int, cap: int) -> int:
+    """The most trials a bisection for the fewest replicas in [low, cap] runs, with its
+    two ends (for a search's worst case against the budget)."""
+    return 2 + max(0, math.ceil(math.log2(max(1, cap - low))))
 
 
 def replica_cap(scenario: Scenario, pool: str) -> int:

@@ -167,3 +167,25 @@ def test_bad_autoscaled_arguments_exit_2(extra, fragment, tmp_path, capsys):
     assert main(["size", str(path), "--slo", "ttft_p99=2s", "--autoscaled", *extra]) == 2
     err = capsys.readouterr().err
     assert fragment in err and "Traceback" not in err
+
+
+def test_every_pools_autoscaled_search_is_refused_before_any_pools_run(tmp_path, capsys,
+                                                                       monkeypatch):
+    """Two autoscaled pools, the second's search past the budget: refused before the
+    first pool's search runs (it was refused only once the first had been searched)."""
+    import sim.planning.autoscaled as autoscaled
+
+    def ran(*args, **kwargs):
+        raise AssertionError("a search ran before every pool's was checked")
+
+    monkeypatch.setattr(autoscaled, "autoscaled_size", ran)
+    data = diurnal().model_dump(mode="json")
+    data["pools"]["q"] = {**data["pools"]["p"], "sizing": {"max_replicas": 15_000}}
+    for stream in data["workload"]["streams"].values():
+        stream["pool"] = "p"
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["size", str(path), "--autoscaled", "--slo", "ttft_p99=500ms",
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "pools.q.sizing" in err and "simulations" in err
