@@ -18,7 +18,7 @@ from sim.config.specs import HardwareSpec, ModelSpec
 from sim.config import sanity, stages
 from sim.config.lengths import prompt_range, shortest
 from sim.config.scenario import PoolConfig, Scenario
-from sim.cost.memory import KvBudget, kv_budget
+from sim.cost.memory import KvBudget, kv_budget, weights_per_gpu
 
 Loc = tuple
 
@@ -226,7 +226,7 @@ def _no_room(model, hw, pool: PoolConfig) -> tuple[str, str]:
     gib = 2 ** 30
     usable = hw.planning_memory * pool.gpu_memory_utilization
     weights = model.weight_bytes(pool.weight_dtype)
-    per_gpu = stages.weights_per_gpu(model, pool.weight_dtype, pool.tp, pool.pp)
+    per_gpu = weights_per_gpu(model, pool.weight_dtype, pool.tp, pool.pp)
     at = f"tp={pool.tp}" + (f", pp={pool.pp}" if pool.pp > 1 else "")
     where = (f"{pool.tp * pool.pp} x {hw.name} ({hw.planning_memory / gib:.1f} GiB each as "
              f"the driver reports it, x gpu_memory_utilization {pool.gpu_memory_utilization:g} = "
@@ -246,7 +246,7 @@ def _no_room(model, hw, pool: PoolConfig) -> tuple[str, str]:
     # (a larger tp whose pp stages could not be placed on linked nodes is no way out)
     larger = [t for t in _valid_tps(model, hw) if t > pool.tp
               and stages.unreachable_nodes(hw, t, pool.pp) is None
-              and stages.weights_per_gpu(model, pool.weight_dtype, t, pool.pp)
+              and weights_per_gpu(model, pool.weight_dtype, t, pool.pp)
               + pool.activation_reserve < usable]
     if larger:
         hint = f"; it fits at tp={larger[0]}"

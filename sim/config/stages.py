@@ -4,7 +4,7 @@ network between them; and where a model does not fit, the pp at which it would."
 from __future__ import annotations
 
 from sim.config.specs import HardwareSpec, ModelSpec
-from sim.cost.memory import stage_weight_bytes_per_gpu
+from sim.cost.memory import weights_per_gpu
 from sim.cost.pipeline import num_nodes
 
 # the most stages a hint looks at (far past any model's need: 405B in bf16 on 8 GB GPUs)
@@ -58,14 +58,6 @@ def fitting_pp(model: ModelSpec, hw: HardwareSpec, tp: int, pp: int, weight_dtyp
     for more in range(pp + 1, min(model.num_layers, MAX_HINT_PP) + 1):
         if unreachable_nodes(hw, tp, more) is not None:
             return None
-        per_gpu = max(stage_weight_bytes_per_gpu(model, weight_dtype, tp, more))
-        if per_gpu + reserve_bytes < usable_bytes:
+        if weights_per_gpu(model, weight_dtype, tp, more) + reserve_bytes < usable_bytes:
             return more
     return None
-
-
-def weights_per_gpu(model: ModelSpec, weight_dtype: str, tp: int, pp: int) -> float:
-    """Weight bytes on each GPU of the fullest stage (all of them over tp at pp = 1)."""
-    if pp == 1:
-        return model.weight_bytes(weight_dtype) / tp
-    return max(stage_weight_bytes_per_gpu(model, weight_dtype, tp, pp))

@@ -47,7 +47,7 @@ def kv_budget(model: ModelSpec, hardware: HardwareSpec, *, tp: int, weight_dtype
                             gpu_memory_utilization=gpu_memory_utilization,
                             activation_reserve_bytes=activation_reserve_bytes,
                             kv_cache_bytes=kv_cache_bytes, draft=draft)
-    weight_per_gpu = model.weight_bytes(weight_dtype) / tp
+    weight_per_gpu = weights_per_gpu(model, weight_dtype, tp, 1)
     if draft is not None:
         weight_per_gpu += draft.weight_bytes(weight_dtype) / tp
     kv_per_token = model.kv_bytes_per_token(kv_dtype)
@@ -84,6 +84,13 @@ def stage_weight_bytes_per_gpu(model: ModelSpec, weight_dtype: str, tp: int, pp:
         edges = (one_edge if s == 0 else 0.0) + (one_edge if s == pp - 1 else 0.0)
         out.append((layers_bytes * layers / model.num_layers + edges) / tp)
     return out
+
+
+def weights_per_gpu(model: ModelSpec, weight_dtype: str, tp: int, pp: int) -> float:
+    """Weight bytes on each GPU of the fullest stage (all of them over tp at pp = 1)."""
+    if pp == 1:
+        return model.weight_bytes(weight_dtype) / tp
+    return max(stage_weight_bytes_per_gpu(model, weight_dtype, tp, pp))
 
 
 def pp_kv_budget(model: ModelSpec, hardware: HardwareSpec, *, tp: int, pp: int,
