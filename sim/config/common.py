@@ -10,8 +10,9 @@ import types
 import unicodedata
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict,
-                      StringConstraints, ValidationError, model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
+                      PlainSerializer, Strict, StringConstraints, ValidationError,
+                      model_validator)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from sim.config import units
@@ -108,6 +109,10 @@ def _non_negative(x: float) -> float:
 _NumberOrUnits = Union[float, str]
 Seconds = Annotated[float, BeforeValidator(units.seconds, json_schema_input_type=_NumberOrUnits), AfterValidator(_non_negative)]
 PositiveSeconds = Annotated[float, BeforeValidator(units.seconds, json_schema_input_type=_NumberOrUnits), AfterValidator(_positive)]
+# a latency target: its unit written out ("50ms", "2s"), never a bare number (see
+# units.seconds_with_unit); written back as seconds with the unit, so a scenario fleetsim
+# dumps (results, sweeps' workers, overrides) reads back the same
+LatencyTarget = Annotated[float, BeforeValidator(units.seconds_with_unit, json_schema_input_type=str), AfterValidator(_positive), PlainSerializer(lambda s: f"{s!r}s", return_type=str)]
 Bytes = Annotated[float, BeforeValidator(units.bytes_, json_schema_input_type=_NumberOrUnits), AfterValidator(_non_negative)]
 PositiveBytes = Annotated[float, BeforeValidator(units.bytes_, json_schema_input_type=_NumberOrUnits), AfterValidator(_positive)]
 BytesPerS = Annotated[float, BeforeValidator(units.bandwidth, json_schema_input_type=_NumberOrUnits), AfterValidator(_positive)]

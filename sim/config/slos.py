@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pydantic import Field, create_model
 
 from sim.config import units
-from sim.config.common import Name, PositiveFraction, PositiveSeconds, StrictModel
+from sim.config.common import LatencyTarget, Name, PositiveFraction, StrictModel
 from sim.config.errors import ScenarioError
 
 LATENCIES = ("ttft", "tpot", "e2e", "queue", "max_itl")
@@ -50,7 +50,7 @@ def parse_slo(text: str) -> Slo:
         raise ScenarioError(f"--slo: unknown metric '{metric}'; valid: {', '.join(METRICS)}"
                             f"{hint}", field="--slo")
     try:
-        target = float(value) if metric == "attainment" else units.seconds(value)
+        target = float(value) if metric == "attainment" else units.seconds_with_unit(value)
     except ValueError as exc:
         raise ScenarioError(f"--slo {text!r}: {exc}", field="--slo") from None
     if metric == "attainment" and not 0 < target <= 1:
@@ -71,9 +71,10 @@ MIN_TARGET_S, MAX_TARGET_S = 1e-6, 30 * 86400.0
 
 
 def _target_fields() -> dict:
-    fields = {f"{m}_{s}": (PositiveSeconds | None, Field(
+    fields = {f"{m}_{s}": (LatencyTarget | None, Field(
         None, ge=MIN_TARGET_S, le=MAX_TARGET_S,
-        description=f"{s} of {WHAT[m]} at most this, e.g. 2s or 50ms (1 us to 30 days)"))
+        description=f"{s} of {WHAT[m]} at most this, with its unit: 2s or 50ms, never a "
+                    "bare number (1 us to 30 days)"))
         for m in LATENCIES for s in STATS}
     fields["attainment"] = (PositiveFraction | None, Field(
         None, description="least share of requests (arrivals after the warm-up) completed "

@@ -1,9 +1,10 @@
 """Parse quantities with units ("2s", "50ms", "80GB", "3.35TB/s") into SI floats.
 
 Numbers without a unit are taken in the field's base unit (seconds, bytes,
-bytes/s, FLOP/s), so a YAML author may write either ``ttft: 2`` or
-``ttft: 2s``. Anything else is a ValueError whose message lists the
-accepted units; pydantic turns it into a field error.
+bytes/s, FLOP/s), so a YAML author may write either ``warmup: 60`` or
+``warmup: 60s``; a latency target (:func:`seconds_with_unit`) takes no bare
+number. Anything else is a ValueError whose message lists the accepted units;
+pydantic turns it into a field error.
 """
 from __future__ import annotations
 
@@ -49,6 +50,25 @@ def _parse(value: object, units: dict[str, float], kind: str) -> float:
 def seconds(value: object) -> float:
     """``"50ms"`` -> 0.05; a bare number is seconds."""
     return _parse(value, TIME_UNITS_S, "duration")
+
+
+def seconds_with_unit(value: object) -> float:
+    """A latency target: ``"50ms"`` -> 0.05, but never a bare number. vLLM's ``--goodput``,
+    GuideLLM and AIConfigurator read a bare SLO number as milliseconds, fleetsim's other
+    durations as seconds: a target whose unit is left to the reader is refused, with both
+    readings shown, rather than read one way without a word."""
+    match = _PATTERN.match(value) if isinstance(value, str) else None
+    if match is not None and match.group(2) == "":
+        number = match.group(1)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = f"{value:g}"
+    else:
+        number = None
+    if number is not None:
+        raise ValueError(f"{number} has no unit: write {number}ms ({number} milliseconds, "
+                         f"as vLLM's --goodput and GuideLLM read a bare number) or {number}s "
+                         f"({number} seconds); a latency target takes no bare number")
+    return seconds(value)
 
 
 def bytes_(value: object) -> float:

@@ -30,6 +30,11 @@ def plain():
     return sim.run(_scenario())
 
 
+def _s(seconds: float) -> str:
+    """A latency target in seconds, as a scenario writes it (a bare number is refused)."""
+    return f"{seconds!r}s"
+
+
 def _measured(requests, team=None):
     r = requests[(requests["arrival_s"] >= 5.0) & (requests["status"] == "completed")]
     return r if team is None else r[r["team"] == team]
@@ -43,8 +48,8 @@ def test_slo_verdict_has_the_known_margins(plain):
     ttft_p99 = float(np.percentile(done["ttft_s"], 99))
     tpot_p50 = float(np.percentile(done["tpot_s"].dropna(), 50))
     e2e_b = float(np.percentile(_measured(plain.requests, "b")["e2e_s"], 95))
-    res = sim.run(_scenario(slos={"ttft_p99": 2 * ttft_p99, "tpot_p50": tpot_p50 / 2,
-                                  "teams": {"b": {"e2e_p95": e2e_b}}}))
+    res = sim.run(_scenario(slos={"ttft_p99": _s(2 * ttft_p99), "tpot_p50": _s(tpot_p50 / 2),
+                                  "teams": {"b": {"e2e_p95": _s(e2e_b)}}}))
     assert res.requests.equals(plain.requests)
     slo = res.summary["slo"]
     assert slo["met"] is False
@@ -79,8 +84,8 @@ def test_a_streams_slos_and_the_longest_gap_between_tokens_have_their_known_marg
     gaps_s = done[done["stream"] == "s"]["max_itl_s"].dropna()
     p90_t, p90_s = float(np.percentile(gaps_t, 90)), float(np.percentile(gaps_s, 90))
     assert p90_t > 0 and p90_s > 0
-    res = sim.run(_scenario(slos={"streams": {"t": {"max_itl_p90": p90_t},
-                                              "s": {"max_itl_p90": p90_s / 2}}}))
+    res = sim.run(_scenario(slos={"streams": {"t": {"max_itl_p90": _s(p90_t)},
+                                              "s": {"max_itl_p90": _s(p90_s / 2)}}}))
     slo = res.summary["slo"]
     assert slo["met"] is False and "fleet" not in slo and "teams" not in slo
     t, s = slo["streams"]["t"], slo["streams"]["s"]
@@ -106,9 +111,9 @@ def test_a_stream_slo_for_a_stream_that_does_not_exist_is_located(tmp_path, caps
 def test_attainment_counts_every_arrival_after_the_warm_up(plain):
     done = _measured(plain.requests)
     bound = float(np.percentile(done["ttft_s"], 80))
-    res = sim.run(_scenario(slos={"ttft_p90": 10.0, "attainment": 0.5}))
+    res = sim.run(_scenario(slos={"ttft_p90": "10s", "attainment": 0.5}))
     assert res.summary["slo"]["met"]
-    res = sim.run(_scenario(slos={"ttft_p99": bound, "attainment": 0.95}))
+    res = sim.run(_scenario(slos={"ttft_p99": _s(bound), "attainment": 0.95}))
     fleet = res.summary["slo"]["fleet"]
     arrived = int((plain.requests["arrival_s"] >= 5.0).sum())
     share = int((done["ttft_s"] <= bound).sum()) / arrived
@@ -119,7 +124,7 @@ def test_attainment_counts_every_arrival_after_the_warm_up(plain):
 
 def test_report_opens_with_the_verdict(plain, tmp_path):
     from sim.output.report import build_report
-    res = sim.run(_scenario(slos={"ttft_p99": 100.0}))
+    res = sim.run(_scenario(slos={"ttft_p99": "100s"}))
     page = build_report(res)
     assert page.index("SLOs: all met") < page.index("<h2>Summary</h2>")
     assert "goodput (req/s)" in page
@@ -261,3 +266,18 @@ def test_update_of_one_scenario_keeps_the_others_in_the_baseline(tmp_path, capsy
     assert "1 scenarios recorded, 1 others kept" in capsys.readouterr().out
     assert json.loads(baseline.read_text()) == first
     assert main(["check", str(a), str(b), "--baseline", str(baseline)]) == 0
+
+
+def test_a_scenario_written_back_keeps_its_targets_with_their_unit():
+    """A latency target is dumped with its unit (seconds), so a scenario fleetsim writes
+    back (results' scenario.yaml, a sweep's workers, an edited model_dump) reads back with
+    the same targets, where a bare number would now be refused."""
+    from sim.config.scenario import Scenario
+    scenario = _scenario(slos={"ttft_p99": "250ms", "tpot_p50": _s(0.1 + 0.2),
+                               "teams": {"b": {"e2e_p95": "2min"}}})
+    for mode in ("python", "json"):
+        data = scenario.model_dump(mode=mode)
+        assert data["slos"]["ttft_p99"] == "0.25s"
+        again = Scenario.model_validate(data)
+        assert again.slos.ttft_p99 == 0.25 and again.slos.tpot_p50 == 0.1 + 0.2
+        assert again.slos.teams["b"].e2e_p95 == 120.0
