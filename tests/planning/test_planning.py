@@ -216,6 +216,23 @@ def test_compare_result_folders(tmp_path, capsys):
     assert row["2: b"] > row["1: a"]
 
 
+def test_compare_takes_a_run_that_missed_its_slo(tmp_path, capsys):
+    """A run whose fleet missed an SLO has a negative margin; compare shows it beside one
+    that met it (it was refused as 'below zero: not a summary.json fleetsim wrote')."""
+    for name, target in (("missed", "1ms"), ("met", "60s")):
+        assert main(["run", str(ROOT / "scenarios" / "v2-continuous.yaml"), "--duration",
+                     "10s", "--set", f"slos={{ttft_p99: {target}}}", "--out",
+                     str(tmp_path / name), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "missed"), str(tmp_path / "met")]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    verdict = next(line for line in out.splitlines() if line.startswith("slo_met "))
+    assert verdict.split()[1:3] == ["MISSED", "met"]
+    margin = next(line for line in out.splitlines() if line.startswith("slo_margin_min "))
+    assert float(margin.split()[1].replace(",", "")) < 0 < float(margin.split()[2])
+
+
 @pytest.mark.parametrize("argv, fragment", [
     (["sweep", "scenarios/quickstart.yaml", "--vary", "pools.mian.replicas=1,2"],
      "did you mean 'main'"),
