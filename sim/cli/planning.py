@@ -390,7 +390,7 @@ def _cmd_drift_check(args: argparse.Namespace) -> int:
     from sim.output.atomic_write import write_file
     from sim.output.junit import is_junit_report, junit_xml
     from sim.output.output_paths import check_file
-    from sim.planning.check import check, is_baseline
+    from sim.planning.check import broken_fleets, check, is_baseline
 
     baseline = Path(args.baseline)
     if args.update and args.tolerance is not None:
@@ -415,18 +415,34 @@ def _cmd_drift_check(args: argparse.Namespace) -> int:
                                   args.tolerance, args.update,
                                   allow_paths=allowed_paths(args),
                                   confidence=_confidence(args))
+    if args.update:
+        _warn_broken(broken_fleets(verdicts))
     if args.junit:
         write_file(Path(args.junit), junit_xml(((v.scenario, v.problems) for v in verdicts),
                                                str(baseline)))
     if args.json:
         print(json.dumps({"ok": code == 0, "baseline": str(baseline),
                           "scenarios": [{"scenario": v.scenario, "ok": not v.problems,
-                                         "problems": v.problems} for v in verdicts]},
+                                         "problems": v.problems, "measured": v.measured,
+                                         "baseline": v.baseline} for v in verdicts]},
                          indent=2))
     else:
         for line in lines:
             print(shown(line))
     return code
+
+
+def _warn_broken(lines: list[str]) -> None:
+    """check --update: say on stderr which recorded fleets break their SLOs (the baseline
+    is written all the same, and the exit code stays 0: a later check fails on them)."""
+    import sys
+    if not lines:
+        return
+    print("fleetsim check: warning: the baseline records fleets that break their SLOs "
+          "(written all the same; a check against it fails until they meet them):",
+          file=sys.stderr)
+    for line in lines:
+        print(f"  {shown(line)}", file=sys.stderr)
 
 
 def _add_executor(parser, workers_help: str) -> None:

@@ -166,6 +166,92 @@ def test_check_says_what_a_missing_figure_means():
         "tpot_p99: none (no request completed) -> 0.02 s"]
 
 
+def test_failed_check_names_each_slo_its_value_target_baseline_and_replicas_needed(
+        tmp_path, capsys):
+    """A load raised fourfold: the failed check's line for the pool names each SLO it
+    breaks, the value now, the target, the baseline's value and the replicas now needed
+    (it said only 'breaks the SLOs as configured'); the JUnit report and --json carry it,
+    and --json gives the figures as numbers."""
+    import yaml
+    base = chat(duration=30, rate=10).model_dump(mode="json")
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(base))
+    baseline = tmp_path / "baseline.json"
+    args = ["check", str(path), "--baseline", str(baseline), "--slo", "ttft_p99=1s",
+            "--slo", "tpot_p99=50ms"]
+    assert main(args + ["--update"]) == 0
+    base["workload"]["streams"]["chat"]["arrival"]["rate"] = 40
+    path.write_text(yaml.safe_dump(base))
+    capsys.readouterr()
+    assert main(args + ["--junit", str(tmp_path / "check.xml")]) == 1
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if "breaks the SLOs" in line)
+    recorded = json.loads(baseline.read_text())["s.yaml"]["pools"]["p"]
+    assert line.startswith("s.yaml: pool p: breaks the SLOs as configured (1 replica): ")
+    assert "ttft_p99 " in line and "over its target 1.00 s" in line
+    assert "tpot_p99 " in line and "over its target 50.0 ms" in line
+    assert f"(baseline {recorded['slo_values']['ttft_p99'] * 1e3:.1f} ms)" in line
+    assert line.endswith("required replicas 1 -> 3")
+    from xml.etree import ElementTree
+    failure = ElementTree.parse(tmp_path / "check.xml").find(".//failure")
+    assert failure.get("message") == line.partition(": ")[2]     # the first problem
+    assert main(args + ["--json"]) == 1
+    verdict = json.loads(capsys.readouterr().out)["scenarios"][0]
+    assert line.partition(": ")[2] in verdict["problems"]
+    pool = verdict["measured"]["pools"]["p"]
+    assert pool["required_replicas"] == 3 and pool["slo_met_as_configured"] is False
+    assert pool["slo_values"]["ttft_p99"] > 1.0
+    assert verdict["baseline"]["pools"]["p"]["slo_values"] == recorded["slo_values"]
+
+
+def test_drift_names_an_slo_that_moved_and_one_never_reached():
+    """Required replicas drifted while the fleet as configured still meets its SLOs: the SLO
+    that moved past the tolerance is named with its value, target and the baseline's; a
+    percentile too few requests reached and a missed attainment are said in words."""
+    from sim.planning.check import drift
+    slos = {"ttft_p99": 1.0, "tpot_p99": 0.05}
+    base = {"pools": {"p": {"required_replicas": 2, "slo_values": {"ttft_p99": 0.2,
+                                                                  "tpot_p99": 0.02}}},
+            "latency_s": {}, "slos": slos}
+    now = {"pools": {"p": {"required_replicas": 3, "slo_met_as_configured": True,
+                           "replicas": 4, "slo_values": {"ttft_p99": 0.6,
+                                                         "tpot_p99": 0.0201}}},
+           "latency_s": {}, "slos": slos}
+    assert drift(base, now, 0.05) == [
+        "pool p: required replicas 2 -> 3; as configured (4 replicas): ttft_p99 600.0 ms, "
+        "within its target 1.00 s (baseline 200.0 ms)"]
+    slos = {"ttft_p99": 1.0, "attainment": 0.99}
+    base["slos"] = now["slos"] = slos
+    now["pools"]["p"].update(slo_met_as_configured=False, required_replicas=None,
+                             slo_values={"ttft_p99": None, "attainment": 0.5})
+    base["pools"]["p"]["slo_values"] = {"ttft_p99": 0.2}
+    assert drift(base, now, 0.05) == [
+        "pool p: breaks the SLOs as configured (4 replicas): ttft_p99 none (too few "
+        "requests completed), over its target 1.00 s (baseline 200.0 ms); attainment "
+        "50.0 %, under its target 99.0 % (baseline not recorded); required replicas "
+        "2 -> none within the cap"]
+
+
+def test_check_update_warns_when_the_fleet_it_records_breaks_its_slos(tmp_path, capsys):
+    """--update of a fleet that misses its TTFT target writes the baseline, exits 0 and
+    says on stderr which pool breaks which SLO and the replicas it needs; a fleet that
+    meets them gets no warning."""
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(chat(duration=30, rate=40).model_dump(mode="json")))
+    baseline = tmp_path / "baseline.json"
+    args = ["check", str(path), "--baseline", str(baseline), "--update"]
+    assert main(args + ["--slo", "ttft_p99=1s"]) == 0
+    out, err = capsys.readouterr()
+    assert baseline.exists() and out.startswith("wrote ")
+    assert err.startswith("fleetsim check: warning: the baseline records fleets that "
+                          "break their SLOs")
+    assert "s.yaml: pool p breaks its SLOs as configured (1 replica): ttft_p99 " in err
+    assert "over its target 1.00 s; needs 3 replicas" in err
+    assert main(args + ["--slo", "ttft_p99=600s"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize("extra", [[], ["--max-rate"]])
 def test_size_exits_1_when_no_option_meets_the_slos(tmp_path, capsys, extra):
     """A TTFT of 1 us: no replica count (and no fraction of the load) meets it; the table
