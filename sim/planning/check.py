@@ -11,12 +11,13 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import sim
 from sim.config.errors import ScenarioError, dotted_path
 from sim.config.inputs import InputFileError, read_bytes, shown
+from sim.config.scenario import Scenario
 from sim.planning.size import (check_budget, configured_option, min_replicas, reached,
                                 replica_cap, verdict)
 from sim.planning.verdict import Confidence
@@ -26,12 +27,15 @@ LATENCY_KEYS = ("ttft_p99", "tpot_p99", "e2e_p99")
 
 
 def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = (),
-                     confidence: Confidence | None = None) -> dict:
+                     confidence: Confidence | None = None,
+                     scenario: Scenario | None = None) -> dict:
     """Required replicas per pool and the run's latencies, against ``slos`` or, when none
     are given, the scenario's own fleet-wide ``slos:``; the SLOs used are recorded. With
     ``confidence`` each verdict is replicated until that sure, and a pool whose count
-    rests on an uncertain verdict says so (``confident``)."""
-    scenario = sim.load_scenario(path, allow_paths=allow_paths)
+    rests on an uncertain verdict says so (``confident``). ``scenario``: the one at
+    ``path`` already loaded (with any overrides), else it is loaded here."""
+    if scenario is None:
+        scenario = sim.load_scenario(path, allow_paths=allow_paths)
     if not slos and scenario.slos is not None:
         slos = targets(scenario.slos)
     if not slos:
@@ -308,19 +312,24 @@ def baseline_key(path: str, baseline: Path) -> str:
 
 
 def check(paths: list[str], baseline: Path, slos: list[Slo], tolerance: float,
-          update: bool, allow_paths: Iterable[str] = (), confidence: Confidence | None = None
+          update: bool, allow_paths: Iterable[str] = (), confidence: Confidence | None = None,
+          load: Callable[[str], Scenario] | None = None
           ) -> tuple[int, list[str], list[Verdict]]:
     """Measure ``paths`` and compare them with ``baseline``; with ``update``, write
     the baseline instead (the caller has checked it may be written: see
-    :func:`sim.output.output_paths.check_file`)."""
+    :func:`sim.output.output_paths.check_file`). ``load`` reads a scenario (the CLI's
+    applies --set); every scenario is loaded before any is measured."""
     from sim.output.atomic_write import write_file
     exists = baseline.exists() or baseline.is_symlink()
     if not update and not exists:
         raise ScenarioError("no such baseline; make it with --update (it records today's "
                             "figures)", file=shown(baseline), field="--baseline")
     stored = read_baseline(baseline) if exists else {}      # (read before any work)
-    current = {baseline_key(p, baseline): measure_scenario(p, slos, allow_paths, confidence)
-               for p in paths}
+    load = load or (lambda p: sim.load_scenario(p, allow_paths=allow_paths))
+    scenarios = [load(p) for p in paths]         # a bad scenario or --set before any run
+    current = {baseline_key(p, baseline): measure_scenario(p, slos, allow_paths, confidence,
+                                                           scenario)
+               for p, scenario in zip(paths, scenarios)}
     if update:      # the other scenarios' entries stay: a baseline serves a whole suite
         gone = set(current) | {str(p) for p in paths}   # (older baselines: as typed)
         kept = {k: v for k, v in stored.items() if k not in gone}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -11,12 +11,13 @@ import pandas as pd
 import sim
 from sim.config.errors import ScenarioError
 from sim.config.inputs import InputFileError, read_bytes, shown
+from sim.config.scenario import Scenario
 from sim.planning.check import MAX_FIGURE
 from sim.planning.sweep import summary_row
 
 
-def load_summary(path: str, allow_paths: Iterable[str] = ()) -> dict:
-    """A result folder's summary.json, or a scenario run now."""
+def load_run(path: str, load: Callable[[str], Scenario]) -> dict | Scenario:
+    """A result folder's summary.json, or the scenario ``load`` reads (to run)."""
     p = Path(path)
     if p.is_dir():
         return _read_summary(p / "summary.json")
@@ -25,7 +26,22 @@ def load_summary(path: str, allow_paths: Iterable[str] = ()) -> dict:
                             f"summary.json) or a scenario to run; give "
                             f"{shown(p.parent) if p.name == 'summary.json' else 'its folder'}",
                             file=shown(p), field="compare")
-    return sim.run(sim.load_scenario(p, allow_paths=allow_paths)).summary
+    return load(path)
+
+
+def load_summaries(paths: list[str], allow_paths: Iterable[str] = (),
+                   load: Callable[[str], Scenario] | None = None) -> list[dict]:
+    """Each run's summary: a result folder's, or its scenario run now (every run read,
+    and every scenario loaded, before any runs). ``load`` reads a scenario (the CLI's
+    applies --set)."""
+    load = load or (lambda p: sim.load_scenario(p, allow_paths=allow_paths))
+    runs = [load_run(p, load) for p in paths]
+    return [r if isinstance(r, dict) else sim.run(r).summary for r in runs]
+
+
+def load_summary(path: str, allow_paths: Iterable[str] = ()) -> dict:
+    """A result folder's summary.json, or a scenario run now."""
+    return load_summaries([path], allow_paths)[0]
 
 
 def _sensible(data) -> bool:

@@ -319,6 +319,58 @@ def test_compare_takes_a_run_that_missed_its_slo(tmp_path, capsys):
     assert float(margin.split()[1].replace(",", "")) < 0 < float(margin.split()[2])
 
 
+def test_compare_set_overrides_the_scenarios_it_runs_not_the_result_folders(tmp_path,
+                                                                            capsys):
+    """compare --set changes each scenario run now as run --set does; a result folder is
+    compared as it was run, and --set with only result folders is refused (exit 2)."""
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(chat(duration=10, rate=4).model_dump(mode="json")))
+    assert main(["run", str(path), "--out", str(tmp_path / "ran"), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "ran"), str(path), "--set",
+                 "pools.p.replicas=2", "--json"]) == 0
+    rows = {r["figure"]: r for r in json.loads(capsys.readouterr().out)["figures"]}
+    assert rows["p.replicas_mean"]["ran"] == 1.0 and rows["p.replicas_mean"]["s"] == 2.0
+    assert main(["compare", str(tmp_path / "ran"), str(tmp_path / "ran"), "--set",
+                 "pools.p.replicas=2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --set changes the scenarios compare runs now, and every "
+                          "RUN here is a result folder")
+
+
+def test_check_set_overrides_every_scenario_checked(tmp_path, capsys):
+    """check --set measures the scenario as overridden, with --update as without: a fleet
+    of 3 recorded with --set passes with the same --set and breaks without it."""
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(chat(duration=30, rate=40).model_dump(mode="json")))
+    args = ["check", str(path), "--baseline", str(tmp_path / "b.json"), "--slo",
+            "ttft_p99=1s"]
+    assert main(args + ["--update", "--set", "pools.p.replicas=3"]) == 0
+    assert capsys.readouterr().err == ""             # 3 replicas meet the SLOs: no warning
+    assert main(args + ["--set", "pools.p.replicas=3"]) == 0
+    assert main(args) == 1
+    assert "pool p: breaks the SLOs as configured (1 replica)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["check", "compare"])
+def test_a_bad_set_path_on_check_and_compare_names_the_field_and_its_choices(
+        tmp_path, capsys, command):
+    """A misspelt --set path is refused before anything runs, exit 2, naming the scenario,
+    the field and the valid choices, as run --set does."""
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(chat(duration=10, rate=4).model_dump(mode="json")))
+    extra = ["--baseline", str(tmp_path / "b.json"), "--slo", "ttft_p99=1s", "--update"] \
+        if command == "check" else [str(path)]
+    assert main([command, str(path), *extra, "--set", "pools.q.replicas=2"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {path}: pools.q.replicas: with --set: no field 'q' at pools; " \
+                  "valid: p\n"
+    assert not (tmp_path / "b.json").exists()
+
+
 @pytest.mark.parametrize("argv, fragment", [
     (["sweep", "scenarios/quickstart.yaml", "--vary", "pools.mian.replicas=1,2"],
      "did you mean 'main'"),
