@@ -319,6 +319,43 @@ def test_compare_takes_a_run_that_missed_its_slo(tmp_path, capsys):
     assert float(margin.split()[1].replace(",", "")) < 0 < float(margin.split()[2])
 
 
+def test_compare_shows_what_differs_between_the_fleets_and_marks_better_and_worse(
+        tmp_path, capsys):
+    """Two fleets (H100 TP1 bf16 x 1 against H200 TP2 fp8 weights x 2): compare shows each
+    pool's hardware, TP, PP, weight and KV dtypes, replicas, GPUs and cost, marks the fleet
+    attributes that differ, and marks latency, cost and throughput better or worse by their
+    direction; --json carries the same marks."""
+    import yaml
+    data = chat(duration=10, rate=4).model_dump(mode="json")
+    (tmp_path / "small.yaml").write_text(yaml.safe_dump(data))
+    data["pools"]["p"].update(hardware="H200", tp=2, weight_dtype="fp8", replicas=2)
+    (tmp_path / "big.yaml").write_text(yaml.safe_dump(data))
+    runs = [str(tmp_path / "small.yaml"), str(tmp_path / "big.yaml")]
+    assert main(["compare", *runs, "--json"]) == 0
+    rows = {r["figure"]: r for r in json.loads(capsys.readouterr().out)["figures"]}
+    seen = {f: (rows[f"p.{f}"]["small"], rows[f"p.{f}"]["big"], rows[f"p.{f}"]["big vs small"])
+            for f in ("hardware", "tp", "pp", "weight_dtype", "kv_dtype", "replicas_mean",
+                      "replicas_max", "gpus_mean")}
+    assert seen == {"hardware": ("H100-SXM", "H200", "differs"), "tp": (1, 2, "differs"),
+                    "pp": (1, 1, "same"), "weight_dtype": ("bf16", "fp8", "differs"),
+                    "kv_dtype": ("bf16", "bf16", "same"), "replicas_mean": (1, 2, "differs"),
+                    "replicas_max": (1, 2, "differs"), "gpus_mean": (1, 4, "differs")}
+    for figure, higher_is_better in (("p.cost_usd", False), ("cost_usd_per_h", False),
+                                     ("ttft_p99_s", False), ("tpot_p50_s", False),
+                                     ("output_tokens_per_s_per_gpu", True)):
+        row = rows[figure]
+        better = (row["big"] > row["small"]) == higher_is_better
+        assert row["big vs small"] == ("better" if better else "worse"), figure
+    assert rows["p.cost_usd"]["big vs small"] == "worse"
+    assert rows["arrived"]["big vs small"] == "same"
+    assert main(["compare", *runs]) == 0
+    text = capsys.readouterr().out
+    hardware = next(line for line in text.splitlines() if line.startswith("p.hardware "))
+    assert hardware.split() == ["p.hardware", "H100-SXM", "H200", "-", "differs"]
+    cost = next(line for line in text.splitlines() if line.startswith("p.cost_usd "))
+    assert cost.split()[-1] == "worse"
+
+
 def test_compare_set_overrides_the_scenarios_it_runs_not_the_result_folders(tmp_path,
                                                                             capsys):
     """compare --set changes each scenario run now as run --set does; a result folder is
