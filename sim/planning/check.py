@@ -1,9 +1,11 @@
 """`fleetsim check`: sizing and latency predictions against a committed baseline.
 
 For each scenario: the replicas each pool needs to meet the SLOs (as
-configured, no other options) and the scenario's own latencies as run. A
-figure that moved past the tolerance, or an SLO the scenario as configured
-breaks, fails the check (exit 1); ``--update`` writes the baseline anew.
+configured, no other options), each SLO's figure as configured, and the
+scenario's own latencies as run. A figure that moved past the tolerance, or an
+SLO the scenario as configured breaks, fails the check (exit 1), and the failure
+names each SLO that broke or moved (value, target, the baseline's value) and the
+replicas now needed; ``--update`` writes the baseline anew.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from sim.config.inputs import InputFileError, read_bytes, shown
 from sim.config.scenario import Scenario
 from sim.planning.size import (check_budget, configured_option, min_replicas, reached,
                                 replica_cap, verdict)
+from sim.output.slo import met
 from sim.planning.verdict import Confidence
 from sim.config.slos import METRICS, Slo, targets
 
@@ -120,9 +123,7 @@ def explained(targets: dict[str, float], values: dict, baseline: dict | None,
     """Each SLO that fails now or moved past ``tolerance`` from the baseline's figure: its
     metric, its value now, its target and the baseline's value ("" where none did; with
     no ``baseline``, the failing ones without a baseline's value)."""
-    from sim.config.slos import Slo
-    from sim.output.slo import margins
-    from sim.output.table import slo_value_text
+    from sim.output.table import slo_value_text       # (rich: only where a line is made)
 
     said = []
     recorded = baseline is not None
@@ -131,10 +132,8 @@ def explained(targets: dict[str, float], values: dict, baseline: dict | None,
         if metric not in values:
             continue
         value, old = values[metric], baseline.get(metric)
-        if value is None:
-            missed = True
-        else:
-            missed = margins({metric: value}, [Slo(metric, target)])[metric] < 0
+        # None: the percentile has too few completed requests, a miss as in the verdict
+        missed = value is None or not met({metric: value}, [Slo(metric, target)])
         moved = (old is None) != (value is None) or (
             value is not None and abs(value - old) > tolerance * abs(old))
         if not (missed or moved and metric in baseline):

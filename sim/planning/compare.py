@@ -47,11 +47,6 @@ def load_summaries(paths: list[str], allow_paths: Iterable[str] = (),
     return [r if isinstance(r, dict) else sim.run(r).summary for r in runs]
 
 
-def load_summary(path: str, allow_paths: Iterable[str] = ()) -> dict:
-    """A result folder's summary.json, or a scenario run now."""
-    return load_summaries([path], allow_paths)[0]
-
-
 def _sensible(data) -> bool:
     """Every number in ``data`` finite and of sensible size (walked without recursion)."""
     stack = [data]
