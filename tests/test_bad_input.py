@@ -1707,6 +1707,10 @@ def test_an_override_s_error_names_the_flag_that_made_it(tmp_path, capsys, text,
      "latency_s.ttft_p99: is not a finite number (seconds, at least 0, or null where no"),
     ({"pools": {}, "latency_s": {"aws_secret_key": 10 ** 400}},
      "latency_s: is larger than any figure a run gives"),
+    ({"pools": {"main": {"required_replicas": 1, "slo_values": {"ttft_p99": -1}}},
+      "latency_s": {}}, "pools.main.slo_values: must be an object of SLO metrics"),
+    ({"pools": {"main": {"required_replicas": 1, "slo_values": [1]}}, "latency_s": {}},
+     "pools.main.slo_values: must be an object of SLO metrics"),
     ([1], "must be an object of pools, latency_s and slos"),
 ])
 def test_a_bad_baseline_names_its_entry_and_field(tmp_path, capsys, entry, fragment):

@@ -152,12 +152,15 @@ def count_bar(label: str):
     return bar, bar
 
 
-def load_from_args(args: argparse.Namespace):
+def load_from_args(args: argparse.Namespace, scenario_path: str | None = None):
+    """The scenario at ``scenario_path`` (default: the command's SCENARIO) with the flags'
+    overrides (--seed, --duration, --set, --warmup) applied and checked."""
     import sim
     from sim.api import cross_check
     from sim.planning.overrides import parse_value, refuse_clash, with_values
 
-    base = sim.load_scenario(args.scenario, allow_paths=allowed_paths(args))
+    base = sim.load_scenario(args.scenario if scenario_path is None else scenario_path,
+                             allow_paths=allowed_paths(args))
     # each flag's values (--seed, --duration, --set, --warmup): a problem they make is
     # blamed on the flag that gave the field, or else on those that make it alone
     groups: dict[str, dict] = {}
@@ -189,8 +192,14 @@ def load_from_args(args: argparse.Namespace):
     try:        # the whole scenario's checks again: an override may break any of them
         out = cross_check(with_values(scenario, sets))
     except ScenarioError as exc:
-        raise ScenarioError.many([_blamed(p, base, groups, given)
-                                  for p in exc.problems]) from None
+        problems = [_blamed(p, base, groups, given) for p in exc.problems]
+        if scenario_path is not None:      # one of a command's scenarios: say which
+            from dataclasses import replace
+
+            from sim.config.inputs import shown
+            problems = [p if p.file else replace(p, file=shown(scenario_path))
+                        for p in problems]
+        raise ScenarioError.many(problems) from None
     out._flags = given
     return out
 

@@ -364,15 +364,20 @@ def _is_sweep_page(path: Path) -> bool:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from sim.planning.compare import MAX_RUNS, compare, labels_for, load_summary, render
+    from sim.planning.compare import MAX_RUNS, compare, labels_for, load_summaries, render
 
     if len(args.runs) < 2 or len(args.runs) > MAX_RUNS:
         raise ScenarioError(f"give 2 to {MAX_RUNS} runs (result folders or scenarios), "
                             f"not {len(args.runs)}", field="compare")
+    if args.set and all(Path(run).is_dir() for run in args.runs):
+        raise ScenarioError("--set changes the scenarios compare runs now, and every RUN "
+                            "here is a result folder, run already: give a scenario, or "
+                            "run it again with `fleetsim run SCENARIO --set ...`",
+                            field="--set")
     allowed = allowed_paths(args)
     labels = labels_for(args.runs)
-    table = compare({label: load_summary(path, allowed)
-                     for label, path in zip(labels, args.runs)})
+    table = compare(dict(zip(labels, load_summaries(
+        args.runs, allowed, load=lambda path: load_from_args(args, path)))))
     if args.json:
         records = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
                    for r in table.to_dict(orient="records")]
@@ -390,7 +395,7 @@ def _cmd_drift_check(args: argparse.Namespace) -> int:
     from sim.output.atomic_write import write_file
     from sim.output.junit import is_junit_report, junit_xml
     from sim.output.output_paths import check_file
-    from sim.planning.check import check, is_baseline
+    from sim.planning.check import broken_fleets, check, is_baseline
 
     baseline = Path(args.baseline)
     if args.update and args.tolerance is not None:
@@ -414,19 +419,36 @@ def _cmd_drift_check(args: argparse.Namespace) -> int:
     code, lines, verdicts = check(args.scenarios, baseline, slos_from_args(args),
                                   args.tolerance, args.update,
                                   allow_paths=allowed_paths(args),
-                                  confidence=_confidence(args))
+                                  confidence=_confidence(args),
+                                  load=lambda path: load_from_args(args, path))
+    if args.update:
+        _warn_broken(broken_fleets(verdicts))
     if args.junit:
         write_file(Path(args.junit), junit_xml(((v.scenario, v.problems) for v in verdicts),
                                                str(baseline)))
     if args.json:
         print(json.dumps({"ok": code == 0, "baseline": str(baseline),
                           "scenarios": [{"scenario": v.scenario, "ok": not v.problems,
-                                         "problems": v.problems} for v in verdicts]},
+                                         "problems": v.problems, "measured": v.measured,
+                                         "baseline": v.baseline} for v in verdicts]},
                          indent=2))
     else:
         for line in lines:
             print(shown(line))
     return code
+
+
+def _warn_broken(lines: list[str]) -> None:
+    """check --update: say on stderr which recorded fleets break their SLOs (the baseline
+    is written all the same, and the exit code stays 0: a later check fails on them)."""
+    import sys
+    if not lines:
+        return
+    print("fleetsim check: warning: the baseline records fleets that break their SLOs "
+          "(written all the same; a check against it fails until they meet them):",
+          file=sys.stderr)
+    for line in lines:
+        print(f"  {shown(line)}", file=sys.stderr)
 
 
 def _add_executor(parser, workers_help: str) -> None:
@@ -502,6 +524,9 @@ def add_planning(sub) -> None:
     cmp_p.add_argument("runs", nargs="+", metavar="RUN",
                        help="a result folder (its summary.json) or a scenario (run now)")
     cmp_p.add_argument("--json", action="store_true", help="print the table as JSON")
+    cmp_p.add_argument("--set", action="append", metavar="PATH=VALUE",
+                       help="override a field of each scenario run now, as run --set does "
+                            "(result folders are compared as they were run)")
     add_allow_path(cmp_p)
     cmp_p.set_defaults(func=_cmd_compare)
 
@@ -509,6 +534,10 @@ def add_planning(sub) -> None:
     check_p.add_argument("scenarios", nargs="+")
     check_p.add_argument("--baseline", type=path_arg, required=True)
     check_p.add_argument("--slo", action="append", metavar="METRIC=VALUE")
+    check_p.add_argument("--set", action="append", metavar="PATH=VALUE",
+                         help="override a field of every scenario checked, as run --set "
+                              "does (with --update, the figures recorded are the "
+                              "overridden scenario's)")
     check_p.add_argument("--tolerance", type=tolerance_arg, default=None,
                          help=f"how far a figure may drift (default "
                               f"{100 * DEFAULT_TOLERANCE:.0f}%%)")

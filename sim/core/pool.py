@@ -152,6 +152,7 @@ class Pool:
         spec, cost = self.spec, self.cost_model
         return PoolAccount(
             model=spec.model.name, hardware=spec.hardware.name, tp=spec.cfg.tp, pp=spec.cfg.pp,
+            weight_dtype=spec.cfg.weight_dtype, kv_dtype=spec.cfg.kv_dtype,
             cost_model=cost.label, gpus_per_replica=spec.gpus_per_replica,
             price_per_gpu_hour=spec.price_per_gpu_hour, kv_blocks_per_replica=spec.kv.num_blocks,
             billed_gpu_s=self.billed_gpu_seconds(end_s), replicas_max=self.replicas_max,

@@ -24,6 +24,8 @@ class PoolAccount:
     hardware: str
     tp: int
     pp: int                             # pipeline stages a replica
+    weight_dtype: str                   # the weights' precision (bf16, fp8, int4)
+    kv_dtype: str                       # the KV cache's precision
     cost_model: str                     # the cost model's label
     gpus_per_replica: int
     price_per_gpu_hour: float

@@ -150,7 +150,8 @@ def _teams(s: dict) -> Table:
     return t
 
 
-def _target(metric: str, value: float | None) -> str:
+def slo_value_text(metric: str, value: float | None) -> str:
+    """An SLO metric's value (or target) as read: a time with its unit, attainment in percent."""
     if value is None:
         return _NONE
     return _pct(value) if metric == "attainment" else fmt_seconds(value)
@@ -170,8 +171,8 @@ def _slo(s: dict) -> Table | None:
     for prefix, scope in scopes:
         for metric, o in (scope.get("objectives") or {}).items():
             margin = o.get("margin")
-            t.add_row(prefix + metric, _target(metric, o.get("target")),
-                      _target(metric, o.get("measured")),
+            t.add_row(prefix + metric, slo_value_text(metric, o.get("target")),
+                      slo_value_text(metric, o.get("measured")),
                       _NONE if margin is None else f"{margin * 100:+.1f}%",
                       "met" if o.get("met") else "MISSED")
         goodput = scope.get("goodput_requests_per_s")

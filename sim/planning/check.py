@@ -1,9 +1,11 @@
 """`fleetsim check`: sizing and latency predictions against a committed baseline.
 
 For each scenario: the replicas each pool needs to meet the SLOs (as
-configured, no other options) and the scenario's own latencies as run. A
-figure that moved past the tolerance, or an SLO the scenario as configured
-breaks, fails the check (exit 1); ``--update`` writes the baseline anew.
+configured, no other options), each SLO's figure as configured, and the
+scenario's own latencies as run. A figure that moved past the tolerance, or an
+SLO the scenario as configured breaks, fails the check (exit 1), and the failure
+names each SLO that broke or moved (value, target, the baseline's value) and the
+replicas now needed; ``--update`` writes the baseline anew.
 """
 from __future__ import annotations
 
@@ -11,14 +13,16 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import sim
 from sim.config.errors import ScenarioError, dotted_path
 from sim.config.inputs import InputFileError, read_bytes, shown
+from sim.config.scenario import Scenario
 from sim.planning.size import (check_budget, configured_option, min_replicas, reached,
                                 replica_cap, verdict)
+from sim.output.slo import met
 from sim.planning.verdict import Confidence
 from sim.config.slos import METRICS, Slo, targets
 
@@ -26,12 +30,15 @@ LATENCY_KEYS = ("ttft_p99", "tpot_p99", "e2e_p99")
 
 
 def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = (),
-                     confidence: Confidence | None = None) -> dict:
+                     confidence: Confidence | None = None,
+                     scenario: Scenario | None = None) -> dict:
     """Required replicas per pool and the run's latencies, against ``slos`` or, when none
     are given, the scenario's own fleet-wide ``slos:``; the SLOs used are recorded. With
     ``confidence`` each verdict is replicated until that sure, and a pool whose count
-    rests on an uncertain verdict says so (``confident``)."""
-    scenario = sim.load_scenario(path, allow_paths=allow_paths)
+    rests on an uncertain verdict says so (``confident``). ``scenario``: the one at
+    ``path`` already loaded (with any overrides), else it is loaded here."""
+    if scenario is None:
+        scenario = sim.load_scenario(path, allow_paths=allow_paths)
     if not slos and scenario.slos is not None:
         slos = targets(scenario.slos)
     if not slos:
@@ -58,7 +65,13 @@ def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = ()
                                     replica_cap(scenario, pool), confidence, floor=1)
         as_configured = verdict(scenario, pool, slos, confidence, ran=ran)
         out["pools"][pool] = {"required_replicas": need,
-                              "slo_met_as_configured": as_configured.ok}
+                              "slo_met_as_configured": as_configured.ok,
+                              # each SLO's figure as configured (None: too few requests
+                              # completed for it), which a failed check names
+                              "slo_values": {m: (float(v) if math.isfinite(v) else None)
+                                             for m, v in as_configured.estimate.items()}}
+        if cfg.autoscaler is None or getattr(cfg.autoscaler, "type", None) == "fixed":
+            out["pools"][pool]["replicas"] = cfg.replicas
         if confidence is not None:
             decided = [trials[n] for n in (need, (need or 0) - 1) if n in trials]
             out["pools"][pool]["confident"] = bool(
@@ -79,13 +92,21 @@ def drift(base: dict, now: dict, tolerance: float) -> list[str]:
         new = fig["required_replicas"]
         unsure = " (an uncertain verdict: allow more replications with " \
                  "--max-replications)" if fig.get("confident") is False else ""
-        if pool not in base.get("pools", {}):
+        before = base.get("pools", {}).get(pool, {})
+        slos = explained(now.get("slos", {}), fig.get("slo_values", {}),
+                         before.get("slo_values", {}), tolerance)
+        recorded = pool in base.get("pools", {})
+        if not recorded:
             problems.append(f"pool {pool}: not in the baseline (record it with --update)")
-        elif old != new:
+        if not fig["slo_met_as_configured"]:     # one line: what broke, and what it needs
+            needs = f"required replicas {_count(old)} -> {_count(new)}" \
+                if recorded and old != new else _needed(new)
+            problems.append(f"pool {pool}: breaks the SLOs as configured{_configured(fig)}"
+                            + (f": {slos}" if slos else "") + f"; {needs}{unsure}")
+        elif recorded and old != new:
             problems.append(f"pool {pool}: required replicas {_count(old)} -> "
-                            f"{_count(new)}{unsure}")
-        if not fig["slo_met_as_configured"]:
-            problems.append(f"pool {pool}: breaks the SLOs as configured{unsure}")
+                            f"{_count(new)}{unsure}"
+                            + (f"; as configured{_configured(fig)}: {slos}" if slos else ""))
     for key, new in now["latency_s"].items():
         old = base.get("latency_s", {}).get(key)
         if old is None or new is None:
@@ -95,6 +116,63 @@ def drift(base: dict, now: dict, tolerance: float) -> list[str]:
             change = f" ({(new - old) / old:+.1%})" if old else ""
             problems.append(f"{key}: {old:.4g} s -> {new:.4g} s{change}")
     return problems
+
+
+def explained(targets: dict[str, float], values: dict, baseline: dict | None,
+              tolerance: float) -> str:
+    """Each SLO that fails now or moved past ``tolerance`` from the baseline's figure: its
+    metric, its value now, its target and the baseline's value ("" where none did; with
+    no ``baseline``, the failing ones without a baseline's value)."""
+    from sim.output.table import slo_value_text       # (rich: only where a line is made)
+
+    said = []
+    recorded = baseline is not None
+    baseline = baseline or {}
+    for metric, target in targets.items():
+        if metric not in values:
+            continue
+        value, old = values[metric], baseline.get(metric)
+        # None: the percentile has too few completed requests, a miss as in the verdict
+        missed = value is None or not met({metric: value}, [Slo(metric, target)])
+        moved = (old is None) != (value is None) or (
+            value is not None and abs(value - old) > tolerance * abs(old))
+        if not (missed or moved and metric in baseline):
+            continue
+        now_text = "none (too few requests completed)" if value is None else \
+            slo_value_text(metric, value)
+        side = ("under" if metric == "attainment" else "over") if missed else "within"
+        was = "not recorded" if metric not in baseline else \
+            "none" if old is None else slo_value_text(metric, old)
+        said.append(f"{metric} {now_text}, {side} its target {slo_value_text(metric, target)}"
+                    + (f" (baseline {was})" if recorded else ""))
+    return "; ".join(said)
+
+
+def broken_fleets(verdicts: list[Verdict]) -> list[str]:
+    """A line per pool whose fleet, as recorded by ``--update``, breaks its SLOs: each
+    failing SLO's value and target, and the replicas the SLOs need."""
+    lines = []
+    for v in verdicts:
+        for pool, fig in (v.measured or {}).get("pools", {}).items():
+            if fig["slo_met_as_configured"]:
+                continue
+            slos = explained(v.measured["slos"], fig.get("slo_values", {}), None, 0.0)
+            lines.append(f"{v.scenario}: pool {pool} breaks its SLOs as configured"
+                         f"{_configured(fig)}" + (f": {slos}" if slos else "")
+                         + f"; {_needed(fig['required_replicas'])}")
+    return lines
+
+
+def _configured(fig: dict) -> str:
+    replicas = fig.get("replicas")
+    return "" if replicas is None else \
+        f" ({replicas} replica{'' if replicas == 1 else 's'})"
+
+
+def _needed(replicas: int | None) -> str:
+    """The replicas the SLOs need now."""
+    return "no replica count within the sizing cap meets them" if replicas is None else \
+        f"needs {replicas} replica{'' if replicas == 1 else 's'}"
 
 
 def _count(replicas: int | None) -> str:
@@ -147,6 +225,11 @@ def _baseline_shape_error(data) -> str | None:
             if wrong is not None:
                 return f"{where}: {field}.required_replicas: {wrong} (a count of at " \
                        f"least 0, or null where none within the cap met the SLOs)"
+            values = figures.get("slo_values", {})
+            if not isinstance(values, dict) or not all(
+                    k in METRICS and _figure_problem(v) is None for k, v in values.items()):
+                return f"{where}: {field}.slo_values: must be an object of SLO metrics " \
+                       f"({', '.join(METRICS)}) and numbers (at least 0) or null"
         if not isinstance(latency, dict):
             return f"{where}: latency_s: must be an object of latencies"
         for name, value in latency.items():
@@ -212,6 +295,8 @@ def is_baseline(path: Path) -> bool:
 class Verdict:
     scenario: str                  # its key in the baseline
     problems: list[str]            # empty: within the baseline
+    measured: dict | None = None   # its figures now, as a baseline entry records them
+    baseline: dict | None = None   # its entry in the baseline (None: not in it)
 
 
 def baseline_key(path: str, baseline: Path) -> str:
@@ -226,32 +311,38 @@ def baseline_key(path: str, baseline: Path) -> str:
 
 
 def check(paths: list[str], baseline: Path, slos: list[Slo], tolerance: float,
-          update: bool, allow_paths: Iterable[str] = (), confidence: Confidence | None = None
+          update: bool, allow_paths: Iterable[str] = (), confidence: Confidence | None = None,
+          load: Callable[[str], Scenario] | None = None
           ) -> tuple[int, list[str], list[Verdict]]:
     """Measure ``paths`` and compare them with ``baseline``; with ``update``, write
     the baseline instead (the caller has checked it may be written: see
-    :func:`sim.output.output_paths.check_file`)."""
+    :func:`sim.output.output_paths.check_file`). ``load`` reads a scenario (the CLI's
+    applies --set); every scenario is loaded before any is measured."""
     from sim.output.atomic_write import write_file
     exists = baseline.exists() or baseline.is_symlink()
     if not update and not exists:
         raise ScenarioError("no such baseline; make it with --update (it records today's "
                             "figures)", file=shown(baseline), field="--baseline")
     stored = read_baseline(baseline) if exists else {}      # (read before any work)
-    current = {baseline_key(p, baseline): measure_scenario(p, slos, allow_paths, confidence)
-               for p in paths}
+    load = load or (lambda p: sim.load_scenario(p, allow_paths=allow_paths))
+    scenarios = [load(p) for p in paths]         # a bad scenario or --set before any run
+    current = {baseline_key(p, baseline): measure_scenario(p, slos, allow_paths, confidence,
+                                                           scenario)
+               for p, scenario in zip(paths, scenarios)}
     if update:      # the other scenarios' entries stay: a baseline serves a whole suite
         gone = set(current) | {str(p) for p in paths}   # (older baselines: as typed)
         kept = {k: v for k, v in stored.items() if k not in gone}
         write_file(baseline, json.dumps({**kept, **current}, indent=2, sort_keys=True)
                    + "\n")
         return 0, [f"wrote {shown(baseline)} ({len(current)} scenarios recorded"
-                   + (f", {len(kept)} others kept as they were)" if kept else ")")], []
+                   + (f", {len(kept)} others kept as they were)" if kept else ")")], \
+            [Verdict(key, [], now) for key, now in current.items()]
     results = []
     for (key, now), typed in zip(current.items(), paths):
         entry = stored.get(key, stored.get(str(typed)))    # (older baselines: as typed)
         if entry is None:
-            results.append(Verdict(key, ["not in the baseline (run with --update)"]))
+            results.append(Verdict(key, ["not in the baseline (run with --update)"], now))
         else:
-            results.append(Verdict(key, drift(entry, now, tolerance)))
+            results.append(Verdict(key, drift(entry, now, tolerance), now, entry))
     lines = [f"{v.scenario}: {p}" for v in results for p in v.problems or ["ok"]]
     return (1 if any(v.problems for v in results) else 0), lines, results

@@ -1,9 +1,17 @@
-"""`fleetsim compare A B`: key figures side by side, with differences."""
+"""`fleetsim compare A B`: key figures side by side, with differences.
+
+Each run's row holds the run's figures (:func:`sim.planning.sweep.summary_row`) and, per
+pool, what its fleet was (hardware, TP, PP, weight and KV dtypes, replicas, GPUs, cost).
+Each later run is set against the first: its change in percent where both are numbers,
+and a mark: ``better`` or ``worse`` where the figure has a direction (lower latency,
+cost or refusals; higher throughput, goodput, attainment, SLO margin), ``differs`` for
+a fleet attribute (hardware, TP, dtypes, replicas, GPUs), ``same`` where equal.
+"""
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -11,12 +19,13 @@ import pandas as pd
 import sim
 from sim.config.errors import ScenarioError
 from sim.config.inputs import InputFileError, read_bytes, shown
+from sim.config.scenario import Scenario
 from sim.planning.check import MAX_FIGURE
-from sim.planning.sweep import summary_row
+from sim.planning.sweep import POOL_FIELDS, mean_gpus, summary_row
 
 
-def load_summary(path: str, allow_paths: Iterable[str] = ()) -> dict:
-    """A result folder's summary.json, or a scenario run now."""
+def load_run(path: str, load: Callable[[str], Scenario]) -> dict | Scenario:
+    """A result folder's summary.json, or the scenario ``load`` reads (to run)."""
     p = Path(path)
     if p.is_dir():
         return _read_summary(p / "summary.json")
@@ -25,7 +34,17 @@ def load_summary(path: str, allow_paths: Iterable[str] = ()) -> dict:
                             f"summary.json) or a scenario to run; give "
                             f"{shown(p.parent) if p.name == 'summary.json' else 'its folder'}",
                             file=shown(p), field="compare")
-    return sim.run(sim.load_scenario(p, allow_paths=allow_paths)).summary
+    return load(path)
+
+
+def load_summaries(paths: list[str], allow_paths: Iterable[str] = (),
+                   load: Callable[[str], Scenario] | None = None) -> list[dict]:
+    """Each run's summary: a result folder's, or its scenario run now (every run read,
+    and every scenario loaded, before any runs). ``load`` reads a scenario (the CLI's
+    applies --set)."""
+    load = load or (lambda p: sim.load_scenario(p, allow_paths=allow_paths))
+    runs = [load_run(p, load) for p in paths]
+    return [r if isinstance(r, dict) else sim.run(r).summary for r in runs]
 
 
 def _sensible(data) -> bool:
@@ -44,6 +63,11 @@ def _sensible(data) -> bool:
         elif isinstance(node, float) and not (math.isfinite(node) and abs(node) <= MAX_FIGURE):
             return False            # fleetsim writes strict JSON: no NaN, no Infinity
     return True
+
+
+# figures a run may write below zero: the tightest SLO's margin is negative where an SLO
+# was missed (a failing "before" is the comparison a planner most wants)
+SIGNED_FIGURES = frozenset({"slo_margin_min"})
 
 
 def _read_summary(path: Path) -> dict:
@@ -75,7 +99,7 @@ def _read_summary(path: Path) -> dict:
             what = type(value).__name__
             raise ScenarioError(f"figure {figure} is a {what}, not a number: not a "
                                 "summary.json that `fleetsim run` wrote", file=shown(path))
-        if value < 0:
+        if value < 0 and figure not in SIGNED_FIGURES:
             raise ScenarioError(f"figure {figure} is {value:g}, below zero (no count, "
                                 "latency, rate or cost is): not a summary.json that "
                                 "`fleetsim run` wrote", file=shown(path))
@@ -97,30 +121,96 @@ def labels_for(paths: list[str]) -> list[str]:
 
 
 def _columns(labels: list[str]) -> list[str]:
-    return ["figure", *labels, *(f"{lb} vs {labels[0]} %" for lb in labels[1:])]
+    return ["figure", *labels, *(c for lb in labels[1:]
+                                 for c in (f"{lb} vs {labels[0]} %", f"{lb} vs {labels[0]}"))]
+
+
+# a pool's fleet: what it ran on and how much of it, where a difference is neither better
+# nor worse (a run's own figures follow, as summary_row gives them)
+FLEET_FIELDS = ("hardware", "tp", "pp", "weight_dtype", "kv_dtype", "replicas_mean",
+                "replicas_max", "gpus_mean", "cost_usd")
+_FLEET = frozenset(FLEET_FIELDS) - {"cost_usd"} | {"gpu_hours"}
+_LATENCIES = ("ttft_", "tpot_", "e2e_", "queue_", "max_itl_")
+_HIGHER = frozenset({"completed", "slo_met", "slo_margin_min", "attainment"})
+
+
+def direction(figure: str) -> int | None:
+    """+1 where a higher figure is better (throughput, goodput, attainment, SLO margin),
+    -1 where lower is (latency, cost, refusals), 0 for a fleet attribute (which differs,
+    no better nor worse), None where neither is known (the load: arrivals)."""
+    key = figure.rpartition(".")[2]            # a pool's figure: POOL.FIELD
+    if key in _FLEET:
+        return 0
+    if "usd" in key or key == "rejected" or key.startswith(_LATENCIES):
+        return -1
+    if key in _HIGHER or "per_s" in key:
+        return 1
+    return None
+
+
+def fleet_row(summary: dict) -> dict:
+    """The run's figures, each pool's fleet (FLEET_FIELDS) before its other figures."""
+    row = summary_row(summary)
+    pools = summary.get("pools", {})
+    out = {k: v for k, v in row.items()
+           if k not in {f"{p}.{f}" for p in pools for f in POOL_FIELDS}}
+    for pool, fig in pools.items():
+        fleet = {**fig, "gpus_mean": mean_gpus(fig, summary.get("end_s") or 0.0)}
+        out.update({f"{pool}.{f}": fleet.get(f) for f in FLEET_FIELDS})
+        out.update({f"{pool}.{f}": row[f"{pool}.{f}"] for f in POOL_FIELDS})
+    return out
+
+
+def _value(v) -> float | str | None:
+    if isinstance(v, bool):
+        return "met" if v else "MISSED"
+    if isinstance(v, (int, float)):
+        return float(v)
+    return v if isinstance(v, str) else None
+
+
+def mark(figure: str, base, value) -> str | None:
+    """``value`` (a later run's) against ``base`` (the first run's): better, worse, differs
+    (a fleet attribute, or a figure of no known direction), same; None where a side has
+    none."""
+    if base is None or value is None:
+        return None
+    if base == value:
+        return "same"
+    way = direction(figure)
+    if way in (1, -1) and figure.rpartition(".")[2] == "slo_met":
+        return "better" if value == "met" else "worse"
+    if way in (1, -1) and isinstance(base, float) and isinstance(value, float):
+        return "better" if (value - base) * way > 0 else "worse"
+    return "differs"
 
 
 def compare(summaries: dict[str, dict]) -> pd.DataFrame:
-    """One row per figure, one column per run, and each later run's change from the
-    first in percent (none where a side has no number or the first is 0)."""
-    rows = {label: summary_row(s) for label, s in summaries.items()}
+    """One row per figure, one column per run, and for each later run its change from the
+    first in percent (none where a side has no number or the first is 0) and its mark
+    (:func:`mark`)."""
+    rows = {label: fleet_row(s) for label, s in summaries.items()}
     labels = list(rows)
     first = labels[0]
     table = []
     for key in dict.fromkeys(k for r in rows.values() for k in r):
         row: dict = {"figure": key}
         for label in labels:
-            v = rows[label].get(key)
-            row[label] = (("met" if v else "MISSED") if isinstance(v, bool) else
-                          float(v) if isinstance(v, (int, float)) else None)
+            row[label] = _value(rows[label].get(key))
         base = row[first]
         for label in labels[1:]:
             v = row[label]
             numbers = isinstance(v, float) and isinstance(base, float)
             row[f"{label} vs {first} %"] = (v - base) / base * 100.0 if numbers and base \
                 else None
+            row[f"{label} vs {first}"] = mark(key, base, v)
         table.append(row)
     return pd.DataFrame(table, columns=_columns(labels))
+
+
+def _is_mark(column: str) -> bool:
+    """A later run's better/worse column (no run's label holds ' vs ': see labels_for)."""
+    return " vs " in column and not column.endswith(" %")
 
 
 def render(table: pd.DataFrame) -> str:
@@ -128,9 +218,9 @@ def render(table: pd.DataFrame) -> str:
     '-' where there is no number."""
     def cell(column: str, value) -> str:
         if value is None or (isinstance(value, float) and math.isnan(value)):
-            return "-"
-        if isinstance(value, str):
-            return value
+            return "" if _is_mark(column) else "-"
+        if isinstance(value, str):       # a hardware or dtype name read from a summary
+            return "" if value == "same" and _is_mark(column) else shown(value)
         if column.endswith(" %"):
             return f"{value:+,.1f}%"
         return f"{value:,.4g}" if abs(value) < 1e5 else f"{value:,.0f}"

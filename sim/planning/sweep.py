@@ -31,7 +31,11 @@ def _get(summary: dict, path: tuple) -> Any:
     return summary
 
 
-def _mean_gpus(pool: dict, end_s: float) -> float:
+# each pool's figures in a row, as POOL.FIELD
+POOL_FIELDS = ("replicas_mean", "busy_frac", "gpu_hours", "kv_util_mean")
+
+
+def mean_gpus(pool: dict, end_s: float) -> float:
     """GPUs a pool's summary billed on average: its GPU-hours over the run (which count tp
     x pp GPUs a replica), else its mean replicas x tp x pp."""
     if pool.get("gpu_hours") is not None and end_s:
@@ -43,7 +47,7 @@ def summary_row(summary: dict) -> dict:
     row = {name: _get(summary, path) for name, path in ROW_FIELDS.items()}
     pools = summary.get("pools", {}).values()
     end_s = summary.get("end_s") or 0.0
-    gpus = sum(_mean_gpus(p, end_s) for p in pools)
+    gpus = sum(mean_gpus(p, end_s) for p in pools)
     tokens_per_s, tpot = row["output_tokens_per_s"], row["tpot_p50_s"]
     # the Pareto views' axes: each GPU's share of the output, each user's token speed,
     # the cost of an hour
@@ -62,7 +66,7 @@ def summary_row(summary: dict) -> dict:
         row["slo_margin_min"] = (min(margins) if margins and None not in margins
                                  else None)
     for pool, fig in summary.get("pools", {}).items():
-        for key in ("replicas_mean", "busy_frac", "gpu_hours", "kv_util_mean"):
+        for key in POOL_FIELDS:
             row[f"{pool}.{key}"] = fig.get(key)
     return row
 

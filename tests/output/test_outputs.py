@@ -142,6 +142,22 @@ def test_scenario_yaml_reloads(written, results):
     assert again.model_dump(mode="json") == results.scenario.model_dump(mode="json")
 
 
+def test_summary_names_each_pools_weight_and_kv_dtypes(tmp_path):
+    """Each pool's entry in summary.json gives its weight and KV cache precisions beside
+    its hardware and TP (fp8 weights over a bf16 cache read apart), so compare can show
+    them."""
+    import yaml
+    data = yaml.safe_load(SCENARIO)
+    data["duration"] = "5s"
+    data["pools"]["fast"].update(weight_dtype="fp8", kv_dtype="bf16")
+    data["pools"]["capped"].update(weight_dtype="fp8", kv_dtype="fp8")
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    pools = sim.run(sim.load_scenario(path)).summary["pools"]
+    assert {p: (f["weight_dtype"], f["kv_dtype"]) for p, f in pools.items()} == \
+        {"fast": ("fp8", "bf16"), "capped": ("fp8", "fp8")}
+
+
 def test_pngs_have_signature(written):
     out, _ = written
     for name in ("ttft_cdf", "tpot_cdf", "queue", "kv_util", "replicas", "teams"):

@@ -166,6 +166,92 @@ def test_check_says_what_a_missing_figure_means():
         "tpot_p99: none (no request completed) -> 0.02 s"]
 
 
+def test_failed_check_names_each_slo_its_value_target_baseline_and_replicas_needed(
+        tmp_path, capsys):
+    """A load raised fourfold: the failed check's line for the pool names each SLO it
+    breaks, the value now, the target, the baseline's value and the replicas now needed
+    (it said only 'breaks the SLOs as configured'); the JUnit report and --json carry it,
+    and --json gives the figures as numbers."""
+    import yaml
+    base = chat(duration=30, rate=10).model_dump(mode="json")
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(base))
+    baseline = tmp_path / "baseline.json"
+    args = ["check", str(path), "--baseline", str(baseline), "--slo", "ttft_p99=1s",
+            "--slo", "tpot_p99=50ms"]
+    assert main(args + ["--update"]) == 0
+    base["workload"]["streams"]["chat"]["arrival"]["rate"] = 40
+    path.write_text(yaml.safe_dump(base))
+    capsys.readouterr()
+    assert main(args + ["--junit", str(tmp_path / "check.xml")]) == 1
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if "breaks the SLOs" in line)
+    recorded = json.loads(baseline.read_text())["s.yaml"]["pools"]["p"]
+    assert line.startswith("s.yaml: pool p: breaks the SLOs as configured (1 replica): ")
+    assert "ttft_p99 " in line and "over its target 1.00 s" in line
+    assert "tpot_p99 " in line and "over its target 50.0 ms" in line
+    assert f"(baseline {recorded['slo_values']['ttft_p99'] * 1e3:.1f} ms)" in line
+    assert line.endswith("required replicas 1 -> 3")
+    from xml.etree import ElementTree
+    failure = ElementTree.parse(tmp_path / "check.xml").find(".//failure")
+    assert failure.get("message") == line.partition(": ")[2]     # the first problem
+    assert main(args + ["--json"]) == 1
+    verdict = json.loads(capsys.readouterr().out)["scenarios"][0]
+    assert line.partition(": ")[2] in verdict["problems"]
+    pool = verdict["measured"]["pools"]["p"]
+    assert pool["required_replicas"] == 3 and pool["slo_met_as_configured"] is False
+    assert pool["slo_values"]["ttft_p99"] > 1.0
+    assert verdict["baseline"]["pools"]["p"]["slo_values"] == recorded["slo_values"]
+
+
+def test_drift_names_an_slo_that_moved_and_one_never_reached():
+    """Required replicas drifted while the fleet as configured still meets its SLOs: the SLO
+    that moved past the tolerance is named with its value, target and the baseline's; a
+    percentile too few requests reached and a missed attainment are said in words."""
+    from sim.planning.check import drift
+    slos = {"ttft_p99": 1.0, "tpot_p99": 0.05}
+    base = {"pools": {"p": {"required_replicas": 2, "slo_values": {"ttft_p99": 0.2,
+                                                                  "tpot_p99": 0.02}}},
+            "latency_s": {}, "slos": slos}
+    now = {"pools": {"p": {"required_replicas": 3, "slo_met_as_configured": True,
+                           "replicas": 4, "slo_values": {"ttft_p99": 0.6,
+                                                         "tpot_p99": 0.0201}}},
+           "latency_s": {}, "slos": slos}
+    assert drift(base, now, 0.05) == [
+        "pool p: required replicas 2 -> 3; as configured (4 replicas): ttft_p99 600.0 ms, "
+        "within its target 1.00 s (baseline 200.0 ms)"]
+    slos = {"ttft_p99": 1.0, "attainment": 0.99}
+    base["slos"] = now["slos"] = slos
+    now["pools"]["p"].update(slo_met_as_configured=False, required_replicas=None,
+                             slo_values={"ttft_p99": None, "attainment": 0.5})
+    base["pools"]["p"]["slo_values"] = {"ttft_p99": 0.2}
+    assert drift(base, now, 0.05) == [
+        "pool p: breaks the SLOs as configured (4 replicas): ttft_p99 none (too few "
+        "requests completed), over its target 1.00 s (baseline 200.0 ms); attainment "
+        "50.0 %, under its target 99.0 % (baseline not recorded); required replicas "
+        "2 -> none within the cap"]
+
+
+def test_check_update_warns_when_the_fleet_it_records_breaks_its_slos(tmp_path, capsys):
+    """--update of a fleet that misses its TTFT target writes the baseline, exits 0 and
+    says on stderr which pool breaks which SLO and the replicas it needs; a fleet that
+    meets them gets no warning."""
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(chat(duration=30, rate=40).model_dump(mode="json")))
+    baseline = tmp_path / "baseline.json"
+    args = ["check", str(path), "--baseline", str(baseline), "--update"]
+    assert main(args + ["--slo", "ttft_p99=1s"]) == 0
+    out, err = capsys.readouterr()
+    assert baseline.exists() and out.startswith("wrote ")
+    assert err.startswith("fleetsim check: warning: the baseline records fleets that "
+                          "break their SLOs")
+    assert "s.yaml: pool p breaks its SLOs as configured (1 replica): ttft_p99 " in err
+    assert "over its target 1.00 s; needs 3 replicas" in err
+    assert main(args + ["--slo", "ttft_p99=600s"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize("extra", [[], ["--max-rate"]])
 def test_size_exits_1_when_no_option_meets_the_slos(tmp_path, capsys, extra):
     """A TTFT of 1 us: no replica count (and no fraction of the load) meets it; the table
@@ -214,6 +300,112 @@ def test_compare_result_folders(tmp_path, capsys):
     assert row["2: b vs 1: a %"] == pytest.approx((row["2: b"] - row["1: a"]) / row["1: a"]
                                                   * 100)
     assert row["2: b"] > row["1: a"]
+
+
+def test_compare_takes_a_run_that_missed_its_slo(tmp_path, capsys):
+    """A run whose fleet missed an SLO has a negative margin; compare shows it beside one
+    that met it (it was refused as 'below zero: not a summary.json fleetsim wrote')."""
+    for name, target in (("missed", "1ms"), ("met", "60s")):
+        assert main(["run", str(ROOT / "scenarios" / "v2-continuous.yaml"), "--duration",
+                     "10s", "--set", f"slos={{ttft_p99: {target}}}", "--out",
+                     str(tmp_path / name), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "missed"), str(tmp_path / "met")]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    verdict = next(line for line in out.splitlines() if line.startswith("slo_met "))
+    assert verdict.split()[1:3] == ["MISSED", "met"]
+    margin = next(line for line in out.splitlines() if line.startswith("slo_margin_min "))
+    assert float(margin.split()[1].replace(",", "")) < 0 < float(margin.split()[2])
+
+
+def test_compare_shows_what_differs_between_the_fleets_and_marks_better_and_worse(
+        tmp_path, capsys):
+    """Two fleets (H100 TP1 bf16 x 1 against H200 TP2 fp8 weights x 2): compare shows each
+    pool's hardware, TP, PP, weight and KV dtypes, replicas, GPUs and cost, marks the fleet
+    attributes that differ, and marks latency, cost and throughput better or worse by their
+    direction; --json carries the same marks."""
+    import yaml
+    data = chat(duration=10, rate=4).model_dump(mode="json")
+    (tmp_path / "small.yaml").write_text(yaml.safe_dump(data))
+    data["pools"]["p"].update(hardware="H200", tp=2, weight_dtype="fp8", replicas=2)
+    (tmp_path / "big.yaml").write_text(yaml.safe_dump(data))
+    runs = [str(tmp_path / "small.yaml"), str(tmp_path / "big.yaml")]
+    assert main(["compare", *runs, "--json"]) == 0
+    rows = {r["figure"]: r for r in json.loads(capsys.readouterr().out)["figures"]}
+    seen = {f: (rows[f"p.{f}"]["small"], rows[f"p.{f}"]["big"], rows[f"p.{f}"]["big vs small"])
+            for f in ("hardware", "tp", "pp", "weight_dtype", "kv_dtype", "replicas_mean",
+                      "replicas_max", "gpus_mean")}
+    assert seen == {"hardware": ("H100-SXM", "H200", "differs"), "tp": (1, 2, "differs"),
+                    "pp": (1, 1, "same"), "weight_dtype": ("bf16", "fp8", "differs"),
+                    "kv_dtype": ("bf16", "bf16", "same"), "replicas_mean": (1, 2, "differs"),
+                    "replicas_max": (1, 2, "differs"), "gpus_mean": (1, 4, "differs")}
+    for figure, higher_is_better in (("p.cost_usd", False), ("cost_usd_per_h", False),
+                                     ("ttft_p99_s", False), ("tpot_p50_s", False),
+                                     ("output_tokens_per_s_per_gpu", True)):
+        row = rows[figure]
+        better = (row["big"] > row["small"]) == higher_is_better
+        assert row["big vs small"] == ("better" if better else "worse"), figure
+    assert rows["p.cost_usd"]["big vs small"] == "worse"
+    assert rows["arrived"]["big vs small"] == "same"
+    assert main(["compare", *runs]) == 0
+    text = capsys.readouterr().out
+    hardware = next(line for line in text.splitlines() if line.startswith("p.hardware "))
+    assert hardware.split() == ["p.hardware", "H100-SXM", "H200", "-", "differs"]
+    cost = next(line for line in text.splitlines() if line.startswith("p.cost_usd "))
+    assert cost.split()[-1] == "worse"
+
+
+def test_compare_set_overrides_the_scenarios_it_runs_not_the_result_folders(tmp_path,
+                                                                            capsys):
+    """compare --set changes each scenario run now as run --set does; a result folder is
+    compared as it was run, and --set with only result folders is refused (exit 2)."""
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(chat(duration=10, rate=4).model_dump(mode="json")))
+    assert main(["run", str(path), "--out", str(tmp_path / "ran"), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "ran"), str(path), "--set",
+                 "pools.p.replicas=2", "--json"]) == 0
+    rows = {r["figure"]: r for r in json.loads(capsys.readouterr().out)["figures"]}
+    assert rows["p.replicas_mean"]["ran"] == 1.0 and rows["p.replicas_mean"]["s"] == 2.0
+    assert main(["compare", str(tmp_path / "ran"), str(tmp_path / "ran"), "--set",
+                 "pools.p.replicas=2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --set changes the scenarios compare runs now, and every "
+                          "RUN here is a result folder")
+
+
+def test_check_set_overrides_every_scenario_checked(tmp_path, capsys):
+    """check --set measures the scenario as overridden, with --update as without: a fleet
+    of 3 recorded with --set passes with the same --set and breaks without it."""
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(chat(duration=30, rate=40).model_dump(mode="json")))
+    args = ["check", str(path), "--baseline", str(tmp_path / "b.json"), "--slo",
+            "ttft_p99=1s"]
+    assert main(args + ["--update", "--set", "pools.p.replicas=3"]) == 0
+    assert capsys.readouterr().err == ""             # 3 replicas meet the SLOs: no warning
+    assert main(args + ["--set", "pools.p.replicas=3"]) == 0
+    assert main(args) == 1
+    assert "pool p: breaks the SLOs as configured (1 replica)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["check", "compare"])
+def test_a_bad_set_path_on_check_and_compare_names_the_field_and_its_choices(
+        tmp_path, capsys, command):
+    """A misspelt --set path is refused before anything runs, exit 2, naming the scenario,
+    the field and the valid choices, as run --set does."""
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(chat(duration=10, rate=4).model_dump(mode="json")))
+    extra = ["--baseline", str(tmp_path / "b.json"), "--slo", "ttft_p99=1s", "--update"] \
+        if command == "check" else [str(path)]
+    assert main([command, str(path), *extra, "--set", "pools.q.replicas=2"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {path}: pools.q.replicas: with --set: no field 'q' at pools; " \
+                  "valid: p\n"
+    assert not (tmp_path / "b.json").exists()
 
 
 @pytest.mark.parametrize("argv, fragment", [

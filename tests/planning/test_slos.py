@@ -163,8 +163,10 @@ def test_check_baseline_records_slos_and_normalised_paths(tmp_path, capsys, monk
     assert main(["check", str(scenario), "--baseline", "baseline.json", "--junit",
                  str(junit), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
+    figures = out["scenarios"][0].pop("measured"), out["scenarios"][0].pop("baseline")
     assert out == {"ok": True, "baseline": "baseline.json",
                    "scenarios": [{"scenario": "../s.yaml", "ok": True, "problems": []}]}
+    assert figures[1] == stored["../s.yaml"] and figures[0]["slos"] == {"ttft_p99": 2.0}
     root = ElementTree.parse(junit).getroot()
     assert root.get("tests") == "1" and root.get("failures") == "0"
     # other SLOs than the baseline's: not comparable, a failure with its reason
