@@ -85,10 +85,13 @@ def make_pool(*, model: str = "llama-3.1-8b", hardware: str = "H100-SXM",
               scheduler: dict | None = None, **extra) -> dict:
     """A pool on the roofline unless ``cost_model`` says otherwise: the tests of
     scheduling price steps with ``make_cost_model``, the same analytic model (a pool
-    left to the default would run on the shipped measured-kernel profile). Requests
-    reach its replicas at once (``front_end: 0``) unless ``front_end`` is given: pass
+    left to the default would run on the shipped measured-kernel profile), with its host
+    terms written (so they stay) on a synchronous engine (``engine: vllm@v1``: a request
+    joins the next step) unless ``engine`` is given. Requests reach its replicas at once
+    (``front_end: 0``, no token hop) unless ``front_end`` is given: pass
     ``front_end=None`` for the engine's own."""
-    extra.setdefault("cost_model", {"type": "roofline"})
+    extra.setdefault("cost_model", {"type": "roofline", "step_overhead": 1e-3})
+    extra.setdefault("engine", "vllm@v1")
     extra.setdefault("front_end", 0)
     if extra["front_end"] is None:
         del extra["front_end"]

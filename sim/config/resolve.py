@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from sim.config import profiles
 from sim.config.specs import HardwareSpec, ModelSpec
-from sim.config import sanity, stages
+from sim.config import engines, sanity, stages
+from sim.config.engines import EnginePreset
 from sim.config.lengths import prompt_range, shortest
 from sim.config.scenario import PoolConfig, Scenario
 from sim.cost.memory import KvBudget, kv_budget, weights_per_gpu
@@ -32,6 +33,7 @@ class ResolvedPool:
     kv: KvBudget
     max_model_len: int
     price_per_gpu_hour: float
+    engine: EnginePreset             # the engine version it runs (sim/config/engines.py)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -70,6 +72,10 @@ def _cost_model_problems(pool: PoolConfig, model, scenario: Scenario) -> list:
 def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
                 problems: list[tuple[Loc, str]]) -> ResolvedPool | None:
     here = ("pools", name)
+    engine = engines.resolve(pool.engine, scenario.engines)
+    if isinstance(engine, str):
+        problems.append((here + ("engine",), engine))
+        return None
     model = profiles.find_model(pool.model, scenario.models)
     hw = profiles.find_hardware(pool.hardware, scenario.hardware)
     if model is None:
@@ -151,7 +157,7 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
         return None
     max_len = min(pool.max_model_len or model.max_model_len, model.max_model_len)
     return ResolvedPool(name=name, cfg=pool, model=model, hardware=hw, kv=kv,
-                        max_model_len=max_len, price_per_gpu_hour=price)
+                        max_model_len=max_len, price_per_gpu_hour=price, engine=engine)
 
 
 def _check_sizing(here: Loc, pool: PoolConfig, model, scenario: Scenario

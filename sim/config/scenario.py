@@ -19,7 +19,7 @@ from sim.config.specs import DType, HardwareSpec, ModelSpec
 from sim.config.workload import WorkloadConfig
 from sim.cost import COST_MODELS, CostModelConfig
 from sim.cost.measured import AutoConfig
-from sim.config.engines import EngineName
+from sim.config.engines import EngineEntry
 from sim.autoscalers import AUTOSCALERS, AutoscalerConfig
 from sim.routers import ROUTERS, RouterConfig
 from sim.routers.round_robin import RoundRobinConfig
@@ -124,16 +124,23 @@ class PoolConfig(StrictModel):
         True, description="Reuse cached KV blocks of shared prompt prefixes (vLLM's default)")
     max_model_len: PositiveInt | None = Field(
         None, description="Longest prompt + output accepted; default: the model's")
-    engine: EngineName = Field(
-        "vllm", description="The serving engine: which measured kernels the default cost "
-                            "model reads, its per-request front-end time and the continuous "
-                            "scheduler's default KV admission (see sim/config/engines.py)")
+    engine: Name = Field(
+        "vllm", description="The serving engine and version line: `vllm` (its default "
+                            "version) or `vllm@v0`; the presets in profiles/engines.yaml "
+                            "(vllm@v0, v0-multistep, v1, async; sglang@overlap; "
+                            "trtllm@pytorch, cpp) or the scenario's `engines:`. It sets the "
+                            "host time per step and whether it overlaps the GPU step, which "
+                            "step a new request joins, multi-step blocks, the front end per "
+                            "request and token hop, the continuous scheduler's default KV "
+                            "admission, and whose measured kernels the default cost model "
+                            "reads (see sim/config/engines.py)")
     front_end: Seconds | None = Field(
         None, le=60.0, description="Per-request time in the engine's front end (API server, "
                           "tokenisation, prefill dispatch) before the request reaches the "
-                          "queue, so it adds to TTFT and end-to-end latency; default: the "
-                          "engine's (vllm 0.8 ms per layer, sglang and trtllm none), or none "
-                          "on a calibrated profile measured on a whole engine; at most 60 s")
+                          "queue, so it adds to TTFT and end-to-end latency; it replaces the "
+                          "engine preset's whole front end (its constant, per prompt token "
+                          "and token hop); default: the preset's, or none on a calibrated "
+                          "profile measured on a whole engine; at most 60 s")
     scheduler: SchedulerConfig = Field(default_factory=ContinuousConfig,
                                        description="Batching policy of each replica")
     router: RouterConfig = Field(default_factory=RoundRobinConfig,
@@ -182,6 +189,10 @@ class Scenario(StrictModel):
         default_factory=dict, description="Extra hardware profiles defined inline")
     models: dict[Name, ModelSpec] = Field(
         default_factory=dict, description="Extra model profiles defined inline")
+    engines: dict[Name, EngineEntry] = Field(
+        default_factory=dict, description="Extra engine presets defined inline, in the form "
+                                          "of profiles/engines.yaml's `engines:` (a name "
+                                          "there replaces the shipped engine of that name)")
     workload: WorkloadConfig
     gateway: GatewayConfig = Field(default_factory=GatewayConfig,
                                    description="Auth, team limits, model registry and routes")

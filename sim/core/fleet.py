@@ -15,7 +15,8 @@ import numpy as np
 from sim.autoscalers import Autoscaler, build_autoscaler
 from sim.config.resolve import ResolvedPool
 from sim.cost import CostModel, build_cost_model
-from sim.config.engines import front_end_s, with_engine_admission
+from sim.config.engines import FrontEnd, front_end, with_engine_admission
+from sim.cost.engine_host import with_engine_host
 from sim.gateway.fair_queue import FairQueue
 from sim.core.kv import KvCacheManager
 from sim.core.request import Request
@@ -32,8 +33,10 @@ class PoolParts:
     router: Router
     queue: FairQueue
     autoscaler: Autoscaler | None
-    front_end_s: float           # a request's time in the engine's front end
+    front_end: FrontEnd          # a request's way through the engine's front end and back
     new_scheduler: SchedulerFactory   # (the replica's KV manager, its finish callback)
+    join_after_next: bool = False     # a request arriving during step k joins step k+2
+    multi_step: int = 1               # steps per scheduling block
 
 
 def pool_parts(spec: ResolvedPool, rng: np.random.Generator,
@@ -44,17 +47,17 @@ def pool_parts(spec: ResolvedPool, rng: np.random.Generator,
     weights, under the pool's own; ``models`` the scenario's inline model profiles;
     ``base_dir`` where relative profile paths are tried first."""
     cfg = spec.cfg
-    cost = build_cost_model(spec, base_dir)
+    engine = spec.engine
+    cost = with_engine_host(build_cost_model(spec, base_dir), engine, cfg.pp)
     router = ROUTERS.built_by(cfg.router)(cfg.router, rng)
     queue = FairQueue(capacity=cfg.queue.capacity,
                       weights={**(team_weights or {}), **cfg.queue.weights},
                       fair=cfg.queue.fair)
     autoscaler = build_autoscaler(cfg.autoscaler) if cfg.autoscaler is not None else None
-    # the pool's front-end time, else the engine's, unless the steps were measured on it
-    front_s = front_end_s(cfg.engine, spec.model.num_layers, cfg.front_end,
-                          cost.measures_engine)
+    # the pool's front end, else the engine's, unless the steps were measured on it
+    front = front_end(engine, cfg.front_end, cost.measures_engine)
     # the scheduler's settings, with what they leave to the engine filled in
-    sched_cfg = with_engine_admission(cfg.engine, cfg.scheduler)
+    sched_cfg = with_engine_admission(engine, cfg.scheduler)
     sched_cls = SCHEDULERS.built_by(cfg.scheduler)
     extra = sched_cls.pool_parts(spec, sched_cfg, rng, models, base_dir)
     limits = ReplicaLimits(max_model_len=spec.max_model_len)
@@ -63,4 +66,8 @@ def pool_parts(spec: ResolvedPool, rng: np.random.Generator,
         return sched_cls(sched_cfg, kv=kv, cost=cost, limits=limits, on_finish=on_finish,
                          **extra)
 
-    return PoolParts(cost, router, queue, autoscaler, front_s, new_scheduler)
+    # the engine's step pipelining, unless the steps were measured on the whole engine
+    measured = cost.measures_engine
+    return PoolParts(cost, router, queue, autoscaler, front, new_scheduler,
+                     join_after_next=engine.join_after_next and not measured,
+                     multi_step=1 if measured else engine.multi_step)

@@ -57,8 +57,12 @@ class Pool:
         self.router = parts.router
         self.queue = parts.queue
         self.max_outstanding = self.cfg.queue.max_outstanding_per_replica
-        # seconds a request spends in the engine's front end before it reaches the queue
-        self.front_end_s = parts.front_end_s
+        # a request's way through the engine's front end before it reaches the queue, and
+        # its tokens' hop to the client
+        self.front_end = parts.front_end
+        self._token_hop_s = parts.front_end.token_hop_s
+        self._join_after_next = parts.join_after_next
+        self._multi_step = parts.multi_step
         self._in_front_end: dict[int, Request] = {}
         self._new_scheduler = parts.new_scheduler
         self.replicas: list[Replica] = []        # every replica not yet released
@@ -83,7 +87,7 @@ class Pool:
                             prefix_caching=self.cfg.prefix_caching)
         scheduler = self._new_scheduler(kv, self._finished)
         replica = Replica(self.env, self.code, self._next_index, scheduler, self.recorder,
-                          self.usage)
+                          self.usage, self._join_after_next, self._multi_step)
         self._next_index += 1
         self.replicas.append(replica)
         self._by_index[replica.index] = replica
@@ -153,7 +157,7 @@ class Pool:
         return PoolAccount(
             model=spec.model.name, hardware=spec.hardware.name, tp=spec.cfg.tp, pp=spec.cfg.pp,
             weight_dtype=spec.cfg.weight_dtype, kv_dtype=spec.cfg.kv_dtype,
-            cost_model=cost.label, gpus_per_replica=spec.gpus_per_replica,
+            cost_model=cost.label, engine=spec.engine.label, gpus_per_replica=spec.gpus_per_replica,
             price_per_gpu_hour=spec.price_per_gpu_hour, kv_blocks_per_replica=spec.kv.num_blocks,
             billed_gpu_s=self.billed_gpu_seconds(end_s), replicas_max=self.replicas_max,
             peak_flops_per_gpu=cost.peak_flops_per_gpu,
@@ -161,6 +165,13 @@ class Pool:
 
     # -- requests ------------------------------------------------------------------------
     def _finished(self, req: Request) -> None:
+        hop = self._token_hop_s
+        if hop:
+            # the client sees its tokens a hop after their steps; a request whose prompt
+            # was computed in another pool got its first token from there
+            req.finish_s += hop
+            if not req.carried_tokens:
+                req.first_token_s += hop
         self.router.on_done(req.replica)
         replica = self._by_index.get(req.replica)
         self._on_finish(req)
@@ -184,14 +195,16 @@ class Pool:
 
     def submit(self, req: Request, front_end: bool = True) -> None:
         """A request for this pool: turned away at once when no replica could ever serve
-        it, else through the engine's front end (``front_end_s``; skipped by a request
-        whose prefill ran elsewhere) to a replica or the queue."""
+        it, else through the engine's front end (``front_end``: a constant and a cost per
+        prompt token; skipped by a request whose prefill ran elsewhere) to a replica or
+        the queue."""
         if req.prompt_tokens + req.max_output_tokens > self.servable_tokens():
             self._on_reject(req, self.reject_reason(req))
             return
-        if front_end and self.front_end_s > 0.0:
+        if front_end and self.front_end.active:
             self._in_front_end[id(req)] = req
-            call_after(self.env, self.front_end_s, (lambda _e: self._through_front_end(req),))
+            call_after(self.env, self.front_end.entry_s(req.prompt_tokens),
+                       (lambda _e: self._through_front_end(req),))
             return
         self._enqueue(req)
 

@@ -7,8 +7,16 @@ arrivals share a step) and cut a fast-forwarded segment at the first step
 boundary after the arrival, exactly where the step-by-step loop would have
 admitted them. Callbacks on bare wake-ups (``sim.core.wakeup``), the superseded
 one cancelled, keep this to about one event per segment.
+
+The engine decides which step an arrival can join (``sim/config/engines.py``): the
+next one (a synchronous loop), the one after next (a scheduler that forms step k+1's
+batch while step k runs: the request is held until step k+1 ends), or, with multi-step
+scheduling, the first step of the next block of ``multi_step`` steps (held until the
+running block ends). An engine with nothing to run schedules held requests at once.
 """
 from __future__ import annotations
+
+from collections import deque
 
 import simpy
 
@@ -26,10 +34,13 @@ STARTING, READY, DRAINING, RELEASED = "starting", "ready", "draining", "released
 class Replica:
     __slots__ = ("env", "usage", "pool_code", "index", "scheduler", "recorder", "_timer",
                  "_seg", "_seg_start_s", "_seg_end_s", "_seg_steps", "_kick_pending", "state",
-                 "requested_s", "released_s", "_end_calls", "_plan_calls")
+                 "requested_s", "released_s", "_end_calls", "_plan_calls", "_held",
+                 "_after_next", "_block_steps", "_delayed", "_steps_done", "_block_end",
+                 "_idle")
 
     def __init__(self, env: simpy.Environment, pool_code: int, index: int,
-                 scheduler: Scheduler, recorder: Recorder, usage: PoolUsage) -> None:
+                 scheduler: Scheduler, recorder: Recorder, usage: PoolUsage,
+                 join_after_next: bool = False, multi_step: int = 1) -> None:
         self.env = env
         self.usage = usage
         self.pool_code = pool_code
@@ -47,6 +58,14 @@ class Replica:
         self.state = STARTING             # its life cycle: the methods below move it on
         self.requested_s = env.now        # paid for from here
         self.released_s = float("nan")
+        # the engine's join rule: arrivals held until the step count that lets them in
+        self._after_next = join_after_next
+        self._block_steps = multi_step
+        self._delayed = join_after_next or multi_step > 1
+        self._held: deque[tuple[int, Request]] = deque()   # (step count, request)
+        self._steps_done = 0            # steps applied since the replica started
+        self._block_end = 0             # multi-step: the step count ending the running block
+        self._idle = True               # no segment planned since the last went idle
 
     # -- its life cycle, which the pool drives ------------------------------------------
     def become_ready(self) -> bool:
@@ -68,7 +87,7 @@ class Replica:
     # -- the router's view --------------------------------------------------------
     @property
     def num_outstanding(self) -> int:
-        return self.scheduler.num_outstanding
+        return self.scheduler.num_outstanding + len(self._held)
 
     @property
     def kv_usage(self) -> float:
@@ -88,7 +107,7 @@ class Replica:
     @property
     def num_waiting(self) -> int:
         """Requests handed to the replica and not yet running."""
-        return self.scheduler.num_waiting
+        return self.scheduler.num_waiting + len(self._held)
 
     @property
     def num_running(self) -> int:
@@ -96,16 +115,42 @@ class Replica:
 
     def open_requests(self):
         """Every request the replica holds, waiting or running."""
-        return self.scheduler.open_requests()
+        return self.scheduler.open_requests() + [req for _, req in self._held]
 
     def submit(self, req: Request) -> None:
         req.replica = self.index
-        self.scheduler.add(req)
         seg = self._seg
+        if seg is not None and self._delayed:
+            self._hold(seg, req)
+            return
+        self.scheduler.add(req)
         if seg is None:
             self._kick()
         elif seg.interruptible and self._seg_steps == seg.num_steps:
             self._cut(seg)
+
+    def _hold(self, seg: Segment, req: Request) -> None:
+        """``req`` arrived while a step runs: it joins the step after next, or the next
+        block; the running fast-forward is cut where it may join."""
+        elapsed_s = self.env.now - self._seg_start_s
+        # the step count once the step running now has ended
+        ending = self._steps_done + seg.step_end_s.count_before(elapsed_s, False) + 1
+        release = ending + 1 if self._after_next else ending
+        n = self._block_steps
+        if n > 1:
+            boundary = self._block_end
+            if ending > boundary:
+                boundary += -(-(ending - boundary) // n) * n
+            release = max(release, boundary)
+        self._held.append((release, req))
+        if seg.interruptible:
+            self._cut(seg, release - self._steps_done)
+
+    def _release_held(self, steps_done: int | None) -> None:
+        """Hand the scheduler the held requests whose step has come (all with None)."""
+        held, add = self._held, self.scheduler.add
+        while held and (steps_done is None or held[0][0] <= steps_done):
+            add(held.popleft()[1])
 
     # -- the loop -------------------------------------------------------------------
     def _on_plan_timer(self, event) -> None:
@@ -123,22 +168,35 @@ class Replica:
         if self._seg is not None:
             return                        # a segment is running; its end plans the next
         plan = self.scheduler.next_segment(now)
+        if self._held and (plan is None or isinstance(plan, float)):
+            # nothing to run: an engine with no step in flight schedules them at once
+            self._release_held(None)
+            plan = self.scheduler.next_segment(now)
         if plan is None:
+            self._idle = True
             return
         if isinstance(plan, float):
+            self._idle = True
             self._timer = call_after(self.env, plan - now, self._plan_calls, self._timer)
             return
+        if self._idle:
+            self._idle = False
+            self._block_end = self._steps_done + self._block_steps     # a block starts
         self._seg = plan
         self._seg_start_s = now
         self._seg_end_s = now + plan.duration_s
         self._seg_steps = plan.num_steps
         self._timer = call_after(self.env, plan.duration_s, self._end_calls, self._timer)
+        if self._held and plan.interruptible:
+            self._cut(plan, self._held[0][0] - self._steps_done)
 
-    def _cut(self, seg: Segment) -> None:
+    def _cut(self, seg: Segment, steps: int | None = None) -> None:
+        """End the running fast-forward after ``steps`` steps (default: once the step
+        running now has ended), if that is before its planned end."""
         elapsed_s = self.env.now - self._seg_start_s
-        # steps done once the step running now has ended (more than the segment's: no cut)
-        steps = seg.step_end_s.count_before(elapsed_s, False) + 1
-        if steps < seg.num_steps:
+        if steps is None:
+            steps = seg.step_end_s.count_before(elapsed_s, False) + 1
+        if steps < self._seg_steps:
             end_offset_s = float(seg.step_end_s[steps - 1])
             self._seg_steps = steps
             self._seg_end_s = self._seg_start_s + end_offset_s
@@ -155,6 +213,13 @@ class Replica:
         sched.segment_ended(now)
         self._record(seg, steps, start_s, end_s)
         sched.finish_segment(seg, steps, start_s, end_s)
+        if self._delayed:
+            done = self._steps_done = self._steps_done + steps
+            if self._block_end <= done:                     # the next block, back to back
+                n = self._block_steps
+                self._block_end += (done - self._block_end) // n * n + n
+            if self._held:
+                self._release_held(done)
         self._plan(now)
 
     def kv_used_blocks(self) -> int:
@@ -172,7 +237,8 @@ class Replica:
             self._timer.cancel()
         self._timer = None
         self._seg = None
-        lost = self.scheduler.open_requests()
+        lost = self.open_requests()
+        self._held.clear()
         self.scheduler.reset()
         for req in lost:
             req.restart()

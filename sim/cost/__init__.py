@@ -23,7 +23,7 @@ from sim.config.policies import Family
 def _auto(pool, base_dir=None) -> CostModel:
     cfg = pool.cfg
     return build_measured(pool.model, pool.hardware, cfg.tp, cfg.weight_dtype, cfg.kv_dtype,
-                          cfg.cost_model, cfg.engine)
+                          cfg.cost_model, pool.engine.name)
 
 
 def _roofline(pool, base_dir=None) -> CostModel:

@@ -75,6 +75,14 @@ class CostModel(ABC):
     def work(self, shape: BatchShape) -> tuple[ArrayLike, ArrayLike]:
         """(FLOPs, bytes moved) of the step(s) over all GPUs of the replica."""
 
+    def host_terms(self) -> tuple[float, float, bool]:
+        """(seconds per step, seconds per sequence) of ``overhead_s`` that are host-side
+        work (the rest of it is GPU work), and whether the scenario wrote them: then they
+        stay the host terms under an engine preset, whose own replace them otherwise
+        (``sim/cost/engine_host.py``). All of the overhead unless a model says otherwise;
+        a model whose overhead is not of that form says (0, 0, True): left as it is."""
+        return 0.0, 0.0, True
+
     def engine_s(self, shape: BatchShape) -> ArrayLike:
         """Seconds a particular serving engine adds to the model's own step (its
         host-side work, an attention kernel that spans the packed batch); zero unless

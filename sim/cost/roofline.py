@@ -113,9 +113,12 @@ class RooflineConfig(StrictModel):
         description="Latency an all-reduce adds per GPU past two, on top of the hardware "
                     "profile's allreduce_latency")
     step_overhead: Seconds = Field(
-        1e-3, description="Fixed CPU/launch overhead per iteration (scheduler, sampling)")
+        1e-3, description="Fixed CPU/launch overhead per iteration (scheduler, sampling): "
+                          "the host time per step; unless written here, the pool's engine "
+                          "preset's replaces it (sim/config/engines.py)")
     per_seq_overhead: Seconds = Field(
-        5e-6, description="Extra per-sequence overhead per iteration (input prep, sampling)")
+        5e-6, description="Extra per-sequence overhead per iteration (input prep, sampling): "
+                          "host time; unless written here, the engine preset's replaces it")
 
     def gemm_flops_efficiency(self, hardware: HardwareSpec, weight_dtype: str) -> float:
         """The largest share of ``hardware.compute_flops_per_s(weight_dtype)`` a GEMM with
@@ -219,6 +222,12 @@ class RooflineCostModel(CostModel):
     # -- terms (seconds, one layer, one shard) -------------------------------
     def overhead_s(self, num_seqs: ArrayLike) -> ArrayLike:
         return self.cfg.step_overhead + self.cfg.per_seq_overhead * num_seqs
+
+    def host_terms(self) -> tuple[float, float, bool]:
+        """The whole overhead is host time; written in the scenario, it stays."""
+        cfg = self.cfg
+        written = bool({"step_overhead", "per_seq_overhead"} & cfg.model_fields_set)
+        return cfg.step_overhead, cfg.per_seq_overhead, written
 
     def _experts_touched(self, num_tokens: ArrayLike) -> ArrayLike:
         """Expected distinct experts hit by ``num_tokens`` tokens routed top-k

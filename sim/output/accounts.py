@@ -27,6 +27,7 @@ class PoolAccount:
     weight_dtype: str                   # the weights' precision (bf16, fp8, int4)
     kv_dtype: str                       # the KV cache's precision
     cost_model: str                     # the cost model's label
+    engine: str                         # the engine version it ran, "vllm@async"
     gpus_per_replica: int
     price_per_gpu_hour: float
     kv_blocks_per_replica: int

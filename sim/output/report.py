@@ -86,9 +86,11 @@ def build_report(results, sweep=None, images: dict[str, bytes] | None = None) ->
                     [[k.upper()] + [_ms(lat[k][q]) for q in ("mean", "p50", "p90", "p99")]
                      for k in ("ttft", "tpot", "e2e", "queue")]),
              "<h2>Pools</h2>",
-             _table(["pool", "model", "hardware", "TP", "PP", "step times from", "replicas (mean)",
+             _table(["pool", "model", "hardware", "TP", "PP", "engine", "step times from",
+                     "replicas (mean)",
                      "GPU-hours", "cost (USD)", "busy", "MFU", "MBU", "KV cache used"],
-                    [[name, p["model"], p["hardware"], p["tp"], p.get("pp", 1), p["cost_model"],
+                    [[name, p["model"], p["hardware"], p["tp"], p.get("pp", 1),
+                      p.get("engine", "-"), p["cost_model"],
                       p["replicas_mean"], p["gpu_hours"], p["cost_usd"], _pct(p["busy_frac"]),
                       _pct(p["mfu"]), _pct(p.get("mbu")), _pct(p["kv_util_mean"])]
                      for name, p in s["pools"].items()]),
@@ -178,7 +180,8 @@ def _provenance(results) -> str:
                      + (f" (USD {rate:g} per GPU-hour)" if rate is not None else "")
                      + (f", {hw.price_source}" if hw is not None and hw.price_source
                         else ", of no stated source or date"))
-        parts.append(f"pool {name}: step times from {figures['cost_model']}; {price}")
+        engine = f"engine {figures['engine']}, " if figures.get("engine") else ""
+        parts.append(f"pool {name}: {engine}step times from {figures['cost_model']}; {price}")
     return "; ".join(parts) + "."
 
 

@@ -12,6 +12,7 @@ import sim
 from sim.config.scenario import Scenario
 from sim.core.kv import KvCacheManager
 from sim.cost import build_cost_model
+from sim.cost.engine_host import with_engine_host
 from sim.core.request import Request
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +51,7 @@ def test_ttft_falls_as_the_cost_model_predicts_for_the_uncached_part():
     cache, of the uncached tail (attending over the cached context) with it."""
     on, off = sim.run(scenario(True, 1.0)), sim.run(scenario(False, 1.0))
     spec = next(iter(sim.api._resolve_or_raise(scenario(True, 1.0), None, None).pools.values()))
-    cost = build_cost_model(spec)
+    cost = with_engine_host(build_cost_model(spec), spec.engine)    # the pool's step
 
     def predicted(row) -> float:
         cached, prompt = row.cached_prompt_tokens, row.prompt_tokens
