@@ -15,6 +15,7 @@ import numpy as np
 import sim
 from sim.config import profiles
 from sim.config.scenario import Scenario
+from sim.cost.base import CostModel
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.cost.shape import BatchShape
 from sim.core.kv import KvCacheManager
@@ -219,3 +220,59 @@ class FakeReplica:
 
     def __repr__(self) -> str:
         return f"FakeReplica({self.index}, out={self.num_outstanding})"
+
+
+# -- a cost model of constant steps, for schedules worked out by hand ---------------------
+class ConstantStepCost(CostModel):
+    """Every step's GPU work takes ``step_s`` whatever the batch, and holds no host time
+    (an engine preset adds its own). Built in place of a pool's cost model by
+    ``constant_steps``."""
+
+    decode_time_linear = True          # constant: slope 0
+    peak_flops_per_gpu = 1e15
+    peak_bytes_per_s_per_gpu = 1e12
+
+    def __init__(self, step_s: float, num_layers: int = 32, tp: int = 1) -> None:
+        self.step_s, self.num_layers, self.tp = step_s, num_layers, tp
+
+    @property
+    def label(self) -> str:
+        return f"constant {self.step_s:g} s steps"
+
+    def host_terms(self):
+        return 0.0, 0.0, False
+
+    def _zero(self, x):
+        return 0.0 * np.asarray(x, dtype=np.float64)
+
+    overhead_s = dense_s = attn_prefill_s = attn_decode_s = tp_comm_s = lm_head_s = _zero
+
+    def work(self, shape):
+        return self._zero(shape.num_tokens), self._zero(shape.num_tokens)
+
+    def step_time_s(self, shape):
+        return self.step_s + self._zero(shape.num_tokens)
+
+    def step_scalar(self, num_tokens, num_seqs, prefill_attn_work, decode_kv_tokens,
+                    kv_read_tokens=None, sequences=None):
+        return self.step_s, 0.0, 0.0
+
+
+def constant_steps(monkeypatch, step_s: float) -> None:
+    """Pools built from now on (in this test) run GPU steps of ``step_s`` seconds."""
+    import sim.core.fleet as fleet
+    monkeypatch.setattr(fleet, "build_cost_model", lambda spec, base_dir=None:
+                        ConstantStepCost(step_s, spec.model.num_layers, spec.cfg.tp))
+
+
+def toy_engine(**values) -> dict:
+    """An inline engine preset (``engines: {toy: ...}``) whose every value is given in
+    ``values`` or zero / next / 1, each with a stated source."""
+    defaults = {"host_mode": "sync", "host_constant_s": 0.0, "host_per_seq_s": 0.0,
+                "join": "next", "multi_step": 1, "front_end_constant_s": 0.0,
+                "front_end_per_prompt_token_s": 0.0, "token_hop_s": 0.0,
+                "kv_admission": "on_demand"}
+    preset = {"describes": "a test engine"}
+    for key, value in {**defaults, **values}.items():
+        preset[key] = {"value": value, "source": "a hand-worked test schedule"}
+    return {"default": "only", "versions": {"only": preset}}

@@ -818,6 +818,47 @@ CASES += [
          ["at most 128 (max_num_batched_tokens without chunked prefill)"]),
 ]
 
+# Engine presets: an unknown engine or version names the known ones; a scenario's own
+# preset with a negative, missing or unsourced value is refused at its line and field.
+TOY_PRESET = """\
+engines:
+  toy:
+    default: a
+    versions:
+      a:
+        describes: a test engine
+        host_mode: {value: sync, source: an assumption for the test}
+        host_constant_s: {value: 0.001, source: an assumption for the test}
+        host_per_seq_s: {value: 1.0e-6, source: an assumption for the test}
+        join: {value: next, source: an assumption for the test}
+        multi_step: {value: 1, source: an assumption for the test}
+        front_end_constant_s: {value: 0.004, source: an assumption for the test}
+        front_end_per_prompt_token_s: {value: 1.0e-5, source: an assumption for the test}
+        token_hop_s: {value: 0.001, source: an assumption for the test}
+        kv_admission: {value: on_demand, source: an assumption for the test}
+"""
+#  27 engines  28 toy  29 default  30 versions  31 a  32 describes  33 host_mode
+#  34 host_constant_s  35 host_per_seq_s ... 41 token_hop_s  42 kv_admission
+CASES += [
+    Case("engine-unknown", append_to_pool("    engine: tgi\n"), 27, "pools.main.engine",
+         ["unknown engine 'tgi'", "known engines: sglang, trtllm, vllm"]),
+    Case("engine-unknown-version", append_to_pool("    engine: vllm@0.4\n"), 27,
+         "pools.main.engine", ["unknown version '0.4' of engine 'vllm'", "vllm@v0",
+                               "vllm@v0-multistep", "vllm@v1", "vllm@async",
+                               "`engine: vllm` runs vllm@async"]),
+    Case("engine-preset-negative-host-time", BASE + TOY_PRESET.replace(
+        "{value: 0.001, source", "{value: -0.001, source"), 34,
+        "engines.toy.versions.a.host_constant_s.value", ["greater than or equal to 0"]),
+    Case("engine-preset-value-missing", BASE + TOY_PRESET.replace(
+        "        token_hop_s: {value: 0.001, source: an assumption for the test}\n", ""), 31,
+        "engines.toy.versions.a.token_hop_s", ["missing"]),
+    Case("engine-preset-value-without-source", BASE + TOY_PRESET.replace(
+        "join: {value: next, source: an assumption for the test}", "join: {value: next}"), 36,
+        "engines.toy.versions.a.join.source", ["missing"]),
+    Case("engine-preset-default-not-a-version", BASE + TOY_PRESET.replace(
+        "default: a", "default: b"), 28, "engines.toy", ["default version 'b' is not one of a"]),
+]
+
 # Steps, starts and transfers that would take hours: a cost model, a link or a weight
 # load set far from any real engine (checked once the pools are built).
 CASES += [

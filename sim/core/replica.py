@@ -13,8 +13,13 @@ next one (a synchronous loop), the one after next (a scheduler that forms step k
 batch while step k runs: the request is held until step k+1 ends), or, with multi-step
 scheduling, the first step of the next block of ``multi_step`` steps (held until the
 running block ends). An engine with nothing to run schedules held requests at once.
+A multi-step block's tokens reach the client at the block's end (or when the engine
+runs out of work within it): a request that finishes in a block is handed on then, its
+first token and finish as the client sees them.
 """
 from __future__ import annotations
+
+from bisect import bisect_left
 
 from collections import deque
 
@@ -36,7 +41,7 @@ class Replica:
                  "_seg", "_seg_start_s", "_seg_end_s", "_seg_steps", "_kick_pending", "state",
                  "requested_s", "released_s", "_end_calls", "_plan_calls", "_held",
                  "_after_next", "_block_steps", "_delayed", "_steps_done", "_block_end",
-                 "_idle")
+                 "_idle", "_pool_finish", "_block_done", "_block_ends")
 
     def __init__(self, env: simpy.Environment, pool_code: int, index: int,
                  scheduler: Scheduler, recorder: Recorder, usage: PoolUsage,
@@ -66,6 +71,12 @@ class Replica:
         self._steps_done = 0            # steps applied since the replica started
         self._block_end = 0             # multi-step: the step count ending the running block
         self._idle = True               # no segment planned since the last went idle
+        # multi-step: requests finished in the running block, handed on at its end
+        self._pool_finish = scheduler.on_finish
+        self._block_done: list[Request] = []
+        self._block_ends: list[float] = []      # when each block ended, in order
+        if multi_step > 1:
+            scheduler.on_finish = self._finished_in_block
 
     # -- its life cycle, which the pool drives ------------------------------------------
     def become_ready(self) -> bool:
@@ -172,11 +183,13 @@ class Replica:
             # nothing to run: an engine with no step in flight schedules them at once
             self._release_held(None)
             plan = self.scheduler.next_segment(now)
-        if plan is None:
+        if plan is None or isinstance(plan, float):
+            if not self._idle and self._block_steps > 1:
+                self._end_block(now)            # out of work within the block: it ends
             self._idle = True
+        if plan is None:
             return
         if isinstance(plan, float):
-            self._idle = True
             self._timer = call_after(self.env, plan - now, self._plan_calls, self._timer)
             return
         if self._idle:
@@ -187,8 +200,31 @@ class Replica:
         self._seg_end_s = now + plan.duration_s
         self._seg_steps = plan.num_steps
         self._timer = call_after(self.env, plan.duration_s, self._end_calls, self._timer)
-        if self._held and plan.interruptible:
-            self._cut(plan, self._held[0][0] - self._steps_done)
+        if plan.interruptible and self._delayed:
+            # a fast-forward stops where a held request joins and where the block ends
+            until = (self._block_end if self._block_steps > 1
+                     else self._steps_done + plan.num_steps)
+            if self._held:
+                until = min(until, self._held[0][0])
+            if until - self._steps_done < plan.num_steps:
+                self._cut(plan, until - self._steps_done)
+
+    def _finished_in_block(self, req: Request) -> None:
+        self._block_done.append(req)
+
+    def _end_block(self, now: float) -> None:
+        """A multi-step block ended at ``now``: its tokens reach the client; the requests
+        that finished in it are handed on, each first token seen at the end of its
+        block."""
+        ends = self._block_ends
+        if not ends or ends[-1] != now:
+            ends.append(now)
+        done, self._block_done = self._block_done, []
+        for req in done:
+            req.finish_s = now
+            if not req.carried_tokens:
+                req.first_token_s = ends[bisect_left(ends, req.first_token_s)]
+            self._pool_finish(req)
 
     def _cut(self, seg: Segment, steps: int | None = None) -> None:
         """End the running fast-forward after ``steps`` steps (default: once the step
@@ -218,6 +254,8 @@ class Replica:
             if self._block_end <= done:                     # the next block, back to back
                 n = self._block_steps
                 self._block_end += (done - self._block_end) // n * n + n
+                if n > 1:
+                    self._end_block(now)
             if self._held:
                 self._release_held(done)
         self._plan(now)
@@ -237,6 +275,8 @@ class Replica:
             self._timer.cancel()
         self._timer = None
         self._seg = None
+        if self._block_done:
+            self._end_block(self.env.now)       # what finished was seen as the engine went
         lost = self.open_requests()
         self._held.clear()
         self.scheduler.reset()
@@ -249,6 +289,8 @@ class Replica:
         complete, and count the step in progress as busy time."""
         seg = self._seg
         if seg is None:
+            if self._block_done:
+                self._end_block(self.env.now)
             return
         start_s, now = self._seg_start_s, self.env.now
         done = seg.steps_ended_by(now - start_s)
@@ -261,6 +303,8 @@ class Replica:
         self._timer = None
         if now > start_s:
             self.usage.add(start_s, now, 0, seg.num_seqs, 0.0, 0.0, 0.0)
+        if self._block_done:
+            self._end_block(now)                # the block is cut short with the run
 
     def _record(self, seg: Segment, num_steps: int, start_s: float, end_s: float) -> None:
         tokens, flops, moved = seg.totals(num_steps)

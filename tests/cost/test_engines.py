@@ -1,4 +1,6 @@
-"""Engine presets: the per-request front end, the default KV admission, whose kernels."""
+"""Engine presets: the per-request front end, the default KV admission, whose kernels, the
+shipped preset file. The timing rules on hand-worked schedules are in
+tests/core/test_theory_engine_timing.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +8,7 @@ import pytest
 
 import sim
 from sim.config import profiles
-from sim.config.engines import PRESETS, front_end_s
+from sim.config import engines
 from tests.simfactories import continuous, make_pool, make_scenario, poisson_stream, trace_stream
 
 
@@ -15,25 +17,26 @@ def _one_request(tmp_path, **pool):
     return sim.run(make_scenario(stream=stream, pool=make_pool(**pool), duration=1.0))
 
 
-def test_the_vllm_front_end_adds_its_time_to_ttft_and_e2e_only(tmp_path):
-    layers = profiles.find_model("llama-3.1-8b").num_layers
-    base = _one_request(tmp_path, front_end=0).requests.iloc[0]
+def test_the_engine_front_end_adds_its_time_per_prompt_token_and_hop_to_ttft_and_e2e_only(
+        tmp_path):
+    """vllm@async's front end: 4 ms + 15 us per prompt token on the way in, 1 ms hop of
+    the tokens on the way out; TPOT does not move."""
+    base = _one_request(tmp_path, front_end=0, engine="vllm").requests.iloc[0]
     vllm = _one_request(tmp_path, front_end=None, engine="vllm").requests.iloc[0]
-    extra = 0.8e-3 * layers
+    extra = 4e-3 + 1.5e-5 * 512 + 1e-3
     assert vllm.ttft_s == pytest.approx(base.ttft_s + extra, abs=1e-9)
     assert vllm.e2e_s == pytest.approx(base.e2e_s + extra, abs=1e-9)
     assert vllm.tpot_s == pytest.approx(base.tpot_s, abs=1e-12)
 
 
-def test_a_pool_front_end_overrides_the_engine_and_sglang_has_none(tmp_path):
+def test_a_pool_front_end_overrides_the_engines_whole_front_end(tmp_path):
     base = _one_request(tmp_path, front_end=0).requests.iloc[0]
     own = _one_request(tmp_path, front_end=0.25).requests.iloc[0]
-    sglang = _one_request(tmp_path, front_end=None, engine="sglang").requests.iloc[0]
     assert own.ttft_s == pytest.approx(base.ttft_s + 0.25, abs=1e-9)
-    assert sglang.ttft_s == pytest.approx(base.ttft_s, abs=1e-12)
-    assert front_end_s("trtllm", 80) == 0.0
-    assert front_end_s("vllm", 80) == pytest.approx(0.064)
-    assert front_end_s("vllm", 80, 0.01) == 0.01
+    preset = engines.resolve("trtllm@cpp")
+    assert engines.front_end(preset, 0.01) == engines.FrontEnd(0.01)
+    assert engines.front_end(preset, None, measured_on_engine=True) == engines.FrontEnd()
+    assert engines.front_end(preset).entry_s(1000) == pytest.approx(4e-3 + 1.5e-2)
 
 
 def test_a_request_still_in_the_front_end_when_the_run_stops_ends_unfinished(tmp_path):
@@ -66,7 +69,8 @@ def test_trtllm_admits_only_what_can_finish_unless_the_scheduler_says_otherwise(
     # an engine set by an override (fleetsim run --set, sweeps) brings its admission too
     swapped = with_values(_kv_tight("vllm"), {"pools.p.engine": "trtllm"})
     assert _max_running(swapped) == no_evict
-    assert {p.kv_admission for p in PRESETS.values()} == {"on_demand", "guaranteed_no_evict"}
+    assert {v.kv_admission.value for e in engines.shipped().values()
+            for v in e.versions.values()} == {"on_demand", "guaranteed_no_evict"}
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
@@ -124,9 +128,9 @@ def test_a_profile_measured_on_a_whole_engine_already_holds_its_front_end(tmp_pa
                          cost_model={"type": "calibrated", "profile": str(profile)}, **extra)
         return sim.run(make_scenario(stream=stream, pool=pool, duration=2.0)).requests.ttft_s
 
-    layers = profiles.find_model("tiny-llama").num_layers
     assert (ttfts(served) == ttfts(served, front_end=0)).all()
-    assert np.allclose(ttfts(plain) - ttfts(plain, front_end=0), 0.8e-3 * layers)
+    prompt = 64
+    assert np.allclose(ttfts(plain) - ttfts(plain, front_end=0), 4e-3 + 1.5e-5 * prompt + 1e-3)
     assert np.allclose(ttfts(served, front_end=0.5) - ttfts(served), 0.5)
 
 
@@ -157,3 +161,39 @@ def test_an_engine_under_cost_model_says_where_it_moved(tmp_path):
     from sim.cost.measured import AutoConfig
     with pytest.raises(pydantic.ValidationError, match="write `engine:` under the pool"):
         AutoConfig.model_validate({"type": "auto", "engine": "vllm"})
+
+
+def test_every_shipped_engine_version_reads_and_each_engine_has_its_default():
+    shipped = engines.shipped()
+    assert {name: set(e.versions) for name, e in shipped.items()} == {
+        "vllm": {"v0", "v0-multistep", "v1", "async"}, "sglang": {"overlap"},
+        "trtllm": {"pytorch", "cpp"}}
+    assert {name: e.default for name, e in shipped.items()} == {
+        "vllm": "async", "sglang": "overlap", "trtllm": "pytorch"}
+    assert engines.resolve("vllm").label == "vllm@async"
+    assert engines.resolve("vllm@v0-multistep").multi_step == 10
+
+
+def test_a_preset_file_with_a_value_without_a_source_is_refused_at_its_line(tmp_path):
+    """The shipped file's form, with one value's source removed: refused, naming the file,
+    the line and the field."""
+    from sim.config.errors import ScenarioError
+    from sim.config.paths import data_dir
+    text = (data_dir("profiles") / engines.ENGINES_FILE).read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if "host_per_seq_s: {value: 3.5e-6" in line)
+    lines[at] = "        host_per_seq_s: {value: 3.5e-6}\n"
+    path = tmp_path / "engines.yaml"
+    path.write_text("".join(lines), encoding="utf-8")
+    with pytest.raises(ScenarioError) as exc:
+        engines.load_presets(path)
+    text = str(exc.value)
+    assert f"{path}:{at + 1}:" in text, text
+    assert "engines.vllm.versions.v1.host_per_seq_s.source" in text, text
+
+
+def test_summary_names_each_pools_engine_version(tmp_path):
+    res = sim.run(make_scenario(stream=poisson_stream(rate=2.0, prompt_tokens=64,
+                                                      output_tokens=8),
+                                pool=make_pool(engine="vllm@v0"), duration=2.0))
+    assert res.summary["pools"]["p"]["engine"] == "vllm@v0"

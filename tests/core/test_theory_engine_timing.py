@@ -1,0 +1,127 @@
+"""The engine around the kernels, on schedules worked out by hand.
+
+Every pool here runs GPU steps of exactly 10 ms whatever the batch (``constant_steps``)
+on an inline engine preset (``toy_engine``) that sets one timing rule at a time; each
+docstring works the schedule out, and the test asserts the client's times exactly
+(to a nanosecond of float rounding). Prompts of 16 tokens prefill in one step.
+"""
+from __future__ import annotations
+
+import pytest
+
+import sim
+from tests.simfactories import (constant_steps, make_pool, make_scenario, toy_engine,
+                                trace_stream)
+
+STEP_S = 0.010
+EXACT = 1e-9
+
+
+def _run(tmp_path, monkeypatch, rows, front_end=0, **engine):
+    """Requests ``rows`` = (arrival s, prompt tokens, output tokens) into one replica on
+    the toy engine; the request table in arrival order."""
+    constant_steps(monkeypatch, STEP_S)
+    stream = trace_stream(tmp_path / "t.csv", rows)
+    pool = make_pool(engine="toy", front_end=front_end)
+    res = sim.run(make_scenario(stream=stream, pool=pool, duration=1.0,
+                                engines={"toy": toy_engine(**engine)}))
+    table = res.requests.sort_values("arrival_s").reset_index(drop=True)
+    assert (table.status.astype(str) == "completed").all()
+    return table
+
+
+def _times(table, i):
+    row = table.iloc[i]
+    return row.ttft_s, row.tpot_s, row.finish_s
+
+
+def test_theory_synchronous_host_time_adds_to_every_step(tmp_path, monkeypatch):
+    """Host 8 ms + 1 ms per sequence, synchronous. Three requests at t = 0, 3 tokens
+    each, share every step: each step is 10 + 8 + 3 = 21 ms. Tokens at 21, 42, 63 ms:
+    TTFT 21 ms, TPOT 21 ms, finish 63 ms for all three."""
+    table = _run(tmp_path, monkeypatch, [(0.0, 16, 3)] * 3, host_mode="sync",
+                 host_constant_s=0.008, host_per_seq_s=0.001)
+    for i in range(3):
+        assert _times(table, i) == pytest.approx((0.021, 0.021, 0.063), abs=EXACT)
+
+
+def test_theory_overlapped_host_time_shows_only_beyond_the_gpu_step(tmp_path, monkeypatch):
+    """The same host time, overlapped: a step lasts max(10 ms, host). Three sequences:
+    host 11 ms > 10, each step 11 ms: TTFT 11, TPOT 11, finish 33 ms. One sequence
+    alone: host 9 ms < 10, hidden: TTFT 10, TPOT 10, finish 30 ms."""
+    host = dict(host_mode="overlap", host_constant_s=0.008, host_per_seq_s=0.001)
+    three = _run(tmp_path, monkeypatch, [(0.0, 16, 3)] * 3, **host)
+    for i in range(3):
+        assert _times(three, i) == pytest.approx((0.011, 0.011, 0.033), abs=EXACT)
+    one = _run(tmp_path, monkeypatch, [(0.0, 16, 3)], **host)
+    assert _times(one, 0) == pytest.approx((0.010, 0.010, 0.030), abs=EXACT)
+
+
+def test_theory_a_new_request_joins_the_next_step(tmp_path, monkeypatch):
+    """No host time, join next. A (t = 0, 4 tokens) prefills in [0, 10] and decodes in
+    [10, 20], [20, 30], [30, 40]: TTFT 10, TPOT 10, finish 40 ms. B arrives at 15 ms,
+    during A's second step, and prefills in the next, [20, 30]: TTFT 15 ms; its two
+    more tokens at 40 and 50 ms: TPOT 10, finish 50 ms."""
+    table = _run(tmp_path, monkeypatch, [(0.0, 16, 4), (0.015, 16, 3)], join="next")
+    assert _times(table, 0) == pytest.approx((0.010, 0.010, 0.040), abs=EXACT)
+    assert _times(table, 1) == pytest.approx((0.015, 0.010, 0.050), abs=EXACT)
+
+
+def test_theory_a_one_step_ahead_scheduler_lets_a_new_request_join_the_step_after_next(
+        tmp_path, monkeypatch):
+    """Join after next: the batch of step k+1 is formed while step k runs. A as in the
+    join-next schedule (the replica was idle: A starts at once, TTFT 10, finish 40 ms).
+    B arrives at 15 ms, during A's step [10, 20]; step [20, 30] was formed without it,
+    so B prefills in [30, 40]: TTFT 25 ms, tokens at 40, 50, 60: TPOT 10, finish 60."""
+    table = _run(tmp_path, monkeypatch, [(0.0, 16, 4), (0.015, 16, 3)], join="after_next")
+    assert _times(table, 0) == pytest.approx((0.010, 0.010, 0.040), abs=EXACT)
+    assert _times(table, 1) == pytest.approx((0.025, 0.010, 0.060), abs=EXACT)
+
+
+def test_theory_a_multi_step_block_holds_new_requests_and_streams_tokens_in_bursts(
+        tmp_path, monkeypatch):
+    """multi_step 4, no host time. A (t = 0, 6 tokens): block one is steps 1-4 ending at
+    10, 20, 30, 40 ms (A's tokens 1-4), block two starts at 40 ms. B (t = 15 ms, 2
+    tokens) waits for block one to end and prefills in step 5, [40, 50]; step 6
+    [50, 60] gives A's 6th token and B's 2nd: both finish, nothing is left to run and
+    the block ends at 60 ms. The client sees a block's tokens at its end: A's first at
+    40 ms (TTFT 40), its last at 60 (TPOT (60 - 40) / 5 = 4 ms); B's first and last at
+    60 ms (TTFT 45 ms, TPOT 0)."""
+    table = _run(tmp_path, monkeypatch, [(0.0, 16, 6), (0.015, 16, 2)], multi_step=4)
+    assert _times(table, 0) == pytest.approx((0.040, 0.004, 0.060), abs=EXACT)
+    assert _times(table, 1) == pytest.approx((0.045, 0.0, 0.060), abs=EXACT)
+
+
+def test_theory_multi_step_pays_the_host_time_once_a_block(tmp_path, monkeypatch):
+    """multi_step 4, synchronous host 8 ms + 0 per sequence: 2 ms a step, each 12 ms.
+    One request of 4 tokens fills one block: tokens at 12, 24, 36, 48 ms, all seen at
+    48 ms: TTFT 48, TPOT 0, finish 48 ms."""
+    table = _run(tmp_path, monkeypatch, [(0.0, 16, 4)], multi_step=4,
+                 host_constant_s=0.008)
+    assert _times(table, 0) == pytest.approx((0.048, 0.0, 0.048), abs=EXACT)
+
+
+def test_theory_the_front_end_and_the_token_hop_delay_what_the_client_sees(
+        tmp_path, monkeypatch):
+    """Front end 5 ms + 0.1 ms per prompt token, token hop 1 ms, join next. A (t = 0,
+    100 prompt tokens, 3 tokens) reaches the scheduler at 15 ms, its steps [15, 25],
+    [25, 35], [35, 45]. B (t = 0, 250 prompt tokens, 2 tokens) reaches it at 30 ms,
+    during A's second step, and prefills in [35, 45], decoding in [45, 55]. Each token
+    reaches the client 1 ms after its step: A's TTFT 26 ms, TPOT 10, finish 46 ms; B's
+    TTFT 46, TPOT 10, finish 56 ms."""
+    table = _run(tmp_path, monkeypatch, [(0.0, 100, 3), (0.0, 250, 2)], front_end=None,
+                 front_end_constant_s=0.005, front_end_per_prompt_token_s=1e-4,
+                 token_hop_s=0.001)
+    table = table.sort_values("prompt_tokens").reset_index(drop=True)
+    assert _times(table, 0) == pytest.approx((0.026, 0.010, 0.046), abs=EXACT)
+    assert _times(table, 1) == pytest.approx((0.046, 0.010, 0.056), abs=EXACT)
+
+
+def test_theory_a_pools_own_front_end_replaces_the_presets_whole_front_end(
+        tmp_path, monkeypatch):
+    """``front_end: 7ms`` on the pool: no per-token cost and no hop. One request
+    (t = 0, 3 tokens) starts at 7 ms: tokens at 17, 27, 37 ms: TTFT 17, finish 37."""
+    table = _run(tmp_path, monkeypatch, [(0.0, 100, 3)], front_end=0.007,
+                 front_end_constant_s=0.005, front_end_per_prompt_token_s=1e-4,
+                 token_hop_s=0.001)
+    assert _times(table, 0) == pytest.approx((0.017, 0.010, 0.037), abs=EXACT)
