@@ -148,6 +148,15 @@ class CostModel(ABC):
                          tokens_per_step=n, flops_first=f0,
                          flops_slope=f1 - f0, bytes_first=b0, bytes_slope=b1 - b0)
 
+    def decode_work(self, num_seqs: int, kv_tokens_first: float
+                    ) -> tuple[float, float, float, float]:
+        """(FLOPs of the first step, FLOPs added a step, bytes of the first step, bytes
+        added a step) of ``decode_run``: linear in the KV tokens read."""
+        n = float(num_seqs)
+        _, f0, b0 = self.step_scalar(n, n, 0.0, kv_tokens_first)
+        _, f1, b1 = self.step_scalar(n, n, 0.0, kv_tokens_first + n)
+        return f0, f1 - f0, b0, b1 - b0
+
     def decode_run_s(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> np.ndarray:
         """Times of the steps of ``decode_run`` (not cumulated)."""
         n = float(num_seqs)

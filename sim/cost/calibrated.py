@@ -467,11 +467,15 @@ class CalibratedCostModel(CostModel):
     def decode_run(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> DecodeRun:
         """A fast-forwarded decode run: its step times from ``decode_run_s``, its FLOPs and
         bytes (linear in the keys read) from the roofline's closed form."""
-        work = self._roofline.decode_run(num_seqs, kv_tokens_first, num_steps)
         ends = StepEnds(np.cumsum(self.decode_run_s(num_seqs, kv_tokens_first,
                                                     num_steps)).tolist())
-        return DecodeRun(ends, float(ends[num_steps - 1]), float(num_seqs), work.flops_first,
-                         work.flops_slope, work.bytes_first, work.bytes_slope)
+        return DecodeRun(ends, float(ends[num_steps - 1]), float(num_seqs),
+                         *self.decode_work(num_seqs, kv_tokens_first))
+
+    def decode_work(self, num_seqs: int, kv_tokens_first: float
+                    ) -> tuple[float, float, float, float]:
+        """The roofline's work counters (its closed form)."""
+        return self._roofline.decode_work(num_seqs, kv_tokens_first)
 
     def decode_run_s(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> np.ndarray:
         """Times of a decode run's steps: every term but the keys read is the same each

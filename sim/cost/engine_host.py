@@ -22,7 +22,7 @@ import numpy as np
 
 from sim.cost.base import CostModel, DecodeRun
 from sim.cost.shape import ArrayLike, BatchShape
-from sim.cost.steps import LinearStepEnds
+from sim.cost.steps import LinearStepEnds, StepEnds
 
 
 class EngineHostCost(CostModel):
@@ -88,6 +88,10 @@ class EngineHostCost(CostModel):
     def engine_s(self, shape: BatchShape) -> ArrayLike:
         return self.inner.engine_s(shape)
 
+    def decode_work(self, num_seqs: int, kv_tokens_first: float
+                    ) -> tuple[float, float, float, float]:
+        return self.inner.decode_work(num_seqs, kv_tokens_first)
+
     # -- steps ---------------------------------------------------------------------------
     def step_time_s(self, shape: BatchShape) -> ArrayLike:
         n = shape.num_seqs
@@ -105,27 +109,40 @@ class EngineHostCost(CostModel):
             return (gpu if gpu > host else host), flops, moved
         return gpu + host, flops, moved
 
-    def decode_run(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> DecodeRun:
-        if not self.overlap or not self.inner.decode_time_linear:
-            return super().decode_run(num_seqs, kv_tokens_first, num_steps)
-        # overlapped, on a linear model: linear unless the GPU step crosses the host time
+    def decode_run_s(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> np.ndarray:
         n = float(num_seqs)
-        t0, f0, b0 = self.inner.step_scalar(n, n, 0.0, kv_tokens_first)
-        t1, f1, b1 = self.inner.step_scalar(n, n, 0.0, kv_tokens_first + n)
-        own = self._own_c + self._own_s * n
+        gpu = (self.inner.decode_run_s(num_seqs, kv_tokens_first, num_steps)
+               - (self._own_c + self._own_s * n))
         host = self._c + self._s * n
-        gpu0, slope = t0 - own, t1 - t0
-        if gpu0 >= host and slope >= 0.0:
+        return np.maximum(gpu, host) if self.overlap else gpu + host
+
+    def decode_run(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> DecodeRun:
+        if not self.inner.decode_time_linear:
+            # its step times from ``decode_run_s`` (the model's own pass over the run)
+            ends = StepEnds(np.cumsum(
+                self.decode_run_s(num_seqs, kv_tokens_first, num_steps)).tolist())
+            return DecodeRun(ends, float(ends[num_steps - 1]), float(num_seqs),
+                             *self.inner.decode_work(num_seqs, kv_tokens_first))
+        # a linear model's run in closed form (``LinearStepEnds``): the host time is the
+        # same every step, so only its first step moves, unless an overlapped run's GPU
+        # step crosses the host time (then its steps are evaluated)
+        run = self.inner.decode_run(num_seqs, kv_tokens_first, num_steps)
+        n = float(num_seqs)
+        inner_ends = run.step_end_s
+        gpu0 = inner_ends.first - (self._own_c + self._own_s * n)
+        slope = inner_ends.slope
+        host = self._c + self._s * n
+        if not self.overlap:
+            ends = LinearStepEnds(gpu0 + host, slope, num_steps)
+        elif gpu0 >= host and slope >= 0.0:
             ends = LinearStepEnds(gpu0, slope, num_steps)
         elif gpu0 + slope * (num_steps - 1) <= host and slope >= 0.0:
             ends = LinearStepEnds(host, 0.0, num_steps)
         else:
-            from sim.cost.steps import StepEnds
             ends = StepEnds(np.cumsum(
                 self.decode_run_s(num_seqs, kv_tokens_first, num_steps)).tolist())
-        return DecodeRun(step_end_s=ends, duration_s=float(ends[num_steps - 1]),
-                         tokens_per_step=n, flops_first=f0, flops_slope=f1 - f0,
-                         bytes_first=b0, bytes_slope=b1 - b0)
+        run.step_end_s, run.duration_s = ends, float(ends[num_steps - 1])
+        return run
 
 
 def with_engine_host(cost: CostModel, preset, pp: int = 1) -> CostModel:

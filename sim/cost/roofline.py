@@ -317,18 +317,31 @@ class RooflineCostModel(CostModel):
         """As ``CostModel.decode_run``, from the batch's cost at no KV (kept per batch size,
         with the decode attention kernels' fixed time: every decode step reads keys) and the
         exact cost per KV token read, without evaluating any step."""
-        base = self._decode_at_no_kv.get(num_seqs)
-        if base is None:
-            n = float(num_seqs)
-            t, f, b = self.step_scalar(n, n, 0.0, 0.0)
-            base = self._decode_at_no_kv[num_seqs] = (
-                t + self.num_layers * self._decode_fixed_s, f, b)
+        base = self._decode_base(num_seqs)
         t_kv, f_kv, b_kv = self._decode_per_kv
         ends = LinearStepEnds(base[0] + t_kv * kv_tokens_first, t_kv * num_seqs, num_steps)
         # (step ends, duration, tokens per step, FLOPs first and slope, bytes first and slope)
         return DecodeRun(ends, ends.last_s, float(num_seqs),
                          base[1] + f_kv * kv_tokens_first, f_kv * num_seqs,
                          base[2] + b_kv * kv_tokens_first, b_kv * num_seqs)
+
+    def _decode_base(self, num_seqs: int) -> tuple[float, float, float]:
+        """(seconds, FLOPs, bytes) of a decode step of ``num_seqs`` at no KV, with the
+        decode attention kernels' fixed time, kept per batch size."""
+        base = self._decode_at_no_kv.get(num_seqs)
+        if base is None:
+            n = float(num_seqs)
+            t, f, b = self.step_scalar(n, n, 0.0, 0.0)
+            base = self._decode_at_no_kv[num_seqs] = (
+                t + self.num_layers * self._decode_fixed_s, f, b)
+        return base
+
+    def decode_work(self, num_seqs: int, kv_tokens_first: float
+                    ) -> tuple[float, float, float, float]:
+        base = self._decode_base(num_seqs)
+        _, f_kv, b_kv = self._decode_per_kv
+        return (base[1] + f_kv * kv_tokens_first, f_kv * num_seqs,
+                base[2] + b_kv * kv_tokens_first, b_kv * num_seqs)
 
     # -- work for MFU / MBU -------------------------------------------------
     def work(self, shape: BatchShape) -> tuple[ArrayLike, ArrayLike]:
