@@ -28,9 +28,11 @@ A preset decides, each as an event in time in the simulation (no fitted adder):
 Where the host time lives: the kernel tables (AIConfigurator's database) time GPU work
 only, so a measured-kernel profile's step is its kernels and the preset's host time is
 the only host term. The profiles' ``overhead`` block holds fleetsim's old host default
-(1 ms + 5 us per sequence, the roofline's ``step_overhead`` and ``per_seq_overhead``)
-beside a GPU part (decode attention's per-sequence cost); the cost model reports its
-host part (``CostModel.host_terms``) and the preset's replaces it. A roofline whose
+(1 ms + 5 us per sequence, the roofline's ``step_overhead`` and ``per_seq_overhead``;
+its ``host_per_seq_s`` names the per-sequence part) beside a GPU part (decode
+attention's per-sequence cost); the cost model reports its host part
+(``CostModel.host_terms``) and the preset's replaces it. A profile timed on this
+machine's CPU (no ``host_per_seq_s``) keeps its measured overhead as its host terms. A roofline whose
 ``step_overhead`` or ``per_seq_overhead`` is written in the scenario keeps them as the
 host terms (the preset's mode, join rule and front end still apply), as a pool's
 explicit ``front_end:`` replaces the preset's front end (and its token hop: the

@@ -375,10 +375,13 @@ class CalibratedCostModel(CostModel):
             moved = self.num_layers * float(over.get("attn_decode_per_seq_per_layer_s", 0.0))
             per_seq_s = max(per_seq_s - moved, 0.0)
         self._per_seq_s = scale * per_seq_s + float(engine.get("per_seq_s", 0.0))
-        # the overhead's GPU part: decode attention's per-sequence cost moved into it
-        gpu_per_seq_s = 0.0 if engine.get(ENGINE_REPLACES_ATTENTION, False) else (
-            scale * self.num_layers * float(over.get("attn_decode_per_seq_per_layer_s", 0.0)))
-        self._host_per_seq_s = max(self._per_seq_s - gpu_per_seq_s, 0.0)
+        # a profile of GPU kernel tables names the host part of its overhead (fleetsim's
+        # old defaults, beside decode attention's per-sequence GPU cost): an engine
+        # preset's host time replaces it; a profile timed on this machine's own loop
+        # keeps its overhead as measured
+        self._host_named = "host_per_seq_s" in over
+        self._host_per_seq_s = (float(over["host_per_seq_s"]) if self._host_named
+                                else self._per_seq_s)
         self._per_key = PerKeyTable(engine.get(ENGINE_PER_KEY),
                                     f"{where}: engine.{ENGINE_PER_KEY}")
         self._packed = self._per_key.active
@@ -405,9 +408,10 @@ class CalibratedCostModel(CostModel):
         return self._const_s + self._per_seq_s * num_seqs
 
     def host_terms(self) -> tuple[float, float, bool]:
-        """The overhead but decode attention's per-sequence part is host time (the kernel
-        tables time GPU work only); measured on a whole engine, it is that engine's."""
-        return self._const_s, self._host_per_seq_s, self.measures_engine
+        """A profile of GPU kernel tables: its overhead's constant and ``host_per_seq_s``
+        are host time, which an engine preset replaces (the tables time GPU work only).
+        A profile timed on this machine (CPU) or on a whole engine keeps its own."""
+        return self._const_s, self._host_per_seq_s, not self._host_named or self.measures_engine
 
     def dense_s(self, num_tokens: ArrayLike) -> ArrayLike:
         return self._dense(num_tokens)

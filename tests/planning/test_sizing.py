@@ -41,8 +41,11 @@ def one_at_a_time(arrival: dict, duration_s: float, warmup_s: float, seed: int =
                                        "prompt_tokens": PROMPT, "output_tokens": 1}}},
         "pools": {"p": {"model": "llama-3.1-8b", "hardware": "H100-SXM",
                         "replicas": replicas, "router": {"type": router},
-                        "scheduler": {"type": "single"}, "cost_model": {"type": "roofline"},
-                        "front_end": 0, "sizing": {"max_replicas": max_replicas}}},
+                        "scheduler": {"type": "single"},
+                        # every request one step of S: the roofline's own host terms,
+                        # added (a synchronous engine), no front end
+                        "cost_model": {"type": "roofline", "step_overhead": 1e-3},
+                        "engine": "vllm@v1", "front_end": 0, "sizing": {"max_replicas": max_replicas}}},
     })
 
 
