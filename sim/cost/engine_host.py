@@ -111,10 +111,14 @@ class EngineHostCost(CostModel):
 
     def decode_run_s(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> np.ndarray:
         n = float(num_seqs)
-        gpu = (self.inner.decode_run_s(num_seqs, kv_tokens_first, num_steps)
-               - (self._own_c + self._own_s * n))
+        times = self.inner.decode_run_s(num_seqs, kv_tokens_first, num_steps)
+        own = self._own_c + self._own_s * n
         host = self._c + self._s * n
-        return np.maximum(gpu, host) if self.overlap else gpu + host
+        if not self.overlap:
+            return times + (host - own)
+        if times[0] - own >= host and times[-1] >= times[0]:
+            return times - own             # (a decode run's steps only grow) host hidden
+        return np.maximum(times - own, host)
 
     def decode_run(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> DecodeRun:
         if not self.inner.decode_time_linear:
