@@ -25,6 +25,9 @@ A preset decides, each as an event in time in the simulation (no fitted adder):
 - which shipped measured-kernel profiles the default cost model reads
   (``profiles/calibrated/gpu/<gpu>/<engine>/``: by engine name).
 
+Not modelled yet: the extra step for which an overlapped engine keeps a finished
+request's KV blocks and batch slot, and a per-prompt-token host cost (no source).
+
 Where the host time lives: the kernel tables (AIConfigurator's database) time GPU work
 only, so a measured-kernel profile's step is its kernels and the preset's host time is
 the only host term. The profiles' ``overhead`` block holds fleetsim's old host default
