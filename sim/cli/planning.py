@@ -21,9 +21,10 @@ def _cmd_size(args: argparse.Namespace) -> int:
     from sim.planning.runner import DaskSchedulerError
     from sim.planning.size import max_rate, size
 
-    if args.force and not args.out:
-        raise ScenarioError("--force replaces an output folder, and size writes none "
-                            "without --out", field="--force")
+    if args.force and not args.out and not args.write_scenario:
+        raise ScenarioError("--force replaces an output folder or a scenario size wrote, "
+                            "and size writes none without --out or --write-scenario",
+                            field="--force")
     if args.report and not args.out:
         raise ScenarioError("--report writes report.html beside size.csv: give --out DIR",
                             field="--report")
@@ -47,6 +48,11 @@ def _cmd_size(args: argparse.Namespace) -> int:
                                 field="--pool")
     inputs = inputs_of(args, scenario)
     out = prepare_folder(args.out, force=args.force, inputs=inputs) if args.out else None
+    if args.write_scenario and args.max_rate:
+        raise ScenarioError("--write-scenario writes the fleet size chose, and --max-rate "
+                            "chooses none: leave one out", field="--write-scenario")
+    written = _check_written(args, inputs) if args.write_scenario else None
+    whole = scenario            # the run as given: what --write-scenario writes
     if args.max_rate and all(getattr(s.arrival, "type", None) == "closed"
                              for s in scenario.workload.streams.values()):
         raise ScenarioError("--max-rate scales the streams' rates, and every stream here is "
@@ -120,9 +126,54 @@ def _cmd_size(args: argparse.Namespace) -> int:
         _write_sized(table, out, args, inputs, "size",
                      {"report.html": page} if page is not None else {})
     with_pd_options(lambda: print(table.to_string(index=False)))
+    if written is not None:
+        _write_scenario(whole, table, written, slos)
     feasible = set(table.loc[table["feasible"], "pool"]) if len(table) else set()
     return _verdict([p for p in dict.fromkeys(table["pool"]) if p not in feasible]
                     if len(table) else [], "no option")
+
+
+def _check_written(args: argparse.Namespace, inputs) -> Path:
+    """Before any work: the file --write-scenario names may be written (absent, or with
+    --force a scenario an earlier --write-scenario wrote; never an input)."""
+    import os
+
+    from sim.output.output_paths import check_file, output_error
+    from sim.planning.write_back import is_written_scenario
+
+    path = check_file(Path(args.write_scenario), inputs=inputs,
+                      kind="a scenario `fleetsim size --write-scenario` wrote",
+                      is_kind=is_written_scenario)
+    if os.path.lexists(path) and not args.force:
+        raise output_error("the file exists; add --force to replace a scenario an earlier "
+                           "--write-scenario wrote, or name another file", path)
+    return path
+
+
+def _write_scenario(scenario, table, path: Path, slos) -> None:
+    """Write the fleet ``table`` chose (see :mod:`sim.planning.write_back`) to ``path``,
+    saying where, and which folders its data files need allowed; a table with no answer
+    writes nothing and says so."""
+    import sys
+
+    from sim.output.atomic_write import write_file
+    from sim.planning.size import chosen_line, chosen_rows, sized_fleet
+    from sim.planning.write_back import scenario_text
+
+    fleet = sized_fleet(scenario, table)
+    if fleet is None:
+        print(f"--write-scenario: no pool has an option meeting the SLOs; "
+              f"{shown(path)} not written", file=sys.stderr)
+        return
+    lines = [chosen_line(pool, row) for pool, row in chosen_rows(table).items()]
+    lines.append("sized for " + ", ".join(f"{s.metric} {s.target:g}" for s in slos)
+                 + f" (latencies in seconds), seed {scenario.seed}")
+    text, outside = scenario_text(fleet, path, lines)
+    write_file(path, text)
+    print(f"wrote {shown(path)}: " + "; ".join(lines[:-1]))
+    if outside:
+        print("  its data files lie outside its folder: run it with "
+              + " ".join(f"--allow-path {shown(p)}" for p in outside))
 
 
 MAX_THRESHOLDS = 16
@@ -168,6 +219,7 @@ def _write_sized(table, out: Path, args: argparse.Namespace, inputs, command: st
 # size's flags a search mode may refuse, and whether each was given
 _GIVEN = {"--max-rate": lambda a: a.max_rate, "--pool": lambda a: a.pool,
           "--report": lambda a: a.report,
+          "--write-scenario": lambda a: a.write_scenario,
           "--workers": lambda a: a.workers != 1 or a.executor != "local"}
 
 
@@ -183,7 +235,7 @@ def _size_joint(args: argparse.Namespace, scenario, slos, confidence, out, input
     from sim.planning.joint import joint_size
 
     _refuse_beside(args, "--joint, which searches one pair of pools step by step",
-                   ("--max-rate", "--pool", "--report", "--workers"))
+                   ("--max-rate", "--pool", "--report", "--workers", "--write-scenario"))
     pools = [p.strip() for p in args.joint.split(",")]
     bar, update = count_bar("size --joint") if not args.quiet else (None, None)
     try:
@@ -203,7 +255,8 @@ def _size_autoscaled(args: argparse.Namespace, scenario, slos, confidence, out,
     """size --autoscaled: each pool's target-tracking autoscaler sized for the whole run."""
     from sim.planning.autoscaled import autoscaled_size, search_plan
 
-    _refuse_beside(args, "--autoscaled", ("--max-rate", "--report", "--workers"))
+    _refuse_beside(args, "--autoscaled", ("--max-rate", "--report", "--workers",
+                                          "--write-scenario"))
     pools = args.pool or [p for p in scenario.pools
                           if getattr(scenario.pools[p].autoscaler, "type", None) == "target"]
     if not pools:
@@ -470,6 +523,12 @@ def add_planning(sub) -> None:
                              "rates, no traces, sessions or other autoscaled pools); auto: "
                              "as long as the SLOs' percentiles need (200 requests of the "
                              "slowest stream past the strictest one), at least a minute")
+    size_p.add_argument("--write-scenario", type=path_arg, metavar="FILE",
+                        help="write the chosen fleet as a scenario (each sized pool's "
+                             "replicas, hardware, TP, PP, weight and KV precisions as its "
+                             "trials ran them; all else kept) that `fleetsim run FILE` "
+                             "reproduces; an existing file is replaced only with --force, "
+                             "and only if --write-scenario wrote it")
     size_p.add_argument("--report", action="store_true",
                         help="also write report.html in --out: the options' Pareto views, "
                              "the cost model of each, and the chosen fleet's cost per pool "

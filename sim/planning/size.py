@@ -166,7 +166,8 @@ def idle_row(scenario: Scenario, pool: str) -> dict:
     note = IDLE_NOTE if not floor else (
         f"no request reaches this pool (idle capacity): kept at its floor "
         f"(sizing.min_replicas: {floor})")
-    return {"pool": pool, **option, "replicas": floor, "gpus": floor * option_gpus(option),
+    return {"pool": pool, **option, **option_source(scenario, pool, option),
+            "replicas": floor, "gpus": floor * option_gpus(option),
             "feasible": True, "cost_usd_per_h": floor * option_gpus(option) * price,
             "note": note}
 
@@ -178,8 +179,9 @@ def _option_grid(scenario: Scenario, pool: str) -> list[dict]:
     tps = (opts.tp if opts and opts.tp else [cfg.tp])
     pps = (opts.pp if opts and opts.pp else [cfg.pp])
     dtypes = (opts.weight_dtype if opts and opts.weight_dtype else [cfg.weight_dtype])
-    return [{"hardware": h, "tp": t, "pp": p, "weight_dtype": d}
-            for h, t, p, d in itertools.product(hardware, tps, pps, dtypes)]
+    kv_dtypes = (opts.kv_dtype if opts and opts.kv_dtype else [cfg.kv_dtype])
+    return [{"hardware": h, "tp": t, "pp": p, "weight_dtype": d, "kv_dtype": k}
+            for h, t, p, d, k in itertools.product(hardware, tps, pps, dtypes, kv_dtypes)]
 
 
 # a trial that completed less than this share of its load in the window ran saturated:
@@ -204,13 +206,34 @@ def next_count(trial: Trial) -> int:
     return max(n + 1, math.ceil(1.25 * n)) if n >= FINE_GROWTH_FROM else 2 * n
 
 
-OPTION_FIELDS = ("hardware", "tp", "pp", "weight_dtype")
+# what one sizing option sets of a pool: every one of them named in each row of the size
+# table and written by --write-scenario (a field left out would be the pool's own, unseen)
+OPTION_FIELDS = ("hardware", "tp", "pp", "weight_dtype", "kv_dtype")
 
 
 def configured_option(cfg) -> dict:
-    """A pool's own option (its hardware, TP, pipeline stages and weight precision) as
-    sizing names one."""
+    """A pool's own option (its hardware, TP, pipeline stages, weight and KV cache
+    precisions) as sizing names one."""
     return {k: getattr(cfg, k) for k in OPTION_FIELDS}
+
+
+def option_source(scenario: Scenario, pool: str, option: dict) -> dict:
+    """What a row of ``option`` names besides the option: the pool's serving engine and
+    the step-time source its trials read (``cost_model``: roofline, or the measured or
+    calibrated profile file, as the run's summary labels it; None where the option does
+    not resolve, e.g. the model does not fit)."""
+    from sim.config.inputs import scenario_files
+    from sim.cost import build_cost_model
+
+    label = None
+    try:
+        resolved, problems = resolve(with_values(scenario, {f"pools.{pool}.{k}": v
+                                                            for k, v in option.items()}))
+        if resolved is not None and not problems:
+            label = build_cost_model(resolved.pools[pool], scenario_files(scenario)).label
+    except (sim.ScenarioError, ValueError):
+        pass
+    return {"engine": scenario.pools[pool].engine, "cost_model": label}
 
 
 def option_gpus(option: dict) -> int:
@@ -222,10 +245,9 @@ def option_values(scenario: Scenario, pool: str, option: dict, replicas: int) ->
     """The overrides that give ``pool`` the sizing ``option`` with a fixed ``replicas``: no
     autoscaler, and so no cold start; a spot pool's count is held by a one-row schedule,
     which replaces the replicas preemptions take (a fixed spot pool would lose them for
-    good). An fp8 or int8 option keeps its KV cache in fp8."""
+    good). The option sets exactly its fields (:data:`OPTION_FIELDS`): the KV cache's
+    precision is the option's own, never inferred from the weights'."""
     values = {f"pools.{pool}.{k}": v for k, v in option.items()}
-    if option["weight_dtype"] in ("fp8", "int8"):
-        values[f"pools.{pool}.kv_dtype"] = "fp8"
     cfg = scenario.pools[pool]
     values[f"pools.{pool}.replicas"] = replicas
     if cfg.spot is not None and cfg.spot.preemptions_per_hour > 0:
@@ -405,7 +427,7 @@ def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None,
     return table.reset_index(drop=True)
 
 
-LEADING = ("pool", "hardware", "tp", "pp", "weight_dtype", "replicas", "gpus", "feasible",
+LEADING = ("pool", *OPTION_FIELDS, "engine", "cost_model", "replicas", "gpus", "feasible",
            "cost_usd_per_h", "usd_per_million_output_tokens")
 
 
@@ -451,14 +473,14 @@ def _option_row(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
                 confidence: Confidence | None = None) -> dict:
     """The size table's row for one option of ``pool``."""
     cap = replica_cap(scenario, pool)
+    named = {"pool": pool, **option, **option_source(scenario, pool, option)}
     try:
         n, trials = min_replicas(scenario, pool, slos, option, cap, confidence)
     except sim.ScenarioError as exc:     # the option does not fit (memory, TP)
-        return {"pool": pool, **option, "replicas": None, "feasible": False,
-                "note": exc.message}
+        return {**named, "replicas": None, "feasible": False, "note": exc.message}
     if n is None:
         last = trials[max(trials)]
-        return {"pool": pool, **option, "replicas": None, "feasible": False,
+        return {**named, "replicas": None, "feasible": False,
                 **_sureness(last, None, confidence), "simulations": simulations(trials),
                 "note": f"SLOs not met with {cap} replicas"
                         + ("" if last.verdict.certain is not False else
@@ -470,7 +492,7 @@ def _option_row(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
     first = best.verdict.first
     margin = margins(best.measured, slos)
     return {
-        "pool": pool, **option, "replicas": n, "gpus": n * option_gpus(option), "feasible": True,
+        **named, "replicas": n, "gpus": n * option_gpus(option), "feasible": True,
         "cost_usd_per_h": pool_sum["cost_usd"] / (best.summary["end_s"] / 3600.0),
         "usd_per_million_output_tokens": pool_sum["cost_usd"] / out_tok * 1e6
         if out_tok else None,
@@ -480,7 +502,7 @@ def _option_row(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
         "output_tokens_per_s_per_gpu": first.output_tokens_per_s / (n * option_gpus(option))
         if first.output_tokens_per_s is not None else None,
         "tokens_per_s_per_user": 1.0 / first.tpot_p50_s if first.tpot_p50_s else None,
-        "cost_model": pool_sum["cost_model"],
+        "cost_model": pool_sum["cost_model"],      # (what the trial read: option_source's)
         **_sureness(best, trials.get(n - 1), confidence),
         "simulations": simulations(trials),
         "note": _uncertain_note(best, trials.get(n - 1)) if confidence else "",
@@ -566,25 +588,30 @@ def max_rate(scenario: Scenario, slos: list[Slo], pool: str, *, precision: float
             **sure(lo, hi)}
 
 
-def chosen_options(table: pd.DataFrame) -> dict[str, dict]:
-    """Each pool's answer in a size table: its cheapest feasible option and count (a pool
-    with none is left out)."""
+def chosen_rows(table: pd.DataFrame) -> dict[str, pd.Series]:
+    """Each pool's answer in a size table: the row of its cheapest feasible option (a
+    pool with none is left out)."""
     chosen = {}
     for pool, rows in table.groupby("pool", sort=False):
         feasible = rows[rows["feasible"].astype(bool) & rows["replicas"].notna()]
         if len(feasible):
-            row = feasible.sort_values("cost_usd_per_h", kind="stable").iloc[0]
-            chosen[str(pool)] = {"hardware": row["hardware"], "tp": int(row["tp"]),
-                                 "pp": int(row.get("pp", 1)),
-                                 "weight_dtype": row["weight_dtype"],
-                                 "replicas": int(row["replicas"])}
+            chosen[str(pool)] = feasible.sort_values("cost_usd_per_h", kind="stable").iloc[0]
     return chosen
 
 
-def chosen_fleet(scenario: Scenario, table: pd.DataFrame) -> tuple[Scenario, dict] | None:
-    """The scenario with every pool sized as ``table`` answers (idle pools at 0 replicas
-    stay as configured), run once with its seed: (that scenario, its summary); None when
-    no pool has an answer."""
+def chosen_options(table: pd.DataFrame) -> dict[str, dict]:
+    """Each pool's answer in a size table: its cheapest feasible option and count (a pool
+    with none is left out)."""
+    return {pool: {"hardware": row["hardware"], "tp": int(row["tp"]),
+                   "pp": int(row.get("pp", 1)), "weight_dtype": row["weight_dtype"],
+                   "kv_dtype": row["kv_dtype"], "replicas": int(row["replicas"])}
+            for pool, row in chosen_rows(table).items()}
+
+
+def sized_fleet(scenario: Scenario, table: pd.DataFrame) -> Scenario | None:
+    """The scenario with every pool sized as ``table`` answers, each set as its trials
+    ran it (:func:`option_values`; idle pools at 0 replicas stay as configured); None
+    when no pool has an answer."""
     chosen = {p: c for p, c in chosen_options(table).items() if c["replicas"] > 0}
     if not chosen:
         return None
@@ -592,5 +619,19 @@ def chosen_fleet(scenario: Scenario, table: pd.DataFrame) -> tuple[Scenario, dic
     for pool, c in chosen.items():
         option = {k: c[k] for k in OPTION_FIELDS}
         values.update(option_values(scenario, pool, option, c["replicas"]))
-    fleet = with_values(scenario, values)
-    return fleet, sim.run(fleet).summary
+    return with_values(scenario, values)
+
+
+def chosen_fleet(scenario: Scenario, table: pd.DataFrame) -> tuple[Scenario, dict] | None:
+    """:func:`sized_fleet` run once with its seed: (that scenario, its summary); None
+    when no pool has an answer."""
+    fleet = sized_fleet(scenario, table)
+    return None if fleet is None else (fleet, sim.run(fleet).summary)
+
+
+def chosen_line(pool: str, row) -> str:
+    """One line naming a pool's answer: count, hardware, TP, PP, both precisions, engine
+    and step-time source (the size table's row ``row``)."""
+    return (f"pool {pool}: {int(row['replicas'])} x {row['hardware']} tp{int(row['tp'])} "
+            f"pp{int(row.get('pp', 1))}, {row['weight_dtype']} weights, {row['kv_dtype']} "
+            f"KV cache, engine {row.get('engine')}, step times from {row.get('cost_model')}")
