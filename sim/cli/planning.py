@@ -107,16 +107,16 @@ def _cmd_size(args: argparse.Namespace) -> int:
             print(json.dumps(row))
         return _verdict([r["pool"] for r in rates if not r["feasible"]], "no load")
     _check_executor(args)
-    bar, update = count_bar("size") if not args.quiet else (None, None)
+    line = _trial_line(args, "size")
     try:
-        table = size(scenario, slos, pools, progress=update, confidence=confidence,
+        table = size(scenario, slos, pools, line, confidence=confidence,
                      executor=args.executor, workers=args.workers,
                      scheduler=args.scheduler)
     except DaskSchedulerError as exc:
         raise ScenarioError(str(exc), field="--scheduler") from None
     finally:
-        if bar is not None:
-            bar.stop()
+        if line is not None:
+            line.stop()
     page = None
     if args.report:
         from sim.output.size_report import build_size_report
@@ -131,6 +131,13 @@ def _cmd_size(args: argparse.Namespace) -> int:
     feasible = set(table.loc[table["feasible"], "pool"]) if len(table) else set()
     return _verdict([p for p in dict.fromkeys(table["pool"]) if p not in feasible]
                     if len(table) else [], "no option")
+
+
+def _trial_line(args: argparse.Namespace, label: str):
+    """The progress line of a search (see :mod:`sim.cli.trial_progress`), or None with
+    --quiet."""
+    from sim.cli.trial_progress import TrialLine
+    return None if args.quiet else TrialLine(label)
 
 
 def _check_written(args: argparse.Namespace, inputs) -> Path:
@@ -236,14 +243,16 @@ def _size_joint(args: argparse.Namespace, scenario, slos, confidence, out, input
 
     _refuse_beside(args, "--joint, which searches one pair of pools step by step",
                    ("--max-rate", "--pool", "--report", "--workers", "--write-scenario"))
+    from sim.planning.progress import TrialCounter
+
     pools = [p.strip() for p in args.joint.split(",")]
-    bar, update = count_bar("size --joint") if not args.quiet else (None, None)
+    line = _trial_line(args, "size --joint")
     try:
-        table = joint_size(scenario, pools, slos, confidence=confidence, progress=update,
-                           thresholds=args.thresholds)
+        table = joint_size(scenario, pools, slos, confidence=confidence,
+                           counter=TrialCounter(line), thresholds=args.thresholds)
     finally:
-        if bar is not None:
-            bar.stop()
+        if line is not None:
+            line.stop()
     if out is not None:
         _write_sized(table, out, args, inputs, "size --joint")
     with_pd_options(lambda: print(table.to_string(index=False)))
@@ -262,19 +271,26 @@ def _size_autoscaled(args: argparse.Namespace, scenario, slos, confidence, out,
     if not pools:
         raise ScenarioError("no pool has a target-tracking autoscaler to size (autoscaler: "
                             "{type: target, ...})", field="--autoscaled")
-    for pool in pools:              # every pool's search refused before any pool's run
-        search_plan(scenario, pool, confidence)
+    from sim.planning.progress import TrialCounter
+    from sim.planning.size import bisection_steps
+
+    most = []                       # every pool's search refused before any pool's run
+    for pool in pools:
+        tried, low, cap = search_plan(scenario, pool, confidence)
+        most.append(len(tried) * 2 * bisection_steps(low, cap))
     tables, teams = [], {}
-    bar, update = count_bar("size --autoscaled") if not args.quiet else (None, None)
+    line = _trial_line(args, "size --autoscaled")
+    counter = TrialCounter(line)
     try:
-        for pool in pools:
+        for i, pool in enumerate(pools):
+            counter.most_after = sum(most[i + 1:])
             table, per_team = autoscaled_size(scenario, pool, slos, confidence=confidence,
-                                              progress=update)
+                                              counter=counter)
             tables.append(table)
             teams[pool] = per_team
     finally:
-        if bar is not None:
-            bar.stop()
+        if line is not None:
+            line.stop()
     import pandas as pd
     table = pd.concat(tables, ignore_index=True)
     if out is not None:
@@ -501,7 +517,9 @@ def add_planning(sub) -> None:
     size_p.add_argument("--out", type=path_arg, help="folder for size.csv and size.json")
     size_p.add_argument("--force", action="store_true",
                         help="replace an output folder an earlier fleetsim run wrote")
-    size_p.add_argument("--quiet", action="store_true", help="no progress bar")
+    size_p.add_argument("--quiet", action="store_true",
+                        help="no progress line (on a terminal: the trial running, the "
+                             "time elapsed and an estimate of what is left)")
     size_p.add_argument("--joint", metavar="POOL_A,POOL_B",
                         help="size two coupled pools together (a disaggregated model's "
                              "prefill and decode pools, a cascade's, a prompt-length "

@@ -26,6 +26,7 @@ from sim.config.scenario import Scenario
 from sim.config.slos import Slo
 from sim.output.slo import margins
 from sim.planning.overrides import with_values
+from sim.planning.progress import TrialCounter
 from sim.planning.size import (NARROWER_COUNTS, bisection_steps, fewest, refuse_over_budget,
                                replica_cap, sizing_field, sizing_floor, verdict)
 from sim.planning.verdict import Confidence, Verdict
@@ -120,21 +121,27 @@ def _row(pool: str, target: float, floor: int | None, bound: int | None,
 
 def autoscaled_size(scenario: Scenario, pool: str, slos: list[Slo], *,
                     confidence: Confidence | None = None,
-                    progress: Callable[[int, int], None] | None = None
+                    counter: TrialCounter | None = None
                     ) -> tuple[pd.DataFrame, dict | None]:
     """One row per target tried (its lowest floor and fewest ``max_replicas`` meeting the
     SLOs, the run's replicas and cost per hour and per day, the SLO figures; ``chosen``
     marks the cheapest feasible), and the chosen row's cost per day by team (None when no
-    target meets the SLOs within the cap)."""
+    target meets the SLOs within the cap). ``counter`` is told of each trial as it
+    starts, with the most the search may still run (two bisections a target, as
+    :func:`check_autoscaled_budget` counts them)."""
     tried, low, cap = search_plan(scenario, pool, confidence)
     rows, runs, chosen_summary = [], 0, {}
+    per_target = 2 * bisection_steps(low, cap)
     for i, target in enumerate(tried):
-        if progress is not None:
-            progress(i, len(tried))
         trials: dict[tuple[int, int], Verdict] = {}
+        after = (len(tried) - i - 1) * per_target
 
         def meets(floor: int, bound: int) -> bool:
             if (floor, bound) not in trials:
+                if counter is not None:
+                    counter.start(f"pool {pool} autoscaler target {target:g}, "
+                                  f"min_replicas {floor}, max_replicas {bound}",
+                                  per_target - len(trials) + after)
                 scn = with_values(scenario, bounds_values(scenario, pool, target, floor,
                                                           bound))
                 trials[(floor, bound)] = verdict(scn, pool, slos, confidence)

@@ -22,6 +22,7 @@ from sim.api import located
 from sim.config.scenario import Scenario
 from sim.planning.hopeless import hopeless_watch
 from sim.planning.overrides import with_values
+from sim.planning.progress import TrialCounter, Watch, option_text
 from sim.planning.runner import Payload, map_tasks, scenario_from_payload, scenario_payload
 from sim.config.resolve import resolve
 from sim.config.slos import Slo
@@ -261,8 +262,8 @@ def option_values(scenario: Scenario, pool: str, option: dict, replicas: int) ->
 
 def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
                  max_replicas: int, confidence: Confidence | None = None, *,
-                 estimate: bool = True, give_up: bool = True, floor: int | None = None
-                 ) -> tuple[int | None, dict[int, Trial]]:
+                 estimate: bool = True, give_up: bool = True, floor: int | None = None,
+                 counter: TrialCounter | None = None) -> tuple[int | None, dict[int, Trial]]:
     """Fewest replicas meeting the SLOs with ``option``, or None within the cap (each
     trial's verdict as sure as ``confidence`` asks). From ``floor`` (default: the pool's
     ``sizing.min_replicas``, else 1; never above the cap) the count grows
@@ -270,11 +271,15 @@ def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
     :func:`next_count`; else doubling), then bisection finds the fewest. ``give_up``:
     a one-seed trial whose SLOs are missed for good stops there (cheaper, never wrong;
     replications for a confident verdict run whole, since their mean needs each run's
-    figure)."""
+    figure). ``counter`` is told of each trial as it starts, with the most the search
+    may still run (:func:`search_bound`'s worst case, less the trials run)."""
     trials: dict[int, Trial] = {}
+    most = search_bound(max_replicas)[0]
 
     def trial(n: int) -> Trial:
         if n not in trials:
+            if counter is not None:
+                counter.start(option_text(pool, option, n), most - len(trials))
             scn = with_values(scenario, option_values(scenario, pool, option, n))
             # a run given up says only "above the target", not by how much: replications
             # averaged for a confident verdict need each run's own figure
@@ -393,16 +398,21 @@ def replica_cap(scenario: Scenario, pool: str) -> int:
 
 
 def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None,
-         progress: Callable[[int, int], None] | None = None, *,
+         watch: Watch | None = None, *,
          confidence: Confidence | None = None, executor: str = "local", workers: int = 1,
          scheduler: str | None = None) -> pd.DataFrame:
     """The cheapest replica count meeting ``slos`` for each option of each pool, each
-    trial's verdict as sure as ``confidence`` asks (one seed when None);
-    ``progress(done, total)`` is told after each option. The options are searched side
-    by side on ``workers`` local processes or on Dask (``executor``), each search on
-    its own: the table is the same however many run it."""
+    trial's verdict as sure as ``confidence`` asks (one seed when None). ``watch`` is
+    told of each trial as it starts (:mod:`sim.planning.progress`), the run of the
+    scenario as configured first; where the options are searched side by side on
+    ``workers`` local processes or on Dask (``executor``), of each option as it ends.
+    Each search runs on its own: the table is the same however many run it."""
     pools = pools or list(scenario.pools)
     check_budget(scenario, pools, confidence=confidence)
+    grids = {pool: _option_grid(scenario, pool) for pool in pools}
+    most = {pool: search_bound(replica_cap(scenario, pool))[0] for pool in pools}
+    counter = TrialCounter(watch, sum(len(grids[p]) * most[p] for p in pools))
+    counter.start("the scenario as configured, to find the pools its requests reach", 1)
     ran = sim.run(scenario)                 # the scenario as configured, run once
     _sends_requests(scenario, len(ran.requests))
     rows: list[dict | None] = []
@@ -410,15 +420,27 @@ def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None,
     busy = reached(scenario, ran.requests)
     for pool in pools:
         if pool not in busy:
+            counter.most_after -= len(grids[pool]) * most[pool]
             rows.append(idle_row(scenario, pool))
             continue
-        for option in _option_grid(scenario, pool):
+        for option in grids[pool]:
             tasks.append((len(rows), (scenario_payload(scenario), pool, slos, option,
                                       confidence)))
             rows.append(None)
-    for (at, _), row in zip(tasks, map_tasks(option_task, [t for _, t in tasks],
-                                            executor=executor, workers=workers,
-                                            scheduler=scheduler, progress=progress)):
+    side_by_side = executor != "local" or min(workers, len(tasks)) > 1
+    if side_by_side:
+        def ended(done: int, total: int) -> None:
+            if watch is not None and done < total:
+                watch(f"{done} of {total} options searched side by side", done, total - done,
+                      "option")
+        found = map_tasks(option_task, [t for _, t in tasks], executor=executor,
+                          workers=workers, scheduler=scheduler, progress=ended)
+    else:
+        found = []
+        for _, (_, pool, _, option, _) in tasks:
+            counter.most_after -= most[pool]
+            found.append(_option_row(scenario, pool, slos, option, confidence, counter))
+    for (at, _), row in zip(tasks, found):
         rows[at] = row
     table = _in_order(pd.DataFrame(rows), slos)
     if len(table) and "cost_usd_per_h" in table:
@@ -470,12 +492,15 @@ def _sends_requests(scenario: Scenario, arrivals: int | None = None) -> None:
 
 
 def _option_row(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
-                confidence: Confidence | None = None) -> dict:
-    """The size table's row for one option of ``pool``."""
+                confidence: Confidence | None = None,
+                counter: TrialCounter | None = None) -> dict:
+    """The size table's row for one option of ``pool`` (``counter``: told of each trial
+    as it starts)."""
     cap = replica_cap(scenario, pool)
     named = {"pool": pool, **option, **option_source(scenario, pool, option)}
     try:
-        n, trials = min_replicas(scenario, pool, slos, option, cap, confidence)
+        n, trials = min_replicas(scenario, pool, slos, option, cap, confidence,
+                                 counter=counter)
     except sim.ScenarioError as exc:     # the option does not fit (memory, TP)
         return {**named, "replicas": None, "feasible": False, "note": exc.message}
     if n is None:
