@@ -67,6 +67,18 @@ def _cmd_size(args: argparse.Namespace) -> int:
     if args.joint and args.autoscaled:
         raise ScenarioError("--joint sizes two fixed pools and --autoscaled one pool's "
                             "autoscaler: give one", field="--autoscaled")
+    peak = None
+    if args.peak is not None:
+        from sim.planning.peak import peak_windowed
+        for flag, given in (("--window", args.window is not None),
+                            ("--autoscaled", args.autoscaled), ("--joint", args.joint),
+                            ("--max-rate", args.max_rate)):
+            if given:
+                raise ScenarioError(f"--peak sizes fixed pools at the busiest window, then "
+                                    f"confirms them over the whole run; leave out {flag}",
+                                    field="--peak")
+        scenario, peak = peak_windowed(scenario, args.peak,
+                                       frozenset(pools or list(scenario.pools)))
     if args.window is not None:
         from sim.planning.window import auto_windowed, windowed
         if args.autoscaled:
@@ -122,15 +134,55 @@ def _cmd_size(args: argparse.Namespace) -> int:
         from sim.output.size_report import build_size_report
         from sim.planning.size import chosen_fleet
         page = build_size_report(table, scenario.name, slos, chosen_fleet(scenario, table))
+    missed = _confirm_peak(whole, table, slos, confidence, peak) if peak else []
+    more = {"report.html": page} if page is not None else {}
+    if peak is not None:
+        more["peak.json"] = json.dumps(peak, indent=2) + "\n"
     if out is not None:
-        _write_sized(table, out, args, inputs, "size",
-                     {"report.html": page} if page is not None else {})
+        _write_sized(table, out, args, inputs, "size", more)
     with_pd_options(lambda: print(table.to_string(index=False)))
+    if peak is not None:
+        _print_peak(peak)
     if written is not None:
         _write_scenario(whole, table, written, slos)
     feasible = set(table.loc[table["feasible"], "pool"]) if len(table) else set()
-    return _verdict([p for p in dict.fromkeys(table["pool"]) if p not in feasible]
+    code = _verdict([p for p in dict.fromkeys(table["pool"]) if p not in feasible]
                     if len(table) else [], "no option")
+    if missed and not code:
+        import sys
+        print(f"fleetsim size: the fleet sized at the peak misses the SLOs over the whole "
+              f"run for pool(s) {', '.join(missed)}", file=sys.stderr)
+        return 1
+    return code
+
+
+def _confirm_peak(whole, table, slos, confidence, peak: dict) -> list[str]:
+    """--peak: the chosen fleet run over the whole run (``peak`` gets its rows under
+    ``confirmed``); the pools whose SLOs it misses there."""
+    from sim.planning.peak import confirm
+    from sim.planning.size import chosen_rows, sized_fleet
+
+    fleet = sized_fleet(whole, table)
+    rows = [] if fleet is None else confirm(whole, fleet, list(chosen_rows(table)), slos,
+                                            confidence)
+    peak["confirmed"] = rows
+    return [r["pool"] for r in rows if not r["met"]]
+
+
+def _print_peak(peak: dict) -> None:
+    """The window --peak sized at, and its confirmation, a line a pool."""
+    print(f"--peak: the busiest window is [{peak['window_start_s']:,.0f} s, "
+          f"{peak['window_end_s']:,.0f} s), {peak['window_arrivals']:,.0f} arrivals of the "
+          f"run's {peak['run_arrivals']:,.0f}; each trial simulated it (after a "
+          f"{peak['lead_s']:,.0f} s lead) and judged the SLOs over its arrivals")
+    if not peak["confirmed"]:
+        print("--peak: no pool has an option meeting the SLOs at the peak; nothing to "
+              "confirm over the whole run")
+    for row in peak["confirmed"]:
+        figures = ", ".join(f"{k} {v:.4g}" for k, v in row.items()
+                            if k not in ("pool", "met") and not k.startswith("margin_"))
+        print(f"--peak: confirmed over the whole run: pool {row['pool']} "
+              + ("meets the SLOs" if row["met"] else "MISSES the SLOs") + f" ({figures})")
 
 
 def _trial_line(args: argparse.Namespace, label: str):
@@ -547,6 +599,12 @@ def add_planning(sub) -> None:
                              "trials ran them; all else kept) that `fleetsim run FILE` "
                              "reproduces; an existing file is replaced only with --force, "
                              "and only if --write-scenario wrote it")
+    size_p.add_argument("--peak", type=duration_arg, metavar="DURATION",
+                        help="for a load that changes over the run (a diurnal rate, a "
+                             "trace): size at its busiest window of this length (the most "
+                             "arrivals, from the rate functions and trace timestamps), then "
+                             "run the chosen fleet over the whole run and report both "
+                             "(exit 1 where it misses the SLOs there)")
     size_p.add_argument("--report", action="store_true",
                         help="also write report.html in --out: the options' Pareto views, "
                              "the cost model of each, and the chosen fleet's cost per pool "
