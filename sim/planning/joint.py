@@ -198,7 +198,7 @@ def _staircase(scenario: Scenario, a: str, b: str, slos: list[Slo],
         if (na, nb) not in trials:
             if counter is not None:
                 here = sum(1 for k in trials if k[0] == na)
-                counter.start(f"pools {a} {na} x, {b} {nb} x",
+                counter.start(f"pools {a} x{na} and {b} x{nb}",
                               steps - here + (cap_a - na) * steps)
             scn = with_values(scenario, {**_values(scenario, a, na), **_values(scenario, b, nb)})
             trials[(na, nb)] = verdict(scn, (a, b), slos, confidence)

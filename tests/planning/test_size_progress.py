@@ -120,6 +120,25 @@ def test_size_on_the_command_line_shows_each_trial_from_the_first_second(
     for k, text in enumerate(lines[1:], start=1):
         assert f"trial {k + 1}/≤" in text
         assert f"elapsed {k} h 0 min, about " in text and "left at most" in text
+    for text in lines:          # "≤N" bounds the trials the search ran
+        assert int(re.search(r"/≤(\d+):", text).group(1)) >= len(lines)
     named = r"pool p \d+ x H100-SXM tp1 pp1 bf16/bf16" if not autoscaled else \
         r"pool p autoscaler target [\d.]+, min_replicas \d+, max_replicas \d+"
     assert re.search(named, lines[1])
+
+
+def test_a_joint_search_announces_each_pair_before_it_runs_within_its_bound():
+    """--joint: each trial is announced as it starts, naming both counts, the trials
+    before it counted and the most still to run never below what the search ran."""
+    from sim.planning.joint import joint_size
+    from sim.planning.progress import TrialCounter
+
+    from tests.planning.test_joint import SLOS, disaggregated
+
+    events = []
+    table = joint_size(disaggregated(), ["prefill", "decode"], SLOS,
+                       counter=TrialCounter(lambda *e: events.append(e)))
+    ran = int(table["simulations"].iloc[0])
+    assert [done for _, done, _, _ in events] == list(range(ran))
+    assert all(done + most >= ran for _, done, most, _ in events)
+    assert re.fullmatch(r"pools prefill x\d+ and decode x\d+", events[0][0])
