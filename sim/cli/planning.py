@@ -96,9 +96,10 @@ def _cmd_size(args: argparse.Namespace) -> int:
         else:
             scenario = windowed(scenario, args.window, sized)
     if args.joint:
-        return _size_joint(args, scenario, slos, confidence, out, inputs)
+        return _size_joint(args, scenario, slos, confidence, out, inputs, whole, written)
     if args.autoscaled:
-        return _size_autoscaled(args, scenario, slos, confidence, out, inputs)
+        return _size_autoscaled(args, scenario, slos, confidence, out, inputs, whole,
+                                written)
     if args.max_rate:
         for flag in ("workers", "executor", "scheduler"):
             if getattr(args, flag) not in (1, "local", None):
@@ -210,23 +211,28 @@ def _check_written(args: argparse.Namespace, inputs) -> Path:
 
 
 def _write_scenario(scenario, table, path: Path, slos) -> None:
-    """Write the fleet ``table`` chose (see :mod:`sim.planning.write_back`) to ``path``,
-    saying where, and which folders its data files need allowed; a table with no answer
-    writes nothing and says so."""
+    """Write the fleet ``table`` (size's) chose to ``path``."""
+    from sim.planning.size import chosen_line, chosen_rows, sized_fleet
+    _write_fleet(sized_fleet(scenario, table), [chosen_line(pool, row) for pool, row
+                                                in chosen_rows(table).items()], path, slos)
+
+
+def _write_fleet(fleet, lines: list[str], path: Path, slos) -> None:
+    """Write ``fleet`` (see :mod:`sim.planning.write_back`; ``lines``: what was chosen) to
+    ``path``, saying where, and which folders its data files need allowed; None (no
+    answer) writes nothing and says so."""
     import sys
 
     from sim.output.atomic_write import write_file
-    from sim.planning.size import chosen_line, chosen_rows, sized_fleet
     from sim.planning.write_back import scenario_text
 
-    fleet = sized_fleet(scenario, table)
     if fleet is None:
-        print(f"--write-scenario: no pool has an option meeting the SLOs; "
-              f"{shown(path)} not written", file=sys.stderr)
+        print(f"--write-scenario: nothing meets the SLOs; {shown(path)} not written",
+              file=sys.stderr)
         return
-    lines = [chosen_line(pool, row) for pool, row in chosen_rows(table).items()]
-    lines.append("sized for " + ", ".join(f"{s.metric} {s.target:g}" for s in slos)
-                 + f" (latencies in seconds), seed {scenario.seed}")
+    scenario = fleet
+    lines = [*lines, "sized for " + ", ".join(f"{s.metric} {s.target:g}" for s in slos)
+                 + f" (latencies in seconds), seed {scenario.seed}"]
     text, outside = scenario_text(fleet, path, lines)
     write_file(path, text)
     print(f"wrote {shown(path)}: " + "; ".join(lines[:-1]))
@@ -289,12 +295,14 @@ def _refuse_beside(args: argparse.Namespace, mode: str, flags: tuple[str, ...]) 
             raise ScenarioError(f"{flag} does not go with {mode}", field=flag)
 
 
-def _size_joint(args: argparse.Namespace, scenario, slos, confidence, out, inputs) -> int:
-    """size --joint A,B: two coupled pools sized together."""
-    from sim.planning.joint import joint_size
+def _size_joint(args: argparse.Namespace, scenario, slos, confidence, out, inputs, whole,
+                written: Path | None) -> int:
+    """size --joint A,B: two coupled pools sized together (``whole``: the run as given,
+    written with the pair chosen to ``written``)."""
+    from sim.planning.joint import joint_fleet, joint_size
 
     _refuse_beside(args, "--joint, which searches one pair of pools step by step",
-                   ("--max-rate", "--pool", "--report", "--workers", "--write-scenario"))
+                   ("--max-rate", "--pool", "--report", "--workers"))
     from sim.planning.progress import TrialCounter
 
     pools = [p.strip() for p in args.joint.split(",")]
@@ -308,16 +316,18 @@ def _size_joint(args: argparse.Namespace, scenario, slos, confidence, out, input
     if out is not None:
         _write_sized(table, out, args, inputs, "size --joint")
     with_pd_options(lambda: print(table.to_string(index=False)))
+    if written is not None:
+        _write_fleet(*joint_fleet(whole, pools, table), written, slos)
     return _verdict([] if table["chosen"].any() else [" and ".join(pools)], "no pair")
 
 
 def _size_autoscaled(args: argparse.Namespace, scenario, slos, confidence, out,
-                     inputs) -> int:
-    """size --autoscaled: each pool's target-tracking autoscaler sized for the whole run."""
-    from sim.planning.autoscaled import autoscaled_size, search_plan
+                     inputs, whole, written: Path | None) -> int:
+    """size --autoscaled: each pool's target-tracking autoscaler sized for the whole run
+    (written with the autoscalers chosen to ``written``)."""
+    from sim.planning.autoscaled import autoscaled_fleet, autoscaled_size, search_plan
 
-    _refuse_beside(args, "--autoscaled", ("--max-rate", "--report", "--workers",
-                                          "--write-scenario"))
+    _refuse_beside(args, "--autoscaled", ("--max-rate", "--report", "--workers"))
     pools = args.pool or [p for p in scenario.pools
                           if getattr(scenario.pools[p].autoscaler, "type", None) == "target"]
     if not pools:
@@ -349,6 +359,8 @@ def _size_autoscaled(args: argparse.Namespace, scenario, slos, confidence, out,
         _write_sized(table, out, args, inputs, "size --autoscaled", {"teams.json": json.dumps(
             {"cost_usd_per_day_by_team": teams}, indent=2) + "\n"})
     with_pd_options(lambda: print(table.to_string(index=False)))
+    if written is not None:
+        _write_fleet(*autoscaled_fleet(whole, table), written, slos)
     for pool, per_team in teams.items():
         if per_team:
             print(f"pool {pool}, chosen autoscaler: cost per day by team: " + ", ".join(

@@ -180,3 +180,21 @@ def _lowest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
     if not ok(hi):
         return None
     return fewest(lo + 1, hi, ok)
+
+
+def autoscaled_fleet(scenario: Scenario, table: pd.DataFrame
+                     ) -> tuple[Scenario | None, list[str]]:
+    """``scenario`` with each pool's autoscaler as its ``chosen`` row of ``table`` sets it
+    (the target, floor and bound, as its trials ran them: :func:`bounds_values`), and a
+    line a pool naming it in full; None where no pool has a chosen row."""
+    values, lines = {}, []
+    for _, row in table[table["chosen"].astype(bool)].iterrows():
+        pool, floor, bound = str(row["pool"]), int(row["min_replicas"]), \
+            int(row["max_replicas"])
+        values.update(bounds_values(scenario, pool, float(row["target"]), floor, bound))
+        cfg = scenario.pools[pool]
+        lines.append(f"pool {pool}: autoscaler target {row['target']:g} "
+                     f"({cfg.autoscaler.metric}), min_replicas {floor}, max_replicas "
+                     f"{bound}; {cfg.hardware} tp{cfg.tp} pp{cfg.pp}, {cfg.weight_dtype} "
+                     f"weights, {cfg.kv_dtype} KV cache, engine {cfg.engine}")
+    return (with_values(scenario, values) if values else None), lines

@@ -32,9 +32,10 @@ from sim.config.scenario import Scenario
 from sim.config.slos import Slo
 from sim.planning.overrides import with_values
 from sim.planning.progress import TrialCounter
-from sim.planning.size import (NARROWER_COUNTS, bisection_steps, configured_option, fewest,
-                               option_values, refuse_over_budget, replica_cap, sizing_field,
-                               sizing_floor, verdict)
+from sim.planning.size import (NARROWER_COUNTS, bisection_steps, chosen_line,
+                               configured_option, fewest, option_source, option_values,
+                               refuse_over_budget, replica_cap, sizing_field, sizing_floor,
+                               verdict)
 from sim.planning.verdict import Confidence, Verdict
 
 
@@ -218,3 +219,24 @@ def _staircase(scenario: Scenario, a: str, b: str, slos: list[Slo],
         rows.append({a: na, b: hi, "cost_usd_per_h": cost(na, hi), "feasible": True,
                      **trials[(na, hi)].estimate})
     return rows, best, sum(v.replications for v in trials.values())
+
+
+def joint_fleet(scenario: Scenario, pools: list[str], table: pd.DataFrame
+                ) -> tuple[Scenario | None, list[str]]:
+    """``scenario`` with the pair of counts ``table`` chose (each pool fixed at its count,
+    as its trials ran it, and a split's threshold where one was tried), and a line a pool
+    naming it in full; None where no pair meets the SLOs."""
+    chosen = table[table["chosen"].astype(bool)]
+    if not len(chosen):
+        return None, []
+    row, (a, b) = chosen.iloc[0], pools
+    values = {**_values(scenario, a, int(row[a])), **_values(scenario, b, int(row[b]))}
+    lines = []
+    for pool in (a, b):
+        option = configured_option(scenario.pools[pool])
+        lines.append(chosen_line(pool, {**option, **option_source(scenario, pool, option),
+                                        "replicas": int(row[pool])}))
+    if "threshold_tokens" in chosen.columns:
+        values[threshold_field(split_routes(scenario, a, b)[0])] = int(row["threshold_tokens"])
+        lines.append(f"prompt-length threshold {int(row['threshold_tokens']):,} tokens")
+    return with_values(scenario, values), lines

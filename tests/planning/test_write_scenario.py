@@ -120,3 +120,36 @@ def test_data_paths_are_rewritten_for_the_written_files_folder(tmp_path, capsys)
     assert stream["arrival"]["path"] == "../src/t.csv"
     fleet = sim.load_scenario(written, allow_paths=[src_dir])
     assert len(sim.run(fleet).requests) == 40
+
+
+def test_the_autoscalers_and_the_pair_chosen_are_written_back(tmp_path, capsys):
+    """--autoscaled writes each pool's chosen target, floor and bound; --joint the pair
+    of counts; running either file gives the chosen row's cost per hour and SLO figure."""
+    from tests.planning.test_autoscaled import diurnal
+    from tests.planning.test_joint import disaggregated
+
+    for name, data, mode, slo in (
+            ("auto", diurnal(), ["--autoscaled"], "ttft_p99=500ms"),
+            ("pair", disaggregated(), ["--joint", "prefill,decode"], "ttft_p99=2s")):
+        src, written = tmp_path / f"{name}.yaml", tmp_path / f"{name}-fleet.yaml"
+        src.write_text(yaml.safe_dump(data.model_dump(mode="json")))
+        out = tmp_path / name
+        assert main(["size", str(src), "--slo", slo, "--quiet", *mode, "--out", str(out),
+                     "--write-scenario", str(written)]) == 0
+        (chosen,) = [r for r in json.loads((out / "size.json").read_text()) if r["chosen"]]
+        fleet = sim.load_scenario(written)
+        summary = sim.run(fleet).summary
+        hours = summary["end_s"] / 3600
+        if name == "auto":
+            scaler = fleet.pools["p"].autoscaler
+            assert (scaler.target, scaler.min_replicas, scaler.max_replicas) == (
+                chosen["target"], chosen["min_replicas"], chosen["max_replicas"])
+            assert summary["pools"]["p"]["cost_usd"] / hours == pytest.approx(
+                chosen["cost_usd_per_h"], abs=1e-9)
+        else:
+            assert {p: fleet.pools[p].replicas for p in ("prefill", "decode")} == {
+                p: chosen[p] for p in ("prefill", "decode")}
+            assert fleet.pools["prefill"].autoscaler is None
+            cost = sum(summary["pools"][p]["cost_usd"] for p in ("prefill", "decode"))
+            assert cost / hours == pytest.approx(chosen["cost_usd_per_h"], rel=1e-9)
+        assert f"wrote {written}" in capsys.readouterr().out
