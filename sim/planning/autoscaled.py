@@ -27,8 +27,9 @@ from sim.config.slos import Slo
 from sim.output.slo import margins
 from sim.planning.overrides import with_values
 from sim.planning.progress import TrialCounter
-from sim.planning.size import (NARROWER_COUNTS, bisection_steps, fewest, refuse_over_budget,
-                               replica_cap, sizing_field, sizing_floor, verdict)
+from sim.planning.size import (NARROWER_COUNTS, bisection_steps, configured_option, fewest,
+                               option_source, refuse_over_budget, replica_cap, sizing_field,
+                               sizing_floor, verdict)
 from sim.planning.verdict import Confidence, Verdict
 
 TARGET_SCALES = (0.5, 0.75, 1.0, 1.5, 2.0)
@@ -103,9 +104,9 @@ def check_autoscaled_budget(scenario: Scenario, pool: str, targets: int, low: in
 
 
 def _row(pool: str, target: float, floor: int | None, bound: int | None,
-         trial: Verdict | None, slos: list[Slo]) -> dict:
-    row = {"pool": pool, "target": target, "min_replicas": floor, "max_replicas": bound,
-           "feasible": bound is not None}
+         trial: Verdict | None, slos: list[Slo], named: dict) -> dict:
+    row = {"pool": pool, **named, "target": target, "min_replicas": floor,
+           "max_replicas": bound, "feasible": bound is not None}
     if trial is None or bound is None:
         return row
     summary = trial.first.summary
@@ -132,6 +133,8 @@ def autoscaled_size(scenario: Scenario, pool: str, slos: list[Slo], *,
     tried, low, cap = search_plan(scenario, pool, confidence)
     rows, runs, chosen_summary = [], 0, {}
     per_target = 2 * bisection_steps(low, cap)
+    option = configured_option(scenario.pools[pool])    # each row names the pool in full
+    named = {**option, **option_source(scenario, pool, option)}
     for i, target in enumerate(tried):
         trials: dict[tuple[int, int], Verdict] = {}
         after = (len(tried) - i - 1) * per_target
@@ -152,7 +155,7 @@ def autoscaled_size(scenario: Scenario, pool: str, slos: list[Slo], *,
                                                    lambda m: meets(floor, m))
         runs += sum(v.replications for v in trials.values())
         shown = trials.get((floor, bound), trials[(low, cap)])
-        rows.append(_row(pool, target, floor, bound, shown, slos))
+        rows.append(_row(pool, target, floor, bound, shown, slos, named))
         if bound is not None:
             chosen_summary[len(rows) - 1] = shown.first.summary
     table = pd.DataFrame(rows)

@@ -162,7 +162,7 @@ def joint_size(scenario: Scenario, pools: list[str], slos: list[Slo], *,
         table = pd.DataFrame(rows)
         table["chosen"] = [best is not None and (r[a], r[b]) == best for r in rows]
         table["simulations"] = runs
-        return table
+        return _named(scenario, (a, b), table)
     field = threshold_field(name)
     rows, best, runs = [], None, 0
     staircase = (replica_cap(scenario, a) - sizing_floor(scenario, a) + 1) * \
@@ -180,6 +180,24 @@ def joint_size(scenario: Scenario, pools: list[str], slos: list[Slo], *,
     table["chosen"] = [best is not None and (r["threshold_tokens"], (r[a], r[b])) == best
                        for r in rows]
     table["simulations"] = runs
+    return _named(scenario, (a, b), table)
+
+
+def option_of(scenario: Scenario, pool: str) -> str:
+    """A pool's configuration as a joint row names it: hardware, TP, PP, weight/KV
+    precisions, engine and step-time source."""
+    option = configured_option(scenario.pools[pool])
+    source = option_source(scenario, pool, option)
+    return (f"{option['hardware']} tp{option['tp']} pp{option['pp']} "
+            f"{option['weight_dtype']}/{option['kv_dtype']}, engine {source['engine']}, "
+            f"{source['cost_model']}")
+
+
+def _named(scenario: Scenario, pools: tuple[str, str], table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with a column a pool (``option_POOL``) naming its configuration in full
+    (every row the same: a joint search varies the counts alone)."""
+    for pool in pools:
+        table[f"option_{pool}"] = option_of(scenario, pool)
     return table
 
 

@@ -4,6 +4,7 @@ step-time source) and `--write-scenario FILE` writes the chosen fleet as a scena
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -124,7 +125,8 @@ def test_data_paths_are_rewritten_for_the_written_files_folder(tmp_path, capsys)
 
 def test_the_autoscalers_and_the_pair_chosen_are_written_back(tmp_path, capsys):
     """--autoscaled writes each pool's chosen target, floor and bound; --joint the pair
-    of counts; running either file gives the chosen row's cost per hour and SLO figure."""
+    of counts; running either file gives the chosen row's cost per hour. The rows of
+    either name each pool's option in full."""
     from tests.planning.test_autoscaled import diurnal
     from tests.planning.test_joint import disaggregated
 
@@ -140,13 +142,20 @@ def test_the_autoscalers_and_the_pair_chosen_are_written_back(tmp_path, capsys):
         fleet = sim.load_scenario(written)
         summary = sim.run(fleet).summary
         hours = summary["end_s"] / 3600
-        if name == "auto":
+        if name == "auto":          # each row names the pool's option in full
+            assert {k: chosen[k] for k in ("weight_dtype", "kv_dtype", "tp", "pp",
+                                           "engine")} == {"weight_dtype": "bf16",
+                                                          "kv_dtype": "bf16", "tp": 1,
+                                                          "pp": 1, "engine": "vllm"}
+            assert chosen["cost_model"]
             scaler = fleet.pools["p"].autoscaler
             assert (scaler.target, scaler.min_replicas, scaler.max_replicas) == (
                 chosen["target"], chosen["min_replicas"], chosen["max_replicas"])
             assert summary["pools"]["p"]["cost_usd"] / hours == pytest.approx(
                 chosen["cost_usd_per_h"], abs=1e-9)
         else:
+            assert all(re.match(r"\S+ tp\d+ pp\d+ \w+/\w+, engine \w+, \S+",
+                                chosen[f"option_{p}"]) for p in ("prefill", "decode"))
             assert {p: fleet.pools[p].replicas for p in ("prefill", "decode")} == {
                 p: chosen[p] for p in ("prefill", "decode")}
             assert fleet.pools["prefill"].autoscaler is None
