@@ -862,6 +862,8 @@ CASES += [
     Case("sizing-floor-over-the-cap", append_to_pool(
         "    sizing: {min_replicas: 5, max_replicas: 4}\n"), 27, "pools.main.sizing",
          ["min_replicas (5) exceeds max_replicas (4)"]),
+    Case("sizing-an-unknown-kv-dtype", append_to_pool("    sizing: {kv_dtype: [bf16, fp9]}\n"),
+         27, "pools.main.sizing.kv_dtype[1]", ["'bf16'", "'fp8'", "did you mean 'fp8'?"]),
     Case("sizing-an-unknown-gpu", append_to_pool("    sizing: {hardware: [H999, H200]}\n"),
          27, "pools.main.sizing.hardware[0]", ["unknown hardware 'H999'", "H100-SXM"]),
     Case("sizing-a-tp-that-splits-no-heads", append_to_pool("    sizing: {tp: [1, 3]}\n"),

@@ -21,9 +21,10 @@ def _cmd_size(args: argparse.Namespace) -> int:
     from sim.planning.runner import DaskSchedulerError
     from sim.planning.size import max_rate, size
 
-    if args.force and not args.out:
-        raise ScenarioError("--force replaces an output folder, and size writes none "
-                            "without --out", field="--force")
+    if args.force and not args.out and not args.write_scenario:
+        raise ScenarioError("--force replaces an output folder or a scenario size wrote, "
+                            "and size writes none without --out or --write-scenario",
+                            field="--force")
     if args.report and not args.out:
         raise ScenarioError("--report writes report.html beside size.csv: give --out DIR",
                             field="--report")
@@ -47,6 +48,11 @@ def _cmd_size(args: argparse.Namespace) -> int:
                                 field="--pool")
     inputs = inputs_of(args, scenario)
     out = prepare_folder(args.out, force=args.force, inputs=inputs) if args.out else None
+    if args.write_scenario and args.max_rate:
+        raise ScenarioError("--write-scenario writes the fleet size chose, and --max-rate "
+                            "chooses none: leave one out", field="--write-scenario")
+    written = _check_written(args, inputs) if args.write_scenario else None
+    whole = scenario            # the run as given: what --write-scenario writes
     if args.max_rate and all(getattr(s.arrival, "type", None) == "closed"
                              for s in scenario.workload.streams.values()):
         raise ScenarioError("--max-rate scales the streams' rates, and every stream here is "
@@ -61,6 +67,18 @@ def _cmd_size(args: argparse.Namespace) -> int:
     if args.joint and args.autoscaled:
         raise ScenarioError("--joint sizes two fixed pools and --autoscaled one pool's "
                             "autoscaler: give one", field="--autoscaled")
+    peak = None
+    if args.peak is not None:
+        from sim.planning.peak import peak_windowed
+        for flag, given in (("--window", args.window is not None),
+                            ("--autoscaled", args.autoscaled), ("--joint", args.joint),
+                            ("--max-rate", args.max_rate)):
+            if given:
+                raise ScenarioError(f"--peak sizes fixed pools at the busiest window, then "
+                                    f"confirms them over the whole run; leave out {flag}",
+                                    field="--peak")
+        scenario, peak = peak_windowed(scenario, args.peak,
+                                       frozenset(pools or list(scenario.pools)))
     if args.window is not None:
         from sim.planning.window import auto_windowed, windowed
         if args.autoscaled:
@@ -78,9 +96,10 @@ def _cmd_size(args: argparse.Namespace) -> int:
         else:
             scenario = windowed(scenario, args.window, sized)
     if args.joint:
-        return _size_joint(args, scenario, slos, confidence, out, inputs)
+        return _size_joint(args, scenario, slos, confidence, out, inputs, whole, written)
     if args.autoscaled:
-        return _size_autoscaled(args, scenario, slos, confidence, out, inputs)
+        return _size_autoscaled(args, scenario, slos, confidence, out, inputs, whole,
+                                written)
     if args.max_rate:
         for flag in ("workers", "executor", "scheduler"):
             if getattr(args, flag) not in (1, "local", None):
@@ -101,28 +120,125 @@ def _cmd_size(args: argparse.Namespace) -> int:
             print(json.dumps(row))
         return _verdict([r["pool"] for r in rates if not r["feasible"]], "no load")
     _check_executor(args)
-    bar, update = count_bar("size") if not args.quiet else (None, None)
+    line = _trial_line(args, "size")
     try:
-        table = size(scenario, slos, pools, progress=update, confidence=confidence,
+        table = size(scenario, slos, pools, line, confidence=confidence,
                      executor=args.executor, workers=args.workers,
                      scheduler=args.scheduler)
     except DaskSchedulerError as exc:
         raise ScenarioError(str(exc), field="--scheduler") from None
     finally:
-        if bar is not None:
-            bar.stop()
+        if line is not None:
+            line.stop()
     page = None
     if args.report:
         from sim.output.size_report import build_size_report
         from sim.planning.size import chosen_fleet
         page = build_size_report(table, scenario.name, slos, chosen_fleet(scenario, table))
+    missed = _confirm_peak(whole, table, slos, confidence, peak) if peak else []
+    more = {"report.html": page} if page is not None else {}
+    if peak is not None:
+        more["peak.json"] = json.dumps(peak, indent=2) + "\n"
     if out is not None:
-        _write_sized(table, out, args, inputs, "size",
-                     {"report.html": page} if page is not None else {})
+        _write_sized(table, out, args, inputs, "size", more)
     with_pd_options(lambda: print(table.to_string(index=False)))
+    if peak is not None:
+        _print_peak(peak)
+    if written is not None:
+        _write_scenario(whole, table, written, slos)
     feasible = set(table.loc[table["feasible"], "pool"]) if len(table) else set()
-    return _verdict([p for p in dict.fromkeys(table["pool"]) if p not in feasible]
+    code = _verdict([p for p in dict.fromkeys(table["pool"]) if p not in feasible]
                     if len(table) else [], "no option")
+    if missed and not code:
+        import sys
+        print(f"fleetsim size: the fleet sized at the peak misses the SLOs over the whole "
+              f"run for pool(s) {', '.join(missed)}", file=sys.stderr)
+        return 1
+    return code
+
+
+def _confirm_peak(whole, table, slos, confidence, peak: dict) -> list[str]:
+    """--peak: the chosen fleet run over the whole run (``peak`` gets its rows under
+    ``confirmed``); the pools whose SLOs it misses there."""
+    from sim.planning.peak import confirm
+    from sim.planning.size import chosen_rows, sized_fleet
+
+    fleet = sized_fleet(whole, table)
+    rows = [] if fleet is None else confirm(whole, fleet, list(chosen_rows(table)), slos,
+                                            confidence)
+    peak["confirmed"] = rows
+    return [r["pool"] for r in rows if not r["met"]]
+
+
+def _print_peak(peak: dict) -> None:
+    """The window --peak sized at, and its confirmation, a line a pool."""
+    print(f"--peak: the busiest window is [{peak['window_start_s']:,.0f} s, "
+          f"{peak['window_end_s']:,.0f} s), {peak['window_arrivals']:,.0f} arrivals of the "
+          f"run's {peak['run_arrivals']:,.0f}; each trial simulated it (after a "
+          f"{peak['lead_s']:,.0f} s lead) and judged the SLOs over its arrivals")
+    if not peak["confirmed"]:
+        print("--peak: no pool has an option meeting the SLOs at the peak; nothing to "
+              "confirm over the whole run")
+    for row in peak["confirmed"]:
+        figures = ", ".join(f"{k} {v:.4g}" for k, v in row.items()
+                            if k not in ("pool", "met") and not k.startswith("margin_"))
+        print(f"--peak: confirmed over the whole run: pool {row['pool']} "
+              + ("meets the SLOs" if row["met"] else "MISSES the SLOs") + f" ({figures})")
+
+
+def _trial_line(args: argparse.Namespace, label: str):
+    """The progress line of a search (see :mod:`sim.cli.trial_progress`), or None with
+    --quiet."""
+    from sim.cli.trial_progress import TrialLine
+    return None if args.quiet else TrialLine(label)
+
+
+def _check_written(args: argparse.Namespace, inputs) -> Path:
+    """Before any work: the file --write-scenario names may be written (absent, or with
+    --force a scenario an earlier --write-scenario wrote; never an input)."""
+    import os
+
+    from sim.output.output_paths import check_file, output_error
+    from sim.planning.write_back import is_written_scenario
+
+    path = check_file(Path(args.write_scenario), inputs=inputs,
+                      kind="a scenario `fleetsim size --write-scenario` wrote",
+                      is_kind=is_written_scenario)
+    if os.path.lexists(path) and not args.force:
+        raise output_error("the file exists; add --force to replace a scenario an earlier "
+                           "--write-scenario wrote, or name another file", path)
+    return path
+
+
+def _write_scenario(scenario, table, path: Path, slos) -> None:
+    """Write the fleet ``table`` (size's) chose to ``path``."""
+    from sim.planning.size import chosen_line, chosen_rows, sized_fleet
+    _write_fleet(sized_fleet(scenario, table), [chosen_line(pool, row) for pool, row
+                                                in chosen_rows(table).items()], path, slos)
+
+
+def _write_fleet(fleet, lines: list[str], path: Path, slos) -> None:
+    """Write ``fleet`` (see :mod:`sim.planning.write_back`; ``lines``: what was chosen) to
+    ``path``, saying where, and which folders its data files need allowed; None (no
+    answer) writes nothing and says so."""
+    import sys
+
+    from sim.output.atomic_write import write_file
+    from sim.planning.write_back import scenario_text
+
+    if fleet is None:
+        print(f"--write-scenario: nothing meets the SLOs; {shown(path)} not written",
+              file=sys.stderr)
+        return
+    scenario = fleet
+    lines = [*lines, "sized for " + ", ".join(f"{s.metric} {s.target:g}" for s in slos)
+                 + f" (latencies in seconds), seed {scenario.seed}"]
+    text, outside = scenario_text(fleet, path, lines)
+    write_file(path, text)
+    print(f"wrote {shown(path)}: " + "; ".join(lines[:-1]))
+    if outside:
+        print("  its data files lie outside its folder: run it with "
+              + " ".join(f"--allow-path {shown(p)}" for p in outside))
 
 
 MAX_THRESHOLDS = 16
@@ -168,6 +284,7 @@ def _write_sized(table, out: Path, args: argparse.Namespace, inputs, command: st
 # size's flags a search mode may refuse, and whether each was given
 _GIVEN = {"--max-rate": lambda a: a.max_rate, "--pool": lambda a: a.pool,
           "--report": lambda a: a.report,
+          "--write-scenario": lambda a: a.write_scenario,
           "--workers": lambda a: a.workers != 1 or a.executor != "local"}
 
 
@@ -178,30 +295,37 @@ def _refuse_beside(args: argparse.Namespace, mode: str, flags: tuple[str, ...]) 
             raise ScenarioError(f"{flag} does not go with {mode}", field=flag)
 
 
-def _size_joint(args: argparse.Namespace, scenario, slos, confidence, out, inputs) -> int:
-    """size --joint A,B: two coupled pools sized together."""
-    from sim.planning.joint import joint_size
+def _size_joint(args: argparse.Namespace, scenario, slos, confidence, out, inputs, whole,
+                written: Path | None) -> int:
+    """size --joint A,B: two coupled pools sized together (``whole``: the run as given,
+    written with the pair chosen to ``written``)."""
+    from sim.planning.joint import joint_fleet, joint_size
 
     _refuse_beside(args, "--joint, which searches one pair of pools step by step",
                    ("--max-rate", "--pool", "--report", "--workers"))
+    from sim.planning.progress import TrialCounter
+
     pools = [p.strip() for p in args.joint.split(",")]
-    bar, update = count_bar("size --joint") if not args.quiet else (None, None)
+    line = _trial_line(args, "size --joint")
     try:
-        table = joint_size(scenario, pools, slos, confidence=confidence, progress=update,
-                           thresholds=args.thresholds)
+        table = joint_size(scenario, pools, slos, confidence=confidence,
+                           counter=TrialCounter(line), thresholds=args.thresholds)
     finally:
-        if bar is not None:
-            bar.stop()
+        if line is not None:
+            line.stop()
     if out is not None:
         _write_sized(table, out, args, inputs, "size --joint")
     with_pd_options(lambda: print(table.to_string(index=False)))
+    if written is not None:
+        _write_fleet(*joint_fleet(whole, pools, table), written, slos)
     return _verdict([] if table["chosen"].any() else [" and ".join(pools)], "no pair")
 
 
 def _size_autoscaled(args: argparse.Namespace, scenario, slos, confidence, out,
-                     inputs) -> int:
-    """size --autoscaled: each pool's target-tracking autoscaler sized for the whole run."""
-    from sim.planning.autoscaled import autoscaled_size, search_plan
+                     inputs, whole, written: Path | None) -> int:
+    """size --autoscaled: each pool's target-tracking autoscaler sized for the whole run
+    (written with the autoscalers chosen to ``written``)."""
+    from sim.planning.autoscaled import autoscaled_fleet, autoscaled_size, search_plan
 
     _refuse_beside(args, "--autoscaled", ("--max-rate", "--report", "--workers"))
     pools = args.pool or [p for p in scenario.pools
@@ -209,25 +333,34 @@ def _size_autoscaled(args: argparse.Namespace, scenario, slos, confidence, out,
     if not pools:
         raise ScenarioError("no pool has a target-tracking autoscaler to size (autoscaler: "
                             "{type: target, ...})", field="--autoscaled")
-    for pool in pools:              # every pool's search refused before any pool's run
-        search_plan(scenario, pool, confidence)
+    from sim.planning.progress import TrialCounter
+    from sim.planning.size import bisection_steps
+
+    most = []                       # every pool's search refused before any pool's run
+    for pool in pools:
+        tried, low, cap = search_plan(scenario, pool, confidence)
+        most.append(len(tried) * 2 * bisection_steps(low, cap))
     tables, teams = [], {}
-    bar, update = count_bar("size --autoscaled") if not args.quiet else (None, None)
+    line = _trial_line(args, "size --autoscaled")
+    counter = TrialCounter(line)
     try:
-        for pool in pools:
+        for i, pool in enumerate(pools):
+            counter.most_after = sum(most[i + 1:])
             table, per_team = autoscaled_size(scenario, pool, slos, confidence=confidence,
-                                              progress=update)
+                                              counter=counter)
             tables.append(table)
             teams[pool] = per_team
     finally:
-        if bar is not None:
-            bar.stop()
+        if line is not None:
+            line.stop()
     import pandas as pd
     table = pd.concat(tables, ignore_index=True)
     if out is not None:
         _write_sized(table, out, args, inputs, "size --autoscaled", {"teams.json": json.dumps(
             {"cost_usd_per_day_by_team": teams}, indent=2) + "\n"})
     with_pd_options(lambda: print(table.to_string(index=False)))
+    if written is not None:
+        _write_fleet(*autoscaled_fleet(whole, table), written, slos)
     for pool, per_team in teams.items():
         if per_team:
             print(f"pool {pool}, chosen autoscaler: cost per day by team: " + ", ".join(
@@ -470,7 +603,9 @@ def add_planning(sub) -> None:
     size_p.add_argument("--out", type=path_arg, help="folder for size.csv and size.json")
     size_p.add_argument("--force", action="store_true",
                         help="replace an output folder an earlier fleetsim run wrote")
-    size_p.add_argument("--quiet", action="store_true", help="no progress bar")
+    size_p.add_argument("--quiet", action="store_true",
+                        help="no progress line (on a terminal: the trial running, the "
+                             "time elapsed and an estimate of what is left)")
     size_p.add_argument("--joint", metavar="POOL_A,POOL_B",
                         help="size two coupled pools together (a disaggregated model's "
                              "prefill and decode pools, a cascade's, a prompt-length "
@@ -492,6 +627,18 @@ def add_planning(sub) -> None:
                              "rates, no traces, sessions or other autoscaled pools); auto: "
                              "as long as the SLOs' percentiles need (200 requests of the "
                              "slowest stream past the strictest one), at least a minute")
+    size_p.add_argument("--write-scenario", type=path_arg, metavar="FILE",
+                        help="write the chosen fleet as a scenario (each sized pool's "
+                             "replicas, hardware, TP, PP, weight and KV precisions as its "
+                             "trials ran them; all else kept) that `fleetsim run FILE` "
+                             "reproduces; an existing file is replaced only with --force, "
+                             "and only if --write-scenario wrote it")
+    size_p.add_argument("--peak", type=duration_arg, metavar="DURATION",
+                        help="for a load that changes over the run (a diurnal rate, a "
+                             "trace): size at its busiest window of this length (the most "
+                             "arrivals, from the rate functions and trace timestamps), then "
+                             "run the chosen fleet over the whole run and report both "
+                             "(exit 1 where it misses the SLOs there)")
     size_p.add_argument("--report", action="store_true",
                         help="also write report.html in --out: the options' Pareto views, "
                              "the cost model of each, and the chosen fleet's cost per pool "

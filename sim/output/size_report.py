@@ -11,16 +11,20 @@ from sim.output import pareto
 from sim.output.report import CSS, _e, _png, _table
 
 HOURS_PER_DAY = 24.0
-SHOWN = ("pool", "hardware", "tp", "pp", "weight_dtype", "replicas", "gpus", "feasible",
-         "cost_usd_per_h", "usd_per_million_output_tokens", "slo_margin_min",
-         "output_tokens_per_s_per_gpu", "tokens_per_s_per_user", "cost_model", "note")
+SHOWN = ("pool", "hardware", "tp", "pp", "weight_dtype", "kv_dtype", "engine", "replicas",
+         "gpus", "feasible", "cost_usd_per_h", "usd_per_million_output_tokens",
+         "slo_margin_min", "output_tokens_per_s_per_gpu", "tokens_per_s_per_user",
+         "cost_model", "note")
 
 
 def option_label(row) -> str:
     count = "" if pd.isna(row.get("replicas")) else f" x{int(row['replicas'])}"
     stages = row.get("pp", 1)
     pp = "" if pd.isna(stages) or stages == 1 else f" PP{int(stages)}"
-    return f"{row['pool']}: {row['hardware']} TP{row['tp']}{pp} {row['weight_dtype']}{count}"
+    kv = row.get("kv_dtype")
+    dtypes = row["weight_dtype"] if kv is None or pd.isna(kv) else \
+        f"{row['weight_dtype']}/KV {kv}"
+    return f"{row['pool']}: {row['hardware']} TP{row['tp']}{pp} {dtypes}{count}"
 
 
 def _cell(value):
