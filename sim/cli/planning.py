@@ -224,6 +224,7 @@ def _write_fleet(fleet, lines: list[str], path: Path, slos) -> None:
     import sys
 
     from sim.output.atomic_write import write_file
+    from sim.output.table import slo_value_text
     from sim.planning.write_back import scenario_text
 
     if fleet is None:
@@ -231,8 +232,8 @@ def _write_fleet(fleet, lines: list[str], path: Path, slos) -> None:
               file=sys.stderr)
         return
     scenario = fleet
-    lines = [*lines, "sized for " + ", ".join(f"{s.metric} {s.target:g}" for s in slos)
-                 + f" (latencies in seconds), seed {scenario.seed}"]
+    lines = [*lines, "sized for " + ", ".join(f"{s.metric} {slo_value_text(s.metric, s.target)}"
+                                             for s in slos) + f", seed {scenario.seed}"]
     text, outside = scenario_text(fleet, path, lines)
     write_file(path, text)
     print(f"wrote {shown(path)}: " + "; ".join(lines[:-1]))

@@ -9,6 +9,7 @@ import pandas as pd
 
 from sim.output import pareto
 from sim.output.report import CSS, _e, _png, _table
+from sim.output.table import slo_value_text
 
 HOURS_PER_DAY = 24.0
 SHOWN = ("pool", "hardware", "tp", "pp", "weight_dtype", "kv_dtype", "engine", "replicas",
@@ -68,8 +69,9 @@ def build_size_report(table: pd.DataFrame, title: str, slos, fleet) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'>"
              f"<title>fleetsim size: {_e(title)}</title><style>{CSS}</style></head><body>",
              f"<h1>{_e(title)}: sizing</h1>",
-             "<p>Sized for " + _e(", ".join(f"{s.metric} {s.target:g}" for s in slos))
-             + " (latencies in seconds). Every option's fewest replicas meeting them; "
+             "<p>Sized for " + _e(", ".join(f"{s.metric} {slo_value_text(s.metric, s.target)}"
+                                           for s in slos))
+             + ". Every option's fewest replicas meeting them; "
              "ranked by cost per hour within each pool.</p>"]
     if pareto.views(feasible):
         keep = [labels[i] for i in range(len(table)) if table.index[i] in feasible.index]
