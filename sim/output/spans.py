@@ -41,13 +41,18 @@ class Span:
         return {"start_s": self.start_s, "end_s": self.end_s, "span_s": self.span_s}
 
 
+def _ends(requests: Table, run_end_s: float) -> np.ndarray:
+    """Each request's terminal time: its finish (completed or refused), else the run's end
+    (still open at the cut-off)."""
+    ends = np.where(requests["status"] == Status.UNFINISHED, run_end_s, requests["finish_s"])
+    return np.where(np.isnan(ends), run_end_s, ends)
+
+
 def active_span(requests: Table, run_end_s: float) -> Span | None:
     """First arrival to last terminal event of ``requests`` (None: no request)."""
     if not len(requests):
         return None
-    ends = np.where(requests["status"] == Status.UNFINISHED, run_end_s, requests["finish_s"])
-    ends = np.where(np.isnan(ends), run_end_s, ends)
-    return Span(float(requests["arrival_s"].min()), float(ends.max()))
+    return Span(float(requests["arrival_s"].min()), float(_ends(requests, run_end_s).max()))
 
 
 def billed_gpu_s_within(pool: PoolAccount, span: Span | None) -> float:
@@ -63,12 +68,17 @@ def billed_gpu_s_within(pool: PoolAccount, span: Span | None) -> float:
 def rates(done: Table, window: str, span_s: float) -> dict:
     """Completed requests and their tokens per second over a window of ``span_s``,
     named (``window``) beside the figures."""
+    return _rates(len(done), int(done["prompt_tokens"].sum()),
+                  int(done["output_tokens"].sum()), window, span_s)
+
+
+def _rates(completed: int, input_tokens: int, output_tokens: int, window: str,
+           span_s: float) -> dict:
     def per_s(n: float) -> float:
         return n / span_s if span_s > 0 else 0.0
-    return {"window": window, "span_s": span_s,
-            "requests_per_s": per_s(len(done)),
-            "input_tokens_per_s": per_s(int(done["prompt_tokens"].sum())),
-            "output_tokens_per_s": per_s(int(done["output_tokens"].sum()))}
+    return {"window": window, "span_s": span_s, "requests_per_s": per_s(completed),
+            "input_tokens_per_s": per_s(input_tokens),
+            "output_tokens_per_s": per_s(output_tokens)}
 
 
 def pool_in_span(pool: PoolAccount, span: Span | None) -> dict:
@@ -94,23 +104,29 @@ def stream_figures(requests: Table, stream_names: tuple[str, ...], run_end_s: fl
                    span_cost: np.ndarray) -> dict[str, dict]:
     """Per stream: its own active span, its requests, its rates over that span and its
     share of the fleet's cost over the run's active span (``span_cost``: each request's
-    share, by the tokens it had computed, as the teams' costs are shared)."""
+    share, by the tokens it had computed, as the teams' costs are shared). Columns are
+    read once and masked per stream (a table's rows would copy every column)."""
     out: dict[str, dict] = {}
+    if not len(requests):
+        return out
     streams = requests["stream"]
+    arrival, ends = requests["arrival_s"], _ends(requests, run_end_s)
+    done = np.asarray(requests["status"] == Status.COMPLETED, dtype=bool)
+    prompt, output = requests["prompt_tokens"], requests["output_tokens"]
     for name in stream_names:
         mine = np.asarray(streams == name, dtype=bool)
-        rows = requests[mine]
-        if not len(rows):
+        if not mine.any():
             continue
-        span = active_span(rows, run_end_s)
-        done = rows[rows["status"] == Status.COMPLETED]
+        span = Span(float(arrival[mine].min()), float(ends[mine].max()))
+        ok = mine & done
         cost = float(span_cost[mine].sum())
-        out_tokens = int(done["output_tokens"].sum())
+        out_tokens = int(output[ok].sum())
         out[str(name)] = {
             "active_span": span.as_dict(),
-            "requests": int(len(rows)),
-            "completed": int(len(done)),
-            "throughput": rates(done, "stream_active_span", span.span_s),
+            "requests": int(mine.sum()),
+            "completed": int(ok.sum()),
+            "throughput": _rates(int(ok.sum()), int(prompt[ok].sum()), out_tokens,
+                                 "stream_active_span", span.span_s),
             "active_span_cost_usd": cost,
             "usd_per_million_output_tokens": cost / out_tokens * 1e6 if out_tokens else None,
         }
