@@ -67,6 +67,7 @@ class Pool:
         self.cold_start_s = (self.cfg.cold_start.provisioning
                              + spec.kv.weight_bytes_per_gpu / self.cfg.cold_start.load_bandwidth)
         self.gpu_seconds_released = 0.0          # billed time of released replicas
+        self.released_billing_s: list[tuple[float, float]] = []   # (requested, released)
         self.replicas_max = 0
         self._next_index = 0
         self._queue_seq = 0
@@ -119,6 +120,7 @@ class Pool:
         replica.release()
         self.gpu_seconds_released += ((self.env.now - replica.requested_s)
                                       * self.spec.gpus_per_replica)
+        self.released_billing_s.append((replica.requested_s, self.env.now))
         self.replicas.remove(replica)
         del self._by_index[replica.index]
 
@@ -147,6 +149,12 @@ class Pool:
         live = sum(now_s - r.requested_s for r in self.replicas) * self.spec.gpus_per_replica
         return self.gpu_seconds_released + live
 
+    def billing_intervals(self, now_s: float) -> tuple[tuple[float, float], ...]:
+        """Each replica's billed interval, (requested, released or ``now_s``), in the order
+        they were released, then the live ones."""
+        live = [(r.requested_s, now_s) for r in self.replicas]
+        return tuple(self.released_billing_s + live)
+
     def account(self, end_s: float) -> PoolAccount:
         """What the results need of this pool once the run has ended at ``end_s``."""
         spec, cost = self.spec, self.cost_model
@@ -155,7 +163,8 @@ class Pool:
             weight_dtype=spec.cfg.weight_dtype, kv_dtype=spec.cfg.kv_dtype,
             cost_model=cost.label, gpus_per_replica=spec.gpus_per_replica,
             price_per_gpu_hour=spec.price_per_gpu_hour, kv_blocks_per_replica=spec.kv.num_blocks,
-            billed_gpu_s=self.billed_gpu_seconds(end_s), replicas_max=self.replicas_max,
+            billed_gpu_s=self.billed_gpu_seconds(end_s),
+            billing_intervals_s=self.billing_intervals(end_s), replicas_max=self.replicas_max,
             peak_flops_per_gpu=cost.peak_flops_per_gpu,
             peak_bytes_per_s_per_gpu=cost.peak_bytes_per_s_per_gpu, usage=self.usage)
 

@@ -14,7 +14,7 @@ from rich.table import Table
 
 _NONE = "-"
 _LATENCY = (("TTFT", "ttft"), ("TPOT", "tpot"), ("E2E", "e2e"), ("queue", "queue"))
-_QUANTILES = ("mean", "p50", "p90", "p99")
+_QUANTILES = ("mean", "p50", "p90", "p95", "p99", "p999")
 
 
 def fmt_seconds(x: float | None) -> str:
@@ -74,6 +74,8 @@ def _overview(s: dict) -> Table:
     t.add_section()
     t.add_row("arrivals for", fmt_seconds(s.get("duration_s")))
     t.add_row("simulated until", fmt_seconds(s.get("end_s")))
+    if thr.get("span_s") is not None:       # the rates' window: first arrival to last end
+        t.add_row("active span", fmt_seconds(thr.get("span_s")))
     t.add_row("throughput", f"{_num(thr.get('requests_per_s'), 2)} req/s")
     t.add_row("input tokens", f"{_num(thr.get('input_tokens_per_s'))} tok/s")
     t.add_row("output tokens", f"{_num(thr.get('output_tokens_per_s'))} tok/s")
@@ -116,6 +118,12 @@ def _step_times(p: dict) -> str:
     return label
 
 
+def _in_span(p: dict) -> dict:
+    """A pool's utilisation over the run's active span, as the rates above are (its
+    whole-run figures for a summary written before active spans)."""
+    return p.get("active_span") or p
+
+
 _POOL_ROWS = (
     ("model", lambda p: str(p.get("model", _NONE))),
     ("hardware", lambda p: str(p.get("hardware", _NONE))),
@@ -123,9 +131,9 @@ _POOL_ROWS = (
     ("step times", _step_times),
     ("GPU-hours", lambda p: _sig(p.get("gpu_hours"))),
     ("cost", lambda p: _usd(p.get("cost_usd"))),
-    ("busy", lambda p: _pct(p.get("busy_frac"))),
-    ("MFU", lambda p: _pct(p.get("mfu"))),
-    ("MBU", lambda p: _pct(p.get("mbu"))),
+    ("busy", lambda p: _pct(_in_span(p).get("busy_frac"))),
+    ("MFU", lambda p: _pct(_in_span(p).get("mfu"))),
+    ("MBU", lambda p: _pct(_in_span(p).get("mbu"))),
     ("KV util (mean)", lambda p: _pct(p.get("kv_util_mean"))),
     ("max running seqs", lambda p: _num(p.get("max_running_seqs"))),
 )

@@ -519,7 +519,10 @@ def _option_row(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
     return {
         **named, "replicas": n, "gpus": n * option_gpus(option), "feasible": True,
         "cost_usd_per_h": pool_sum["cost_usd"] / (best.summary["end_s"] / 3600.0),
-        "usd_per_million_output_tokens": pool_sum["cost_usd"] / out_tok * 1e6
+        # the bill inside the run's active span, as summary.json's (a closed loop that
+        # ends early is not charged the idle rest of the run)
+        "usd_per_million_output_tokens":
+            pool_sum.get("active_span", pool_sum)["cost_usd"] / out_tok * 1e6
         if out_tok else None,
         **best.measured,
         **{f"margin_{k}": v for k, v in margin.items()},
