@@ -444,9 +444,18 @@ def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None,
         rows[at] = row
     table = _in_order(pd.DataFrame(rows), slos)
     if len(table) and "cost_usd_per_h" in table:
-        table = table.sort_values(["pool", "feasible", "cost_usd_per_h"],
-                                  ascending=[True, False, True], kind="stable")
+        table = _by_cost(table, "pool", "feasible")
     return table.reset_index(drop=True)
+
+
+def _by_cost(table: pd.DataFrame, *first: str) -> pd.DataFrame:
+    """``table`` cheapest first per hour (after ``first``: pool, feasible rows first), and
+    at the same price the widest SLO margin first: of two fleets costing the same, the one
+    with more headroom (an fp8 option's faster steps on the same GPUs) is the answer."""
+    keys = [*first, "cost_usd_per_h"] + (["slo_margin_min"] if "slo_margin_min" in table
+                                         else [])
+    ascending = [k != "feasible" for k in first] + [True, False][:len(keys) - len(first)]
+    return table.sort_values(keys, ascending=ascending, kind="stable", na_position="last")
 
 
 LEADING = ("pool", *OPTION_FIELDS, "engine", "cost_model", "replicas", "gpus", "feasible",
@@ -623,7 +632,7 @@ def chosen_rows(table: pd.DataFrame) -> dict[str, pd.Series]:
     for pool, rows in table.groupby("pool", sort=False):
         feasible = rows[rows["feasible"].astype(bool) & rows["replicas"].notna()]
         if len(feasible):
-            chosen[str(pool)] = feasible.sort_values("cost_usd_per_h", kind="stable").iloc[0]
+            chosen[str(pool)] = _by_cost(feasible).iloc[0]
     return chosen
 
 
