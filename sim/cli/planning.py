@@ -120,16 +120,13 @@ def _cmd_size(args: argparse.Namespace) -> int:
             print(json.dumps(row))
         return _verdict([r["pool"] for r in rates if not r["feasible"]], "no load")
     _check_executor(args)
-    line = _trial_line(args, "size")
     try:
-        table = size(scenario, slos, pools, line, confidence=confidence,
-                     executor=args.executor, workers=args.workers,
-                     scheduler=args.scheduler)
+        with _trial_line(args, "size") as line:
+            table = size(scenario, slos, pools, line, confidence=confidence,
+                         executor=args.executor, workers=args.workers,
+                         scheduler=args.scheduler)
     except DaskSchedulerError as exc:
         raise ScenarioError(str(exc), field="--scheduler") from None
-    finally:
-        if line is not None:
-            line.stop()
     page = None
     if args.report:
         from sim.output.size_report import build_size_report
@@ -187,10 +184,12 @@ def _print_peak(peak: dict) -> None:
 
 
 def _trial_line(args: argparse.Namespace, label: str):
-    """The progress line of a search (see :mod:`sim.cli.trial_progress`), or None with
-    --quiet."""
+    """The progress line of a search (see :mod:`sim.cli.trial_progress`), to hold with
+    ``with`` around the search (it gives None with --quiet)."""
+    from contextlib import nullcontext
+
     from sim.cli.trial_progress import TrialLine
-    return None if args.quiet else TrialLine(label)
+    return nullcontext() if args.quiet else TrialLine(label)
 
 
 def _check_written(args: argparse.Namespace, inputs) -> Path:
@@ -307,13 +306,9 @@ def _size_joint(args: argparse.Namespace, scenario, slos, confidence, out, input
     from sim.planning.progress import TrialCounter
 
     pools = [p.strip() for p in args.joint.split(",")]
-    line = _trial_line(args, "size --joint")
-    try:
+    with _trial_line(args, "size --joint") as line:
         table = joint_size(scenario, pools, slos, confidence=confidence,
                            counter=TrialCounter(line), thresholds=args.thresholds)
-    finally:
-        if line is not None:
-            line.stop()
     if out is not None:
         _write_sized(table, out, args, inputs, "size --joint")
     with_pd_options(lambda: print(table.to_string(index=False)))
@@ -342,18 +337,14 @@ def _size_autoscaled(args: argparse.Namespace, scenario, slos, confidence, out,
         tried, low, cap = search_plan(scenario, pool, confidence)
         most.append(len(tried) * 2 * bisection_steps(low, cap))
     tables, teams = [], {}
-    line = _trial_line(args, "size --autoscaled")
-    counter = TrialCounter(line)
-    try:
+    with _trial_line(args, "size --autoscaled") as line:
+        counter = TrialCounter(line)
         for i, pool in enumerate(pools):
             counter.most_after = sum(most[i + 1:])
             table, per_team = autoscaled_size(scenario, pool, slos, confidence=confidence,
                                               counter=counter)
             tables.append(table)
             teams[pool] = per_team
-    finally:
-        if line is not None:
-            line.stop()
     import pandas as pd
     table = pd.concat(tables, ignore_index=True)
     if out is not None:

@@ -3,10 +3,11 @@ estimate of what is left, on stderr, from the first second.
 
 The line is drawn as each trial starts (so it shows before the first trial ends, however
 long that one takes) and, on a terminal, redrawn every second so that the elapsed time
-keeps moving through a long trial. What is left is estimated from the trials done: their
-mean time times the most trials the search may still run, less the time the trial
-running has taken so far (see
-:mod:`sim.planning.progress`). Like the other progress bars it is drawn only on a
+keeps moving through a long trial. The trial running tells the line what share of its
+arrival window it has simulated (:func:`sim.planning.progress.telling`), so what is left
+is estimated from the first second: the trial running's time so far over that share, for
+it and (until a trial has ended) for each still to run; once trials have ended, their
+mean time for each still to run (see :mod:`sim.planning.progress`). Like the other progress bars it is drawn only on a
 terminal (a log or a pipe gets the result lines alone) and ``--quiet`` turns it off.
 """
 from __future__ import annotations
@@ -17,8 +18,11 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from sim.planning.progress import telling
+
 CLEAR = "\r\x1b[K"          # back to the line's start, and clear it
 CLOCK = time.monotonic      # the line's clock where none is given
+SURE_SHARE = 0.01           # a trial's share simulated from which its time is estimated
 
 
 def duration_text(seconds: float) -> str:
@@ -47,6 +51,7 @@ class TrialLine:
         self.shown = self.stream.isatty()
         self._state: tuple[str, int, int, str] | None = None
         self._at_start_s = 0.0      # elapsed when the trial running started
+        self._share = 0.0           # of the running trial's arrival window, simulated
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker = None
@@ -58,7 +63,14 @@ class TrialLine:
         with self._lock:
             self._state = (what, done, most_left, unit)
             self._at_start_s = self.clock() - self.start_s
+            self._share = 0.0
             self._draw()
+
+    def simulated(self, share: float) -> None:
+        """The running trial has simulated ``share`` of its arrival window (a
+        :data:`~sim.planning.progress.Simulated`); drawn at the next tick."""
+        with self._lock:
+            self._share = share
 
     def text(self) -> str:
         """The line as it stands (empty before the first trial)."""
@@ -70,9 +82,16 @@ class TrialLine:
                 f"elapsed {duration_text(elapsed_s)}")
         if unit == "option":
             line = (f"{self.label}: {what} ... elapsed {duration_text(elapsed_s)}")
-        if done:        # the trials done's mean time, for each still to run
-            mean_s = self._at_start_s / done
-            left_s = max(0.0, mean_s * most_left - (elapsed_s - self._at_start_s))
+        ran_s = elapsed_s - self._at_start_s        # the trial running, so far
+        # the running trial's whole time, from its share simulated (once it is past the
+        # first percent: sooner, a run's set-up would weigh as if it were the rate)
+        running_s = ran_s / self._share if self._share >= SURE_SHARE else None
+        if self._share > 0.0 and unit == "trial":
+            line += f" (simulated {self._share:.0%})"
+        if done or running_s is not None:
+            each_s = self._at_start_s / done if done else running_s
+            this_s = running_s if running_s is not None else each_s
+            left_s = max(0.0, this_s - ran_s) + each_s * (most_left - 1)
             line += f", about {duration_text(left_s)} left at most"
         return line
 
@@ -85,6 +104,16 @@ class TrialLine:
         while not self._stop.wait(every_s):
             with self._lock:
                 self._draw()
+
+    def __enter__(self) -> "TrialLine":
+        """Drawn while the block runs, told by each trial of its progress; stopped after."""
+        self._telling = telling(self.simulated)
+        self._telling.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._telling.__exit__(*exc)
+        self.stop()
 
     def stop(self) -> None:
         """Stop redrawing and clear the line (the results follow on a clean terminal)."""

@@ -22,7 +22,7 @@ from sim.api import located
 from sim.config.scenario import Scenario
 from sim.planning.hopeless import hopeless_watch
 from sim.planning.overrides import with_values
-from sim.planning.progress import TrialCounter, Watch, option_text
+from sim.planning.progress import TrialCounter, Watch, option_text, run_trial
 from sim.planning.runner import Payload, map_tasks, scenario_from_payload, scenario_payload
 from sim.config.resolve import resolve
 from sim.config.slos import Slo
@@ -124,7 +124,7 @@ def verdict(scenario: Scenario, pool: str, slos: list[Slo],
         scn = scenario if i == 0 else with_values(scenario, {"seed": scenario.seed + i})
         watch = hopeless_watch(scn, pool, slos) if give_up else None
         res = ran if i == 0 and ran is not None and watch is None else \
-            sim.run(scn, watch=(watch.every_s, watch) if watch else None)
+            run_trial(scn, watch=(watch.every_s, watch) if watch else None)
         end_s = min(scn.duration, res.summary["end_s"])
         everyone = pool_requests(scn, res.requests, pool, after_warmup=False)
         share = served_share(everyone, scn.warmup, end_s)
@@ -413,7 +413,7 @@ def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None,
     most = {pool: search_bound(replica_cap(scenario, pool))[0] for pool in pools}
     counter = TrialCounter(watch, sum(len(grids[p]) * most[p] for p in pools))
     counter.start("the scenario as configured, to find the pools its requests reach", 1)
-    ran = sim.run(scenario)                 # the scenario as configured, run once
+    ran = run_trial(scenario)               # the scenario as configured, run once
     _sends_requests(scenario, len(ran.requests))
     rows: list[dict | None] = []
     tasks: list[tuple[int, OptionTask]] = []

@@ -83,8 +83,10 @@ def test_each_trial_names_its_option_and_the_estimate_comes_from_the_trials_done
     line(option, 3, 9)            # 30 s a trial, at most 9 more
     assert line.text() == (f"size: trial 4/≤12: {option} ... elapsed 1 min 30 s, "
                            "about 4 min 30 s left at most")
-    clock.now_s = 150.0           # a minute into the fourth: a minute less is left
-    assert line.text().endswith("elapsed 2 min 30 s, about 3 min 30 s left at most")
+    clock.now_s = 100.0           # 10 s into the fourth: 20 s of it left, and 8 more
+    assert line.text().endswith("elapsed 1 min 40 s, about 4 min 20 s left at most")
+    clock.now_s = 150.0           # past the mean: the 8 still to run are left at least
+    assert line.text().endswith("elapsed 2 min 30 s, about 4 min 0 s left at most")
     line.stop()
     assert screen.getvalue().endswith(CLEAR) and line.text() == ""
 
@@ -142,3 +144,37 @@ def test_a_joint_search_announces_each_pair_before_it_runs_within_its_bound():
     assert [done for _, done, _, _ in events] == list(range(ran))
     assert all(done + most >= ran for _, done, most, _ in events)
     assert re.fullmatch(r"pools prefill x\d+ and decode x\d+", events[0][0])
+
+
+def test_the_first_trial_estimates_what_is_left_from_its_share_simulated():
+    """Before any trial has ended, the running one's share of its arrival window gives
+    the estimate: 10 s for a quarter is 40 s a trial, 30 s of this one and 12 more left."""
+    clock, screen = FakeClock(), Terminal()
+    line = TrialLine("size", stream=screen, clock=clock, tick_s=None)
+    line("the scenario as configured", 0, 13)
+    clock.now_s = 10.0
+    line.simulated(0.005)         # too little to go by: a run's set-up weighs in
+    assert line.text().endswith("elapsed 10 s (simulated 0%)")
+    line.simulated(0.25)
+    assert line.text().endswith("elapsed 10 s (simulated 25%), about 8 min 30 s left at most")
+    line("pool chat 2 x H100 tp1 pp1 bf16/bf16", 1, 12)     # the first took 10 s
+    assert line.text().endswith("elapsed 10 s, about 2 min 0 s left at most")  # 10 s x 12
+    line.stop()
+
+
+def test_each_trial_of_a_search_tells_its_share_simulated():
+    """Within ``telling``, every trial size runs in this process reports the share of its
+    arrival window simulated, rising to the whole window within each trial."""
+    from sim.planning.progress import telling
+    shares: list[float] = []
+    starts: list[int] = []
+    data = day_long(False)
+    data["duration"] = 600.0
+    scenario = Scenario.model_validate(data)
+    with telling(shares.append):
+        size(scenario, [parse_slo("ttft_p99=2s")],
+             watch=lambda *a: starts.append(len(shares)))
+    assert len(starts) >= 2 and shares and all(0.0 <= x <= 1.0 for x in shares)
+    for begin, end in zip(starts, [*starts[1:], len(shares)]):
+        trial = shares[begin:end]
+        assert trial == sorted(trial) and trial[0] == 0.0 and trial[-1] == 1.0
