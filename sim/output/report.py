@@ -15,6 +15,7 @@ import yaml
 from matplotlib.figure import Figure
 
 from sim.output.plots import new_figure, plain_text, png_bytes
+from sim.output.spans import pool_window
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;
@@ -80,7 +81,8 @@ def build_report(results, sweep=None, images: dict[str, bytes] | None = None) ->
                   s["throughput"].get("span_s")],
                  ["requests / s (active span)", s["throughput"]["requests_per_s"]],
                  ["output tokens / s (active span)", s["throughput"]["output_tokens_per_s"]],
-                 ["total cost (USD)", s["cost"]["total_usd"]],
+                 ["total cost, whole run (USD)", s["cost"]["total_usd"]],
+                 ["cost over the active span (USD)", s["cost"].get("active_span_usd")],
                  ["of which in no team's cost: idle capacity (USD)",
                   s["cost"].get("unattributed_usd", 0.0)],
                  ["USD per million output tokens (active span)",
@@ -94,9 +96,10 @@ def build_report(results, sweep=None, images: dict[str, bytes] | None = None) ->
              _table(["pool", "model", "hardware", "TP", "PP", "step times from", "replicas (mean)",
                      "GPU-hours", "cost (USD)", "busy", "MFU", "MBU", "KV cache used"],
                     [[name, p["model"], p["hardware"], p["tp"], p.get("pp", 1), p["cost_model"],
-                      p["replicas_mean"], p["gpu_hours"], p["cost_usd"],
-                      *(_pct(_in_span(p).get(k)) for k in ("busy_frac", "mfu", "mbu")),
-                      _pct(p["kv_util_mean"])]
+                      *(pool_window(p).get(k) for k in ("replicas_mean", "gpu_hours",
+                                                        "cost_usd")),
+                      *(_pct(pool_window(p).get(k))
+                        for k in ("busy_frac", "mfu", "mbu", "kv_util_mean"))]
                      for name, p in s["pools"].items()]),
              f"<p class='note'>{GLOSSARY}</p>",
              "<h2>Teams</h2>",
@@ -132,18 +135,13 @@ def build_report(results, sweep=None, images: dict[str, bytes] | None = None) ->
 # the latencies' statistics shown, as summary.json names them (p999: the 99.9th percentile)
 LATENCY_STATS = ("mean", "p50", "p90", "p95", "p99", "p999")
 
-GLOSSARY = ("busy, MFU and MBU are over the run's active span (first arrival to last "
-            "request's end), as the rates are; GPU-hours, cost and mean replicas over the "
-            "whole run, as billed. "
+GLOSSARY = ("Every pool figure is over the run's active span (first arrival to last "
+            "request's end), as the rates are; summary.json gives each pool's whole-run "
+            "bill beside it. "
             "busy: share of the billed GPU time a replica was computing; MFU: model FLOPs "
             "used over the GPUs' peak FLOP/s; MBU: bytes moved over peak memory bandwidth (a "
             "decode-heavy pool is bandwidth-bound: high MBU, low MFU); KV cache used: the "
             "mean share of the KV blocks holding tokens.")
-
-
-def _in_span(pool: dict) -> dict:
-    """A pool's utilisation over the active span (its own figures in an older summary)."""
-    return pool.get("active_span") or pool
 
 
 def _ms(seconds: float | None) -> float | None:

@@ -81,13 +81,32 @@ def _rates(completed: int, input_tokens: int, output_tokens: int, window: str,
             "output_tokens_per_s": per_s(output_tokens)}
 
 
-def pool_in_span(pool: PoolAccount, span: Span | None) -> dict:
-    """A pool's billed GPU time, cost, mean replicas and utilisation inside the run's
-    active span (all its busy time, FLOPs and bytes lie inside it)."""
+def pool_window(pool: dict) -> dict:
+    """A summary's pool figures over the run's active span, as its rates are (the pool's
+    own, over the whole run, in a summary written before active spans)."""
+    return pool.get("active_span") or pool
+
+
+def _sampled_mean(samples: Table, column: str, span: Span | None) -> float | None:
+    """The mean of a pool's time-series ``column`` over the samples inside ``span`` (None
+    where none fell inside it, not a made-up 0)."""
+    if span is None or not len(samples):
+        return None
+    t = samples["time_s"]
+    inside = (t >= span.start_s) & (t <= span.end_s)
+    return float(samples[column][inside].mean()) if inside.any() else None
+
+
+def pool_in_span(pool: PoolAccount, span: Span | None, samples: Table) -> dict:
+    """A pool's billed GPU time, cost, mean replicas, utilisation and mean KV use and
+    queue inside the run's active span (all its busy time, FLOPs and bytes lie inside
+    it; ``samples``: the pool's rows of the time series)."""
     span_s = span.span_s if span is not None else 0.0
     gpu_s = billed_gpu_s_within(pool, span)
     usage = pool.usage
     return {
+        "kv_util_mean": _sampled_mean(samples, "kv_util", span),
+        "queue_mean": _sampled_mean(samples, "queued", span),
         "span_s": span_s,
         "gpu_hours": gpu_s / 3600.0,
         "cost_usd": gpu_s / 3600.0 * pool.price_per_gpu_hour,
@@ -127,7 +146,9 @@ def stream_figures(requests: Table, stream_names: tuple[str, ...], run_end_s: fl
             "completed": int(ok.sum()),
             "throughput": _rates(int(ok.sum()), int(prompt[ok].sum()), out_tokens,
                                  "stream_active_span", span.span_s),
-            "active_span_cost_usd": cost,
+            # the fleet's bill over the run's active span, shared by tokens computed (a
+            # stream's own span overlaps others': no bill is its alone)
+            "span_cost_share_usd": cost,
             "usd_per_million_output_tokens": cost / out_tokens * 1e6 if out_tokens else None,
         }
     return out

@@ -198,7 +198,8 @@ def summarise(run: RunAccount, requests: Table, ts: Table,
     span_s = span.span_s if span is not None else 0.0
     span_pool_cost: dict[str, float] = {}
     for name, figures in pools.items():
-        figures["active_span"] = pool_in_span(run.pools[name], span)
+        pts = ts[ts["pool"] == name] if len(ts) else ts
+        figures["active_span"] = pool_in_span(run.pools[name], span, pts)
         span_pool_cost[name] = figures["active_span"]["cost_usd"]
     span_cost = sum(span_pool_cost.values())
     latency_s = {

@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from sim.output.spans import pool_window
+
 _NONE = "-"
 _LATENCY = (("TTFT", "ttft"), ("TPOT", "tpot"), ("E2E", "e2e"), ("queue", "queue"))
 _QUANTILES = ("mean", "p50", "p90", "p95", "p99", "p999")
@@ -80,10 +82,16 @@ def _overview(s: dict) -> Table:
     t.add_row("input tokens", f"{_num(thr.get('input_tokens_per_s'))} tok/s")
     t.add_row("output tokens", f"{_num(thr.get('output_tokens_per_s'))} tok/s")
     t.add_section()
-    t.add_row("total cost", _usd(cost.get("total_usd")))
+    # the bill twice, each named by its window: a closed loop that ends early is billed
+    # on to the end of the run, but its cost per token is over its span
+    t.add_row("total cost (whole run)", _usd(cost.get("total_usd")))
     if cost.get("unattributed_usd"):
         t.add_row("  in no team's cost (idle)", _usd(cost.get("unattributed_usd")))
-    t.add_row("cost per M output tokens", _usd(cost.get("usd_per_million_output_tokens")))
+    if cost.get("active_span_usd") is not None:
+        t.add_row("cost over the active span", _usd(cost.get("active_span_usd")))
+        t.add_row("  per M output tokens", _usd(cost.get("usd_per_million_output_tokens")))
+    else:
+        t.add_row("cost per M output tokens", _usd(cost.get("usd_per_million_output_tokens")))
     return t
 
 
@@ -118,39 +126,36 @@ def _step_times(p: dict) -> str:
     return label
 
 
-def _in_span(p: dict) -> dict:
-    """A pool's utilisation over the run's active span, as the rates above are (its
-    whole-run figures for a summary written before active spans)."""
-    return p.get("active_span") or p
-
-
-_POOL_ROWS = (
-    ("model", lambda p: str(p.get("model", _NONE))),
-    ("hardware", lambda p: str(p.get("hardware", _NONE))),
-    ("TP x replicas", _replicas),
-    ("step times", _step_times),
-    ("GPU-hours", lambda p: _sig(p.get("gpu_hours"))),
-    ("cost", lambda p: _usd(p.get("cost_usd"))),
-    ("busy", lambda p: _pct(_in_span(p).get("busy_frac"))),
-    ("MFU", lambda p: _pct(_in_span(p).get("mfu"))),
-    ("MBU", lambda p: _pct(_in_span(p).get("mbu"))),
-    ("KV util (mean)", lambda p: _pct(p.get("kv_util_mean"))),
-    ("max running seqs", lambda p: _num(p.get("max_running_seqs"))),
+_POOL_ROWS = (          # each given the pool's figures over the active span beside its own
+    ("model", lambda p, w: str(p.get("model", _NONE))),
+    ("hardware", lambda p, w: str(p.get("hardware", _NONE))),
+    ("TP x replicas", lambda p, w: _replicas({**p, "replicas_mean": w.get("replicas_mean")})),
+    ("step times", lambda p, w: _step_times(p)),
+    ("GPU-hours", lambda p, w: _sig(w.get("gpu_hours"))),
+    ("cost", lambda p, w: _usd(w.get("cost_usd"))),
+    ("busy", lambda p, w: _pct(w.get("busy_frac"))),
+    ("MFU", lambda p, w: _pct(w.get("mfu"))),
+    ("MBU", lambda p, w: _pct(w.get("mbu"))),
+    ("KV util (mean)", lambda p, w: _pct(w.get("kv_util_mean"))),
+    ("max running seqs", lambda p, w: _num(p.get("max_running_seqs"))),
 )
 
 
 def _pools(s: dict) -> Table:
-    """One column per pool: stays narrow however many metrics there are."""
+    """One column per pool: stays narrow however many metrics there are. Every figure is
+    over the run's active span, as the rates are (but the peak replicas and running
+    sequences, over the run)."""
     pools = s.get("pools", {})
-    t = _new("pools", "", *pools)
+    in_span = any("active_span" in p for p in pools.values())
+    t = _new("pools (over the active span)" if in_span else "pools", "", *pools)
     for label, get in _POOL_ROWS:
-        t.add_row(label, *(get(p) for p in pools.values()))
+        t.add_row(label, *(get(p, pool_window(p)) for p in pools.values()))
     return t
 
 
 def _teams(s: dict) -> Table:
     t = _new("teams", "team", "requests", "completed", "rejected", "input tok",
-             "output tok", "cost")
+             "output tok", "cost (whole run)")
     for name, tm in s.get("teams", {}).items():
         t.add_row(name, _num(tm.get("requests")), _num(tm.get("completed")),
                   _num(tm.get("rejected")), _num(tm.get("input_tokens")),

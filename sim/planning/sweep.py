@@ -35,7 +35,7 @@ def _get(summary: dict, path: tuple) -> Any:
 POOL_FIELDS = ("replicas_mean", "busy_frac", "gpu_hours", "kv_util_mean")
 
 
-def _rates_window(summary: dict) -> tuple[bool, float]:
+def rates_window(summary: dict) -> tuple[bool, float]:
     """Whether the summary's rates are over its active span (summary.json's
     ``throughput.span_s``), and the window's length; else (a summary written before
     active spans) they are over the whole run, ``end_s``."""
@@ -45,7 +45,7 @@ def _rates_window(summary: dict) -> tuple[bool, float]:
     return False, summary.get("end_s") or 0.0
 
 
-def _in_window(pool: dict, in_span: bool) -> dict:
+def in_window(pool: dict, in_span: bool) -> dict:
     """A pool's figures over the rates' window (its ``active_span`` ones, or its own)."""
     return (pool.get("active_span") or {}) if in_span else pool
 
@@ -61,20 +61,23 @@ def mean_gpus(pool: dict, window_s: float, figures: dict | None = None) -> float
 
 
 def summary_row(summary: dict) -> dict:
-    """One tidy row of a summary: its rates, GPUs, cost per hour and busy share over the
-    active span (summary.json's ``throughput.span_s``; the whole run for a summary
-    written before active spans), its latencies, cost and SLO verdict."""
+    """One tidy row of a summary: its latencies and SLO verdict, and every other figure
+    (rates, GPUs, cost, cost per hour and per token, each pool's replicas, GPU-hours,
+    busy share and KV use) over one window: the active span (summary.json's
+    ``throughput.span_s``; the whole run for a summary written before active spans)."""
     row = {name: _get(summary, path) for name, path in ROW_FIELDS.items()}
     pools = summary.get("pools", {})
-    in_span, span_s = _rates_window(summary)
-    gpus = sum(mean_gpus(p, span_s, _in_window(p, in_span)) for p in pools.values())
+    in_span, span_s = rates_window(summary)
+    if in_span:             # the bill inside the span, as the cost per token is
+        row["cost_usd"] = (summary.get("cost") or {}).get("active_span_usd")
+    gpus = sum(mean_gpus(p, span_s, in_window(p, in_span)) for p in pools.values())
     tokens_per_s, tpot = row["output_tokens_per_s"], row["tpot_p50_s"]
     # the Pareto views' axes: each GPU's share of the output, each user's token speed,
     # the cost of an hour
     row["gpus_mean"] = gpus
     row["output_tokens_per_s_per_gpu"] = tokens_per_s / gpus if tokens_per_s and gpus else None
     row["tokens_per_s_per_user"] = 1.0 / tpot if tpot else None
-    cost = (summary.get("cost") or {}).get("active_span_usd") if in_span else row["cost_usd"]
+    cost = row["cost_usd"]
     row["cost_usd_per_h"] = cost * 3600.0 / span_s if span_s and cost is not None else None
     slo = summary.get("slo")
     if slo:             # the verdict of the scenario's slos: block, and its goodput
@@ -86,10 +89,9 @@ def summary_row(summary: dict) -> dict:
         row["slo_margin_min"] = (min(margins) if margins and None not in margins
                                  else None)
     for pool, fig in pools.items():
+        window = in_window(fig, in_span)
         for key in POOL_FIELDS:
-            # the share of its billed GPU time computing: over the rates' window
-            source = _in_window(fig, in_span) if key == "busy_frac" else fig
-            row[f"{pool}.{key}"] = source.get(key)
+            row[f"{pool}.{key}"] = window.get(key)
     return row
 
 

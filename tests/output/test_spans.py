@@ -104,7 +104,7 @@ def test_each_stream_reports_over_its_own_active_span():
     assert fig["completed"] == 40 and s["streams"]["bg"]["requests"] == int(
         (req["stream"].astype(str) == "bg").sum())
     # the streams share the fleet's bill over the run's active span, all of it used
-    shared = sum(f["active_span_cost_usd"] for f in s["streams"].values())
+    shared = sum(f["span_cost_share_usd"] for f in s["streams"].values())
     assert shared == pytest.approx(s["cost"]["active_span_usd"], rel=1e-9)
 
 
@@ -130,6 +130,48 @@ def test_sweep_row_rates_gpus_and_hourly_cost_are_over_the_active_span(early):
         s["throughput"]["output_tokens_per_s"] / 2.0)
     assert row["cost_usd_per_h"] == pytest.approx(s["cost"]["active_span_usd"] * 3600 / span_s)
     assert row["p.busy_frac"] == s["pools"]["p"]["active_span"]["busy_frac"]
+
+
+def test_every_figure_of_a_sweep_or_compare_row_is_over_one_window(early):
+    """A row's cost, each pool's replicas, GPU-hours and KV use are over the active span
+    as its rates are: the two fixed replicas are 2 there (not their whole run's share of
+    an hour), the cost is the span's bill (the cost per token's), and compare's fleet rows
+    agree with the row's GPUs."""
+    from sim.planning.compare import fleet_row
+    s = early.summary
+    span = s["pools"]["p"]["active_span"]
+    row = summary_row(s)
+    assert row["cost_usd"] == s["cost"]["active_span_usd"] < s["cost"]["total_usd"] / 10
+    out_tokens = row["output_tokens_per_s"] * s["throughput"]["span_s"]
+    assert row["cost_usd"] / out_tokens * 1e6 == pytest.approx(
+        row["usd_per_million_output_tokens"], rel=1e-6)
+    assert row["p.replicas_mean"] == pytest.approx(2.0) == span["replicas_mean"]
+    assert row["p.gpu_hours"] == span["gpu_hours"] and row["p.kv_util_mean"] == \
+        span["kv_util_mean"] > s["pools"]["p"]["kv_util_mean"]
+    fleet = fleet_row(s)
+    assert fleet["p.gpus_mean"] == pytest.approx(row["gpus_mean"]) == pytest.approx(2.0)
+    assert fleet["p.replicas_mean"] == pytest.approx(2.0)
+    assert fleet["p.cost_usd"] == pytest.approx(span["cost_usd"])
+
+
+def test_a_stream_names_its_cost_a_share_of_the_runs_span_bill(early):
+    stream = early.summary["streams"]["s"]
+    assert "active_span_cost_usd" not in stream
+    assert stream["span_cost_share_usd"] == pytest.approx(
+        early.summary["cost"]["active_span_usd"])
+
+
+def test_the_console_names_the_window_of_each_cost(early):
+    import io
+
+    from rich.console import Console
+
+    from sim.output.table import print_summary
+    screen = io.StringIO()
+    print_summary(early.summary, console=Console(file=screen, width=120))
+    text = screen.getvalue()
+    assert "total cost (whole run)" in text and "cost over the active span" in text
+    assert "pools (over the active span)" in text and "cost (whole run)" in text
 
 
 def test_latencies_have_p95_and_p999_and_are_given_in_ms_too(early):

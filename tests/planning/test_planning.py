@@ -317,6 +317,8 @@ def test_compare_takes_a_run_that_missed_its_slo(tmp_path, capsys):
     assert verdict.split()[1:3] == ["MISSED", "met"]
     margin = next(line for line in out.splitlines() if line.startswith("slo_margin_min "))
     assert float(margin.split()[1].replace(",", "")) < 0 < float(margin.split()[2])
+    # a margin risen from below zero is a rise in percent too (over the first's size)
+    assert margin.split()[3].startswith("+") and margin.split()[4] == "better", margin
 
 
 def test_compare_shows_what_differs_between_the_fleets_and_marks_better_and_worse(
