@@ -215,7 +215,7 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
                              f"decisions over duration + drain; the most is {MAX_TICKS:,}: "
                              f"raise tick to at least {run_s / MAX_TICKS:.3g} s"))
         if pool.spot is not None and pool.spot.preemptions_per_hour > 0 and \
-                not getattr(pool.autoscaler, "starts_replicas", False):
+                pool.fixed_size:
             problems.append((here + ("spot",), "a spot pool of fixed size never gets back "
                              "the replicas the provider takes: give it an autoscaler that "
                              "replaces them (type: target with min_replicas, or scheduled), "
@@ -282,7 +282,7 @@ def _check_pool_policies(scenario: Scenario) -> list[tuple[Loc, str]]:
         if queue.weights and not queue.fair:
             problems.append((here + ("queue", "weights"), "weights share the queue between "
                              "teams only with fair: true; add it or remove the weights"))
-        fixed = not getattr(scaler, "starts_replicas", False)
+        fixed = pool.fixed_size
         if fixed and pool.cold_start != type(pool.cold_start)():
             problems.append((here + ("cold_start",), "cold_start times replicas an autoscaler "
                              "adds; every replica of a pool of fixed size is up at time 0: "

@@ -70,7 +70,7 @@ def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = ()
                               # completed for it), which a failed check names
                               "slo_values": {m: (float(v) if math.isfinite(v) else None)
                                              for m, v in as_configured.estimate.items()}}
-        if cfg.autoscaler is None or getattr(cfg.autoscaler, "type", None) == "fixed":
+        if cfg.fixed_size:
             out["pools"][pool]["replicas"] = cfg.replicas
         if confidence is not None:
             decided = [trials[n] for n in (need, (need or 0) - 1) if n in trials]

@@ -135,8 +135,8 @@ def peak_windowed(scenario: Scenario, window_s: float,
     start_s, count = busiest_window(scenario, window_s)
     whole, _ = arrivals_in(scenario, scenario.duration)
     values = {"duration": start_s + window_s, "warmup": max(scenario.warmup, start_s)}
-    others = [p for name, p in scenario.pools.items() if name not in sized and
-              p.autoscaler is not None and p.autoscaler.type != "fixed"]
+    others = [p for name, p in scenario.pools.items()
+              if name not in sized and not p.fixed_size]
     lead_s = max(scenario.warmup, MIN_LEAD_S)
     if not others and start_s > lead_s:
         for name, stream in scenario.workload.streams.items():
