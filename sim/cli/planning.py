@@ -173,6 +173,9 @@ def _print_peak(peak: dict) -> None:
           f"{peak['window_end_s']:,.0f} s), {peak['window_arrivals']:,.0f} arrivals of the "
           f"run's {peak['run_arrivals']:,.0f}; each trial simulated it (after a "
           f"{peak['lead_s']:,.0f} s lead) and judged the SLOs over its arrivals")
+    if peak["streams_left_out"]:
+        print(f"--peak: stream(s) {', '.join(peak['streams_left_out'])} ended before the "
+              f"lead: left out of the trials, run in the confirmation")
     if not peak["confirmed"]:
         print("--peak: no pool has an option meeting the SLOs at the peak; nothing to "
               "confirm over the whole run")

@@ -359,6 +359,15 @@ def _limits_pass_a_request(scenario: Scenario) -> list[tuple[Loc, str]]:
     return problems
 
 
+def sending_teams(scenario: Scenario) -> set[str]:
+    """The teams the streams send for (a stream's API key's team, where it names no other)."""
+    gw, sending = scenario.gateway, set()
+    for stream in scenario.workload.streams.values():
+        key = gw.keys.get(stream.api_key) if stream.api_key is not None else None
+        sending.add(key.team if key is not None and stream.team == "default" else stream.team)
+    return sending
+
+
 def _check_slos(scenario: Scenario) -> list[tuple[Loc, str]]:
     """An SLO block that sets nothing, or a team's SLOs for a team no stream sends for."""
     slos = scenario.slos
@@ -368,11 +377,7 @@ def _check_slos(scenario: Scenario) -> list[tuple[Loc, str]]:
     if not targets(slos) and not slos.teams and not slos.streams:
         problems.append((("slos",), "sets no objective; give e.g. ttft_p99: 2s, or remove "
                          "the block"))
-    gw = scenario.gateway
-    sending = set()
-    for stream in scenario.workload.streams.values():
-        key = gw.keys.get(stream.api_key) if stream.api_key is not None else None
-        sending.add(key.team if key is not None and stream.team == "default" else stream.team)
+    sending = sending_teams(scenario)
     # a TPOT bound needs a request of two output tokens or more: one-token answers have
     # no time per output token
     one_token = [s for s in scenario.workload.streams.values()
