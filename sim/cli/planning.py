@@ -548,7 +548,8 @@ def _cmd_drift_check(args: argparse.Namespace) -> int:
                                   args.tolerance, args.update,
                                   allow_paths=allowed_paths(args),
                                   confidence=_confidence(args),
-                                  load=lambda path: load_from_args(args, path))
+                                  load=lambda path: load_from_args(args, path),
+                                  sets=args.set or [])
     if args.update:
         _warn_broken(broken_fleets(verdicts))
     if args.junit:
