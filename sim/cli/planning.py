@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 from sim.config.inputs import shown
@@ -51,7 +53,7 @@ def _cmd_size(args: argparse.Namespace) -> int:
     if args.write_scenario and args.max_rate:
         raise ScenarioError("--write-scenario writes the fleet size chose, and --max-rate "
                             "chooses none: leave one out", field="--write-scenario")
-    written = _check_written(args, inputs) if args.write_scenario else None
+    written = _check_written(args, inputs, out) if args.write_scenario else None
     whole = scenario            # the run as given: what --write-scenario writes
     if args.max_rate and all(getattr(s.arrival, "type", None) == "closed"
                              for s in scenario.workload.streams.values()):
@@ -136,13 +138,14 @@ def _cmd_size(args: argparse.Namespace) -> int:
     more = {"report.html": page} if page is not None else {}
     if peak is not None:
         more["peak.json"] = json.dumps(peak, indent=2) + "\n"
+    in_out, write_scenario = _fleet_scenario(lambda: _chosen_fleet(whole, table), written, out,
+                                             slos)
     if out is not None:
-        _write_sized(table, out, args, inputs, "size", more)
+        _write_sized(table, out, args, inputs, "size", {**more, **in_out})
     with_pd_options(lambda: print(table.to_string(index=False)))
     if peak is not None:
         _print_peak(peak)
-    if written is not None:
-        _write_scenario(whole, table, written, slos)
+    write_scenario()
     feasible = set(table.loc[table["feasible"], "pool"]) if len(table) else set()
     code = _verdict([p for p in dict.fromkeys(table["pool"]) if p not in feasible]
                     if len(table) else [], "no option")
@@ -195,14 +198,26 @@ def _trial_line(args: argparse.Namespace, label: str):
     return nullcontext() if args.quiet else TrialLine(label)
 
 
-def _check_written(args: argparse.Namespace, inputs) -> Path:
+SCENARIO_SUFFIXES = (".yaml", ".yml")
+
+
+def _check_written(args: argparse.Namespace, inputs, out: Path | None) -> Path:
     """Before any work: the file --write-scenario names may be written (absent, or with
-    --force a scenario an earlier --write-scenario wrote; never an input)."""
+    --force a scenario an earlier --write-scenario wrote; never an input), a YAML file
+    by its name. Its missing folders are made, as --out's are; inside --out's folder it
+    is one of that folder's outputs (see :func:`_fleet_scenario`)."""
     import os
 
     from sim.output.output_paths import check_file, output_error
     from sim.planning.write_back import is_written_scenario
 
+    if Path(args.write_scenario).suffix.lower() not in SCENARIO_SUFFIXES:
+        raise ScenarioError(f"--write-scenario {shown(args.write_scenario)}: a scenario is "
+                            f"written as YAML: give a file name ending in .yaml or .yml",
+                            field="--write-scenario")
+    if out is not None and _inside(out, Path(args.write_scenario)) == ".":
+        raise ScenarioError("--write-scenario names the --out folder itself: give a file "
+                            "in it or elsewhere", field="--write-scenario")
     path = check_file(Path(args.write_scenario), inputs=inputs,
                       kind="a scenario `fleetsim size --write-scenario` wrote",
                       is_kind=is_written_scenario)
@@ -212,36 +227,56 @@ def _check_written(args: argparse.Namespace, inputs) -> Path:
     return path
 
 
-def _write_scenario(scenario, table, path: Path, slos) -> None:
-    """Write the fleet ``table`` (size's) chose to ``path``."""
+def _chosen_fleet(scenario, table):
+    """The fleet ``table`` (size's) chose in ``scenario``, and a line a pool saying what."""
     from sim.planning.size import chosen_line, chosen_rows, sized_fleet
-    _write_fleet(sized_fleet(scenario, table), [chosen_line(pool, row) for pool, row
-                                                in chosen_rows(table).items()], path, slos)
+    return sized_fleet(scenario, table), [chosen_line(pool, row) for pool, row
+                                          in chosen_rows(table).items()]
 
 
-def _write_fleet(fleet, lines: list[str], path: Path, slos) -> None:
-    """Write ``fleet`` (see :mod:`sim.planning.write_back`; ``lines``: what was chosen) to
-    ``path``, saying where, and which folders its data files need allowed; None (no
-    answer) writes nothing and says so."""
+def _inside(folder: Path, path: Path) -> str | None:
+    """``path`` relative to ``folder`` ('/'-separated; '.' for the folder itself), or None
+    where it lies outside it."""
+    try:
+        return Path(os.path.abspath(path)).relative_to(os.path.abspath(folder)).as_posix()
+    except ValueError:
+        return None
+
+
+def _fleet_scenario(chosen: Callable[[], tuple], path: Path | None, out: Path | None,
+                    slos) -> tuple[dict[str, str], Callable[[], None]]:
+    """--write-scenario: the fleet ``chosen()`` gives (see :mod:`sim.planning.write_back`;
+    with lines saying what was chosen) as a scenario at ``path``. Returns the files to add to
+    --out's folder (``path`` where it lies inside ``out``: the folder's marker lists it,
+    so --force may replace the folder again) and what, called after the table is
+    printed, writes it elsewhere and says where, and which folders its data files need
+    allowed; no fleet (no answer) writes nothing and says so."""
     import sys
 
     from sim.output.atomic_write import write_file
     from sim.output.table import slo_value_text
     from sim.planning.write_back import scenario_text
 
+    if path is None:
+        return {}, lambda: None
+    fleet, lines = chosen()
     if fleet is None:
-        print(f"--write-scenario: nothing meets the SLOs; {shown(path)} not written",
-              file=sys.stderr)
-        return
-    scenario = fleet
+        return {}, lambda: print(f"--write-scenario: nothing meets the SLOs; {shown(path)} "
+                                 "not written", file=sys.stderr)
     lines = [*lines, "sized for " + ", ".join(f"{s.metric} {slo_value_text(s.metric, s.target)}"
-                                             for s in slos) + f", seed {scenario.seed}"]
+                                             for s in slos) + f", seed {fleet.seed}"]
     text, outside = scenario_text(fleet, path, lines)
-    write_file(path, text)
-    print(f"wrote {shown(path)}: " + "; ".join(lines[:-1]))
-    if outside:
-        print("  its data files lie outside its folder: run it with "
-              + " ".join(f"--allow-path {shown(p)}" for p in outside))
+    in_out = _inside(out, path) if out is not None else None
+
+    def write() -> None:
+        if in_out is None:
+            write_file(path, text)
+        print(f"wrote {shown(path)}: " + "; ".join(lines[:-1]))
+        if outside:
+            print("  its data files lie outside its folder: run it with "
+                  + " ".join(f"--allow-path {shown(p)}" for p in outside))
+
+    return ({in_out: text} if in_out is not None else {}), write
 
 
 MAX_THRESHOLDS = 16
@@ -277,6 +312,7 @@ def _write_sized(table, out: Path, args: argparse.Namespace, inputs, command: st
         table.to_json(folder / "size.json", orient="records", indent=2)
         written = [folder / "size.csv", folder / "size.json"]
         for name, text in (more or {}).items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
             (folder / name).write_text(text, encoding="utf-8")
             written.append(folder / name)
         return written
@@ -312,11 +348,12 @@ def _size_joint(args: argparse.Namespace, scenario, slos, confidence, out, input
     with _trial_line(args, "size --joint") as line:
         table = joint_size(scenario, pools, slos, confidence=confidence,
                            counter=TrialCounter(line), thresholds=args.thresholds)
+    in_out, write_scenario = _fleet_scenario(lambda: joint_fleet(whole, pools, table), written,
+                                             out, slos)
     if out is not None:
-        _write_sized(table, out, args, inputs, "size --joint")
+        _write_sized(table, out, args, inputs, "size --joint", in_out)
     with_pd_options(lambda: print(table.to_string(index=False)))
-    if written is not None:
-        _write_fleet(*joint_fleet(whole, pools, table), written, slos)
+    write_scenario()
     return _verdict([] if table["chosen"].any() else [" and ".join(pools)], "no pair")
 
 
@@ -350,12 +387,13 @@ def _size_autoscaled(args: argparse.Namespace, scenario, slos, confidence, out,
             teams[pool] = per_team
     import pandas as pd
     table = pd.concat(tables, ignore_index=True)
+    in_out, write_scenario = _fleet_scenario(lambda: autoscaled_fleet(whole, table), written, out,
+                                             slos)
     if out is not None:
         _write_sized(table, out, args, inputs, "size --autoscaled", {"teams.json": json.dumps(
-            {"cost_usd_per_day_by_team": teams}, indent=2) + "\n"})
+            {"cost_usd_per_day_by_team": teams}, indent=2) + "\n", **in_out})
     with_pd_options(lambda: print(table.to_string(index=False)))
-    if written is not None:
-        _write_fleet(*autoscaled_fleet(whole, table), written, slos)
+    write_scenario()
     for pool, per_team in teams.items():
         if per_team:
             print(f"pool {pool}, chosen autoscaler: cost per day by team: " + ", ".join(
@@ -627,7 +665,9 @@ def add_planning(sub) -> None:
                         help="write the chosen fleet as a scenario (each sized pool's "
                              "replicas, hardware, TP, PP, weight and KV precisions as its "
                              "trials ran them; all else kept) that `fleetsim run FILE` "
-                             "reproduces; an existing file is replaced only with --force, "
+                             "reproduces (a .yaml or .yml name; missing folders are made, "
+                             "as --out's are; inside --out's folder it is one of its "
+                             "outputs); an existing file is replaced only with --force, "
                              "and only if --write-scenario wrote it")
     size_p.add_argument("--peak", type=duration_arg, metavar="DURATION",
                         help="for a load that changes over the run (a diurnal rate, a "
