@@ -1714,6 +1714,8 @@ def test_an_override_s_error_names_the_flag_that_made_it(tmp_path, capsys, text,
     ({"pools": {"main": {"required_replicas": 1, "slo_values": [1]}}, "latency_s": {}},
      "pools.main.slo_values: must be an object of SLO metrics"),
     ([1], "must be an object of pools, latency_s and slos"),
+    ({"pools": {}, "latency_s": {}, "set": "pools.main.replicas=2"},
+     "set: must be a list of the --set PATH=VALUE it was made with"),
 ])
 def test_a_bad_baseline_names_its_entry_and_field(tmp_path, capsys, entry, fragment):
     """Which entry (its number and scenario), which field, and what is wrong with it (it

@@ -10,6 +10,7 @@ import json
 import re
 
 import pytest
+import yaml
 
 from sim.cli import main
 
@@ -114,14 +115,23 @@ def test_a_newcomers_first_hour(tour, capsys):
     assert (pool["replicas_max"], pool["weight_dtype"], pool["kv_dtype"]) == (
         replicas, weights, kv)
 
-    # 5. CI: a baseline of the fleet passes; more traffic fails, saying what and by how much
+    # 5. CI: a baseline of the fleet passes; a --set it was not made with is refused; more
+    # traffic in the scenario fails, saying what and by how much
     code, _, err = _fleetsim(capsys, "check", "chosen.yaml", "--baseline", "base.json",
                              "--update")
     assert code == 0 and "warning" not in err.lower()
     code, out, _ = _fleetsim(capsys, "check", "chosen.yaml", "--baseline", "base.json")
     assert code == 0 and "chosen.yaml: ok" in out
     code, out, _ = _fleetsim(capsys, "check", "chosen.yaml", "--baseline", "base.json",
-                             "--set", f"{RATE}=80/s")
+                             "--set", f"{RATE}=80/s")   # not the baseline's traffic: said so
+    assert code == 1 and f"--set differs from the baseline's (--set {RATE}=80/s against " \
+        "no --set)" in out
+    written = (tour / "chosen.yaml").read_text(encoding="utf-8")
+    busier = yaml.safe_load(written)
+    busier["workload"]["streams"]["chat"]["arrival"]["rate"] = "80/s"
+    (tour / "chosen.yaml").write_text(yaml.safe_dump(busier), encoding="utf-8")
+    code, out, _ = _fleetsim(capsys, "check", "chosen.yaml", "--baseline", "base.json")
+    (tour / "chosen.yaml").write_text(written, encoding="utf-8")
     assert code == 1
     assert "breaks the SLOs as configured" in out and "ttft_p99" in out
     assert "over its target 2.00 s (baseline" in out

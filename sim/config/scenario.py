@@ -156,6 +156,12 @@ class PoolConfig(StrictModel):
     spot: SpotConfig | None = Field(None, description="Spot replicas: preemption rate")
     sizing: SizingOptions | None = Field(None, description="Options for `fleetsim size`")
 
+    @property
+    def fixed_size(self) -> bool:
+        """Whether the pool keeps the replicas it is configured with: no autoscaler, or
+        one that never starts replicas (the policy's ``starts_replicas``)."""
+        return self.autoscaler is None or not self.autoscaler.starts_replicas
+
 
 MAX_RUN_S = 10 * 365 * 86400.0
 # a paragraph or a page: it is copied into the report and the results' scenario.yaml

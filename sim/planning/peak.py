@@ -14,7 +14,10 @@ Each sizing trial simulates the run up to the window's end and judges the SLOs o
 arrivals in the window (the warm-up is moved to its start). Where nothing but the pools
 sized is autoscaled, a rate stream starts a lead (the scenario's warm-up, at least
 :data:`MIN_LEAD_S`) before the window, so a day-long run is simulated for its peak hour
-alone; a trace keeps its start (its times are offsets from it). The fleet chosen is then
+alone; a rate stream that ended before that start is left out of the trials (its requests
+were done before the lead, as the other streams' earlier ones), the whole-run confirmation
+runs it; a trace keeps its start
+(its times are offsets from it). The fleet chosen is then
 run over the whole run, its SLOs judged there too: a fleet sized for the peak may still
 miss them elsewhere (a cold start in a trough, a second peak of another stream), and
 `size` says so.
@@ -127,7 +130,8 @@ def peak_windowed(scenario: Scenario, window_s: float,
                   sized: frozenset[str] = frozenset()) -> tuple[Scenario, dict]:
     """``scenario`` cut to its busiest window of ``window_s`` (see the module's
     docstring), refused (naming --peak) where the window cannot be known; and what was
-    found: the window's start and end, its arrival count and the run's."""
+    found: the window's start and end, its arrival count and the run's, and the streams
+    left out of the trials (they ended before the lead)."""
     problem = peak_problem(scenario, window_s)
     if problem is not None:
         raise ScenarioError(f"--peak sizes at the busiest window of a load known before "
@@ -135,18 +139,50 @@ def peak_windowed(scenario: Scenario, window_s: float,
     start_s, count = busiest_window(scenario, window_s)
     whole, _ = arrivals_in(scenario, scenario.duration)
     values = {"duration": start_s + window_s, "warmup": max(scenario.warmup, start_s)}
-    others = [p for name, p in scenario.pools.items() if name not in sized and
-              p.autoscaler is not None and p.autoscaler.type != "fixed"]
+    others = [p for name, p in scenario.pools.items()
+              if name not in sized and not p.fixed_size]
     lead_s = max(scenario.warmup, MIN_LEAD_S)
+    ended = []                  # rate streams that stopped before the lead
     if not others and start_s > lead_s:
         for name, stream in scenario.workload.streams.items():
-            if stream.arrival.type in ("poisson", "gamma"):
+            if stream.arrival.type not in ("poisson", "gamma"):
+                continue
+            if _stop_s(scenario, stream) <= start_s - lead_s:
+                ended.append(name)
+            else:
                 values[f"workload.streams.{name}.start"] = max(stream.start,
                                                                start_s - lead_s)
-    return with_values(scenario, values), {
+    return _left_out(with_values(scenario, values), ended), {
         "window_start_s": start_s, "window_end_s": start_s + window_s,
         "window_arrivals": count, "run_arrivals": float(whole(np.array([0.0]))[0]),
-        "lead_s": lead_s if not others and start_s > lead_s else start_s}
+        "lead_s": lead_s if not others and start_s > lead_s else start_s,
+        "streams_left_out": ended}
+
+
+def _left_out(scenario: Scenario, ended: list[str]) -> Scenario:
+    """``scenario`` without the streams ``ended`` (they stopped before a trial's lead), and
+    without the SLO blocks only they gave a subject: a stream's own, a team's no stream
+    left sends for (the whole ``slos:`` block where nothing else is left in it)."""
+    if not ended:
+        return scenario
+    from sim.config.sanity import sending_teams
+    from sim.config.slos import targets
+
+    values = {"workload.streams": {name: s.model_dump(mode="json") for name, s in
+                                   scenario.workload.streams.items() if name not in ended}}
+    kept = with_values(scenario, values)
+    slos = kept.slos
+    if slos is None:
+        return kept
+    sending = sending_teams(kept)
+    teams = {t: b for t, b in slos.teams.items() if t in sending}
+    streams = {n: b for n, b in slos.streams.items() if n not in ended}
+    if (teams, streams) == (slos.teams, slos.streams):
+        return kept
+    if not targets(slos) and not teams and not streams:
+        return with_values(kept, {"slos": None})
+    dump = lambda blocks: {k: b.model_dump(mode="json") for k, b in blocks.items()}
+    return with_values(kept, {"slos.teams": dump(teams), "slos.streams": dump(streams)})
 
 
 def confirm(scenario: Scenario, fleet: Scenario, pools: list[str], slos: list[Slo],

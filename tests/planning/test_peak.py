@@ -120,3 +120,31 @@ def test_a_confirmation_that_fails_is_said_and_exits_1(tmp_path, capsys, monkeyp
     printed = capsys.readouterr()
     assert "pool p MISSES the SLOs (ttft_p99 9.5)" in printed.out
     assert "misses the SLOs over the whole run for pool(s) p" in printed.err
+
+
+def test_a_stream_that_ended_before_the_lead_is_left_out_of_the_trials(tmp_path, capsys):
+    """A stream that stopped (end: 10min) long before the peak of another (from 100 min)
+    once had its start moved past its end, and size refused the scenario blaming a field
+    the user never set; it is now left out of the trials (with the SLO block of its own),
+    and the whole-run confirmation runs it."""
+    stream = {"model": "llama-3.1-8b", "prompt_tokens": 200, "output_tokens": 20}
+    data = day()
+    data["duration"] = 7200.0
+    data["workload"]["streams"] = {
+        "early": {**stream, "arrival": {"type": "poisson", "rate": 2}, "end": "10min"},
+        "late": {**stream, "arrival": {"type": "poisson", "rate": 4}, "start": "100min"}}
+    data["slos"] = {"streams": {"early": {"ttft_p99": "2s"}}}
+    cut, found = peak_windowed(Scenario.model_validate(data), 300.0, frozenset({"p"}))
+    assert list(cut.workload.streams) == ["late"] and cut.slos is None
+    assert found["streams_left_out"] == ["early"]
+    assert cut.workload.streams["late"].start == 6000.0      # its own, after the lead
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "sized"
+    code = main(["size", str(path), "--slo", "ttft_p99=2s", "--peak", "5min", "--quiet",
+                 "--out", str(out)])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert "stream(s) early ended before the lead" in printed.out
+    (confirmed,) = json.loads((out / "peak.json").read_text())["confirmed"]
+    assert confirmed["met"]

@@ -162,3 +162,37 @@ def test_the_autoscalers_and_the_pair_chosen_are_written_back(tmp_path, capsys):
             cost = sum(summary["pools"][p]["cost_usd"] for p in ("prefill", "decode"))
             assert cost / hours == pytest.approx(chosen["cost_usd_per_h"], rel=1e-9)
         assert f"wrote {written}" in capsys.readouterr().out
+
+
+def test_a_scenario_written_inside_out_is_one_of_its_outputs_and_force_replaces_it(
+        tmp_path, capsys):
+    """--write-scenario DIR/c.yaml beside --out DIR worked once, and the rerun with
+    --force was refused ('output folder holds c.yaml, which fleetsim did not write
+    there'): the file is now written with the folder, listed by its marker, and the
+    rerun replaces both; the data paths it names are relative to its own folder."""
+    from sim.output.output_names import read_marker
+
+    src = tmp_path / "s.yaml"
+    src.write_text(yaml.safe_dump(fp8_weights_bf16_kv()))
+    out = tmp_path / "o"
+    argv = ["size", str(src), *SLOS, "--quiet", "--out", str(out),
+            "--write-scenario", str(out / "plans" / "c.yaml")]
+    assert main(argv) == 0
+    assert main([*argv, "--force"]) == 0, capsys.readouterr().err
+    assert "plans/c.yaml" in read_marker(out)["files"]
+    assert f"wrote {out / 'plans' / 'c.yaml'}" in capsys.readouterr().out
+    fleet = sim.load_scenario(out / "plans" / "c.yaml")
+    assert fleet.pools["p"].weight_dtype == "fp8"
+
+
+@pytest.mark.parametrize("name", ["chosen.json", "chosen", "chosen.yaml.txt"])
+def test_a_scenario_file_not_named_yaml_is_refused_before_any_work(tmp_path, capsys, name):
+    """--write-scenario wrote YAML into a file named chosen.json: a name that does not
+    end in .yaml or .yml is refused (exit 2, naming --write-scenario), nothing written."""
+    src = tmp_path / "s.yaml"
+    src.write_text(yaml.safe_dump(fp8_weights_bf16_kv()))
+    assert main(["size", str(src), *SLOS, "--quiet",
+                 "--write-scenario", str(tmp_path / name)]) == 2
+    err = capsys.readouterr().err
+    assert "--write-scenario" in err and ".yaml or .yml" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
