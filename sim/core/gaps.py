@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 
+from sim.cost.steps import LinearStepEnds
+
 LOW_S = 1e-6                          # the bottom of bin 0; shorter gaps count in bin 0
 GROWTH = 1.01                         # a bin's upper edge over its lower: 1% wide
 _LOG_GROWTH = math.log(GROWTH)
@@ -39,16 +41,30 @@ def bin_edge_s(k: int) -> float:
     return LOW_S * GROWTH ** k
 
 
+def _step_lengths(step_end_s):
+    """Step i's length from cumulative ends (``LinearStepEnds``: first + slope·i)."""
+    if type(step_end_s) is LinearStepEnds:
+        first, slope = step_end_s.first, step_end_s.slope
+        return lambda i: first + slope * i
+    return lambda i: step_end_s[i] - step_end_s[i - 1] if i else step_end_s[0]
+
+
 class GapHistogram:
-    __slots__ = ("measured_from_s", "counts", "num_gaps", "sum_s", "min_s", "max_s")
+    __slots__ = ("measured_from_s", "counts", "sum_s", "min_s", "max_s", "_lo_s", "_hi_s",
+                 "_bin")
 
     def __init__(self, measured_from_s: float = 0.0) -> None:
         self.measured_from_s = measured_from_s    # count requests arriving from then on
         self.counts: dict[int, int] = {}           # bin -> gaps
-        self.num_gaps = 0
         self.sum_s = 0.0
         self.min_s = math.inf
         self.max_s = -math.inf
+        # the bin added to last, [lo, hi): most steps fall in it again, found without a log
+        self._lo_s, self._hi_s, self._bin = math.inf, -math.inf, 0
+
+    @property
+    def num_gaps(self) -> int:
+        return sum(self.counts.values())
 
     def measured(self, arrival_s: float) -> bool:
         """Whether a request that arrived at ``arrival_s`` counts (after the warm-up)."""
@@ -56,40 +72,65 @@ class GapHistogram:
 
     def add(self, gap_s: float, count: int = 1) -> None:
         """``count`` gaps of ``gap_s`` each."""
-        k = bin_of(gap_s)
-        counts = self.counts
-        counts[k] = counts.get(k, 0) + count
-        self.num_gaps += count
         self.sum_s += gap_s * count
-        if gap_s < self.min_s:
-            self.min_s = gap_s
-        if gap_s > self.max_s:
-            self.max_s = gap_s
+        if self._lo_s <= gap_s < self._hi_s:
+            self.counts[self._bin] += count
+            if gap_s < self.min_s:
+                self.min_s = gap_s
+            if gap_s > self.max_s:
+                self.max_s = gap_s
+            return
+        self._add_in_bins(gap_s, gap_s, count, None, 1)
 
     def add_steps(self, step_end_s, num_steps: int, count: int) -> None:
         """``count`` gaps of each of the first ``num_steps`` steps whose cumulative
         ends are ``step_end_s`` (``LinearStepEnds`` or a list): step i lasts
         end(i) − end(i − 1). Step lengths must not shrink along the run (a decode
-        step reads one more KV token a sequence than the one before); the steps
-        in each bin are found by bisection at the bin's edges."""
+        step reads one more KV token a sequence than the one before: every cost
+        model's step grows with it); the steps in each bin are found by bisection
+        at the bin's edges, so a run costs O(bins touched · log steps)."""
         if num_steps == 1:
-            self.add(step_end_s[0], count)
-            return
-        first = getattr(step_end_s, "first", None)
-        if first is not None:                 # LinearStepEnds: step i lasts first + slope·i
-            slope = step_end_s.slope
-            last = first + slope * (num_steps - 1)
-
-            def length(i: int) -> float:
-                return first + slope * i
+            first = last = end_s = step_end_s[0]
+        elif type(step_end_s) is LinearStepEnds:
+            first = step_end_s.first
+            last = first + step_end_s.slope * (num_steps - 1)
+            end_s = step_end_s.last_s if num_steps == step_end_s.n else step_end_s[num_steps - 1]
         else:
             first = step_end_s[0]
-            last = step_end_s[num_steps - 1] - step_end_s[num_steps - 2]
+            end_s = step_end_s[num_steps - 1]
+            last = end_s - step_end_s[num_steps - 2]
+        self.sum_s += end_s * count
+        if self._lo_s <= first and last < self._hi_s:
+            # every step in the bin added to last (the usual case)
+            self.counts[self._bin] += num_steps * count
+            if first < self.min_s:
+                self.min_s = first
+            if last > self.max_s:
+                self.max_s = last
+            return
+        self._add_in_bins(first, last, count, step_end_s, num_steps)
 
-            def length(i: int) -> float:
-                return step_end_s[i] - step_end_s[i - 1] if i else step_end_s[0]
-        k0, k1 = bin_of(first), bin_of(last)
+    def _add_in_bins(self, first: float, last: float, count: int, step_end_s,
+                     num_steps: int) -> None:
+        """The steps of ``add_steps`` (lasting ``first`` up to ``last``), bin by bin."""
+        if first < self.min_s:
+            self.min_s = first
+        if last > self.max_s:
+            self.max_s = last
         counts = self.counts
+        k0, k1 = bin_of(first), bin_of(last)
+        self._lo_s, self._hi_s, self._bin = bin_edge_s(k1), bin_edge_s(k1 + 1), k1
+        if k0 == k1:
+            counts[k1] = counts.get(k1, 0) + num_steps * count
+            return
+        length = _step_lengths(step_end_s)
+        if last < first:                      # shrinking steps: one by one
+            for i in range(num_steps):
+                gap_s = length(i)
+                k = bin_of(gap_s)
+                counts[k] = counts.get(k, 0) + count
+                self.min_s, self.max_s = min(self.min_s, gap_s), max(self.max_s, gap_s)
+            return
         done = 0                              # steps counted so far (the shortest first)
         for k in range(k0, k1):
             edge = bin_edge_s(k + 1)
@@ -105,18 +146,11 @@ class GapHistogram:
                 done = lo
         if done < num_steps:
             counts[k1] = counts.get(k1, 0) + (num_steps - done) * count
-        self.num_gaps += num_steps * count
-        self.sum_s += float(step_end_s[num_steps - 1]) * count
-        shortest, longest = (first, last) if first <= last else (last, first)
-        if shortest < self.min_s:
-            self.min_s = shortest
-        if longest > self.max_s:
-            self.max_s = longest
 
     def percentile(self, q: float) -> float | None:
         """The ``q``-th percentile (0..100) as numpy's linear method reads the sorted
         gaps, each gap read as its bin's middle; None without gaps."""
-        n = self.num_gaps
+        n = sum(self.counts.values())
         if n == 0:
             return None
         rank = q / 100.0 * (n - 1)

@@ -126,3 +126,26 @@ def test_gaps_of_requests_arriving_in_the_warm_up_are_left_out():
     late = make_request(request_id=1, max_output_tokens=9, arrival_s=1.0)
     run_to_end(sched, [early, late], track=False)
     assert sched.gaps.num_gaps == 8
+
+
+def test_a_static_batch_adds_each_requests_decode_steps_up_to_its_last_token():
+    """A static batch runs max-output steps; a request's gaps are the decode steps before
+    its own last token (a shorter request waits for the batch, not in its gaps)."""
+    from sim.core.kv import KvCacheManager
+    from sim.schedulers.base import ReplicaLimits
+    from sim.schedulers.static import StaticConfig, StaticScheduler
+    from simfactories import make_cost_model
+    sched = StaticScheduler(StaticConfig(batch_size=3, batch_timeout=0.0),
+                            kv=KvCacheManager(1024, 16), cost=make_cost_model(),
+                            limits=ReplicaLimits(max_model_len=1 << 20),
+                            on_finish=lambda req: None)
+    outputs = (3, 40, 400)
+    for i, out in enumerate(outputs):
+        sched.add(make_request(request_id=i, prompt_tokens=200, max_output_tokens=out))
+    seg = run_step(sched)
+    steps_s = np.diff(np.asarray(seg.step_end_s))      # decode step k lasts steps_s[k - 1]
+    gaps = np.concatenate([steps_s[:out - 1] for out in outputs])
+    assert sched.gaps.num_gaps == len(gaps)
+    assert sched.gaps.sum_s == pytest.approx(gaps.sum(), rel=1e-9)
+    for q in QS:
+        assert sched.gaps.percentile(q) == pytest.approx(np.percentile(gaps, q), rel=0.005)
