@@ -21,19 +21,24 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from sim.cost.steps import LinearStepEnds
 
 LOW_S = 1e-6                          # the bottom of bin 0; shorter gaps count in bin 0
 GROWTH = 1.01                         # a bin's upper edge over its lower: 1% wide
 _LOG_GROWTH = math.log(GROWTH)
 _LOG_LOW = math.log(LOW_S)
+_PER_LOG = 1.0 / _LOG_GROWTH
+_log = math.log
+_MAX_PENDING = 4 * 4096               # pending runs (four numbers each) before binning them
 
 
 def bin_of(gap_s: float) -> int:
     """The bin of a gap of ``gap_s`` seconds."""
     if gap_s <= LOW_S:
         return 0
-    return int((math.log(gap_s) - _LOG_LOW) / _LOG_GROWTH)
+    return int((math.log(gap_s) - _LOG_LOW) * _PER_LOG)
 
 
 def bin_edge_s(k: int) -> float:
@@ -41,30 +46,32 @@ def bin_edge_s(k: int) -> float:
     return LOW_S * GROWTH ** k
 
 
+_edge = bin_edge_s
+
+
+def _bins_of(gaps_s: np.ndarray) -> np.ndarray:
+    """``bin_of`` of each gap."""
+    k = (np.log(np.maximum(gaps_s, LOW_S)) - _LOG_LOW) * _PER_LOG
+    return k.astype(np.int64)
+
+
 def _step_lengths(step_end_s):
-    """Step i's length from cumulative ends (``LinearStepEnds``: first + slope·i)."""
-    if type(step_end_s) is LinearStepEnds:
-        first, slope = step_end_s.first, step_end_s.slope
-        return lambda i: first + slope * i
+    """Step i's length from a list of cumulative ends."""
     return lambda i: step_end_s[i] - step_end_s[i - 1] if i else step_end_s[0]
 
 
 class GapHistogram:
-    __slots__ = ("measured_from_s", "counts", "sum_s", "min_s", "max_s", "_lo_s", "_hi_s",
-                 "_bin")
+    __slots__ = ("measured_from_s", "counts", "_sum_s", "_min_s", "_max_s", "_runs")
 
     def __init__(self, measured_from_s: float = 0.0) -> None:
         self.measured_from_s = measured_from_s    # count requests arriving from then on
         self.counts: dict[int, int] = {}           # bin -> gaps
-        self.sum_s = 0.0
-        self.min_s = math.inf
-        self.max_s = -math.inf
-        # the bin added to last, [lo, hi): most steps fall in it again, found without a log
-        self._lo_s, self._hi_s, self._bin = math.inf, -math.inf, 0
-
-    @property
-    def num_gaps(self) -> int:
-        return sum(self.counts.values())
+        self._sum_s = 0.0
+        self._min_s = math.inf
+        self._max_s = -math.inf
+        # runs of steps not yet in the bins, flat: (first length, slope, steps, count)...;
+        # binned together (numpy) when many or when read, so a step costs one append
+        self._runs: list[float] = []
 
     def measured(self, arrival_s: float) -> bool:
         """Whether a request that arrived at ``arrival_s`` counts (after the warm-up)."""
@@ -72,15 +79,10 @@ class GapHistogram:
 
     def add(self, gap_s: float, count: int = 1) -> None:
         """``count`` gaps of ``gap_s`` each."""
-        self.sum_s += gap_s * count
-        if self._lo_s <= gap_s < self._hi_s:
-            self.counts[self._bin] += count
-            if gap_s < self.min_s:
-                self.min_s = gap_s
-            if gap_s > self.max_s:
-                self.max_s = gap_s
-            return
-        self._add_in_bins(gap_s, gap_s, count, None, 1)
+        runs = self._runs
+        runs += (gap_s, 0.0, 1, count)
+        if len(runs) > _MAX_PENDING:
+            self._bin_runs()
 
     def add_steps(self, step_end_s, num_steps: int, count: int) -> None:
         """``count`` gaps of each of the first ``num_steps`` steps whose cumulative
@@ -89,52 +91,84 @@ class GapHistogram:
         step reads one more KV token a sequence than the one before: every cost
         model's step grows with it); the steps in each bin are found by bisection
         at the bin's edges, so a run costs O(bins touched · log steps)."""
+        runs = self._runs
         if num_steps == 1:
-            first = last = end_s = step_end_s[0]
+            runs += (step_end_s[0], 0.0, 1, count)
         elif type(step_end_s) is LinearStepEnds:
-            first = step_end_s.first
-            last = first + step_end_s.slope * (num_steps - 1)
-            end_s = step_end_s.last_s if num_steps == step_end_s.n else step_end_s[num_steps - 1]
-        else:
+            runs += (step_end_s.first, step_end_s.slope, num_steps, count)
+        else:                                 # measured steps: lengths from the ends
             first = step_end_s[0]
             end_s = step_end_s[num_steps - 1]
             last = end_s - step_end_s[num_steps - 2]
-        self.sum_s += end_s * count
-        if self._lo_s <= first and last < self._hi_s:
-            # every step in the bin added to last (the usual case)
-            self.counts[self._bin] += num_steps * count
-            if first < self.min_s:
-                self.min_s = first
-            if last > self.max_s:
-                self.max_s = last
+            self._sum_s += end_s * count
+            # bin_of, inlined: this runs once a fast-forward
+            k = int((_log(first) - _LOG_LOW) * _PER_LOG) if first > LOW_S else 0
+            if last >= _edge(k + 1) or (last < first and last < _edge(k)):
+                self._spread(first, last, count, _step_lengths(step_end_s), num_steps)
+                return
+            counts = self.counts
+            counts[k] = counts.get(k, 0) + num_steps * count
+            if first < self._min_s:
+                self._min_s = first
+            if last > self._max_s:
+                self._max_s = last
             return
-        self._add_in_bins(first, last, count, step_end_s, num_steps)
+        if len(runs) > _MAX_PENDING:
+            self._bin_runs()
 
-    def _add_in_bins(self, first: float, last: float, count: int, step_end_s,
-                     num_steps: int) -> None:
-        """The steps of ``add_steps`` (lasting ``first`` up to ``last``), bin by bin."""
-        if first < self.min_s:
-            self.min_s = first
-        if last > self.max_s:
-            self.max_s = last
-        counts = self.counts
-        k0, k1 = bin_of(first), bin_of(last)
-        self._lo_s, self._hi_s, self._bin = bin_edge_s(k1), bin_edge_s(k1 + 1), k1
-        if k0 == k1:
-            counts[k1] = counts.get(k1, 0) + num_steps * count
+    def _bin_runs(self) -> None:
+        """Put the pending runs of linear steps in the bins, most (those within one bin)
+        at once."""
+        runs = self._runs
+        if not runs:
             return
-        length = _step_lengths(step_end_s)
+        first, slope, steps, count = np.array(runs, dtype=np.float64).reshape(-1, 4).T
+        runs.clear()
+        last = first + slope * (steps - 1)
+        # end of step n - 1 (as LinearStepEnds gives it) = Σ of the run's lengths
+        self._sum_s += float(np.sum((steps * first + slope * (steps * (steps - 1) / 2.0))
+                                    * count))
+        short, long = np.minimum(first, last), np.maximum(first, last)
+        self._min_s = min(self._min_s, float(short.min()))
+        self._max_s = max(self._max_s, float(long.max()))
+        k0, k1 = _bins_of(short), _bins_of(long)
+        one = k0 == k1
+        bins, where = np.unique(k0[one], return_inverse=True)
+        totals = np.bincount(where, weights=(steps * count)[one], minlength=len(bins))
+        counts = self.counts
+        for k, n in zip(bins.tolist(), totals.tolist()):
+            counts[k] = counts.get(k, 0) + int(round(n))
+        for i in np.flatnonzero(~one).tolist():
+            f, d = float(first[i]), float(slope[i])
+            self._spread(f, float(last[i]), int(count[i]),
+                         lambda j, f=f, d=d: f + d * j, int(steps[i]))
+
+    def _spread(self, first: float, last: float, count: int, length, num_steps: int) -> None:
+        """``count`` gaps of each of ``num_steps`` steps, step i lasting ``length(i)``
+        (``first`` up to ``last``), bin by bin."""
+        counts = self.counts
         if last < first:                      # shrinking steps: one by one
             for i in range(num_steps):
                 gap_s = length(i)
                 k = bin_of(gap_s)
                 counts[k] = counts.get(k, 0) + count
-                self.min_s, self.max_s = min(self.min_s, gap_s), max(self.max_s, gap_s)
+                self._min_s, self._max_s = min(self._min_s, gap_s), max(self._max_s, gap_s)
             return
+        self._min_s, self._max_s = min(self._min_s, first), max(self._max_s, last)
+        k0, k1 = bin_of(first), bin_of(last)
         done = 0                              # steps counted so far (the shortest first)
+        per_s = (num_steps - 1) / (last - first) if last > first else 0.0
         for k in range(k0, k1):
             edge = bin_edge_s(k + 1)
             lo, hi = done, num_steps          # the first step at or past the edge, in [lo, hi]
+            # guessed as if the lengths grew linearly (nearly so: one guess usually hits)
+            guess = min(max(int((edge - first) * per_s) + 1, lo), hi)
+            if guess > lo and length(guess - 1) >= edge:
+                hi = guess - 1
+            elif guess < hi and length(guess) < edge:
+                lo = guess + 1
+            else:
+                lo = hi = guess
             while lo < hi:
                 mid = (lo + hi) // 2
                 if length(mid) < edge:
@@ -147,10 +181,27 @@ class GapHistogram:
         if done < num_steps:
             counts[k1] = counts.get(k1, 0) + (num_steps - done) * count
 
+    # -- reading -----------------------------------------------------------------
+    @property
+    def num_gaps(self) -> int:
+        self._bin_runs()
+        return sum(self.counts.values())
+
+    @property
+    def sum_s(self) -> float:
+        """The gaps' total, exactly."""
+        self._bin_runs()
+        return self._sum_s
+
+    @property
+    def max_s(self) -> float:
+        self._bin_runs()
+        return self._max_s
+
     def percentile(self, q: float) -> float | None:
         """The ``q``-th percentile (0..100) as numpy's linear method reads the sorted
         gaps, each gap read as its bin's middle; None without gaps."""
-        n = sum(self.counts.values())
+        n = self.num_gaps
         if n == 0:
             return None
         rank = q / 100.0 * (n - 1)
@@ -168,5 +219,5 @@ class GapHistogram:
             seen += self.counts[k]
             if seen > index:
                 middle = LOW_S * GROWTH ** (k + 0.5)
-                return min(max(middle, self.min_s), self.max_s)
-        return self.max_s
+                return min(max(middle, self._min_s), self._max_s)
+        return self._max_s
