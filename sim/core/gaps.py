@@ -9,6 +9,11 @@ of steps adds, bin by bin, how many of its step lengths fall in each bin (O(bins
 touched), not O(steps)). Exceptional gaps (the first token after a preemption's
 recompute) are added one by one.
 
+The hot path appends: single steps and linear runs (``LinearStepEnds``: four numbers)
+are queued and binned together with numpy when many are pending or when a figure is
+read; a run of measured steps (a list of ends) is binned at once, its lengths read at
+the bins' edges (guessed as if linear, then bisected).
+
 Bin k holds gaps in [LOW_S·GROWTH^k, LOW_S·GROWTH^(k+1)); a percentile reads its bin's
 geometric middle, within half a bin (0.5%) of the true gap, clamped to the exact
 shortest and longest gap recorded (so a run of equal gaps reads exactly). The count,
@@ -43,10 +48,11 @@ def bin_of(gap_s: float) -> int:
 
 def bin_edge_s(k: int) -> float:
     """The lower edge of bin ``k``."""
-    return LOW_S * GROWTH ** k
+    return _EDGES_S[k] if k < len(_EDGES_S) else LOW_S * GROWTH ** k
 
 
-_edge = bin_edge_s
+# the bins' edges from 1 us to past 1e5 s, looked up rather than raised to a power
+_EDGES_S = [LOW_S * GROWTH ** k for k in range(2600)]
 
 
 def _bins_of(gaps_s: np.ndarray) -> np.ndarray:
@@ -89,8 +95,8 @@ class GapHistogram:
         ends are ``step_end_s`` (``LinearStepEnds`` or a list): step i lasts
         end(i) − end(i − 1). Step lengths must not shrink along the run (a decode
         step reads one more KV token a sequence than the one before: every cost
-        model's step grows with it); the steps in each bin are found by bisection
-        at the bin's edges, so a run costs O(bins touched · log steps)."""
+        model's step grows with it); the steps in each bin are found at the bin's
+        edges, so a run costs O(bins touched), not O(steps)."""
         runs = self._runs
         if num_steps == 1:
             runs += (step_end_s[0], 0.0, 1, count)
@@ -103,7 +109,7 @@ class GapHistogram:
             self._sum_s += end_s * count
             # bin_of, inlined: this runs once a fast-forward
             k = int((_log(first) - _LOG_LOW) * _PER_LOG) if first > LOW_S else 0
-            if last >= _edge(k + 1) or (last < first and last < _edge(k)):
+            if last >= bin_edge_s(k + 1) or (last < first and last < bin_edge_s(k)):
                 self._spread(first, last, count, _step_lengths(step_end_s), num_steps)
                 return
             counts = self.counts
