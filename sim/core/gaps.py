@@ -109,7 +109,9 @@ class GapHistogram:
             self._sum_s += end_s * count
             # bin_of, inlined: this runs once a fast-forward
             k = int((_log(first) - _LOG_LOW) * _PER_LOG) if first > LOW_S else 0
-            if last >= bin_edge_s(k + 1) or (last < first and last < bin_edge_s(k)):
+            edges = _EDGES_S
+            upper = edges[k + 1] if k + 1 < len(edges) else bin_edge_s(k + 1)
+            if last >= upper or (last < first and last < bin_edge_s(k)):
                 self._spread(first, last, count, _step_lengths(step_end_s), num_steps)
                 return
             counts = self.counts
