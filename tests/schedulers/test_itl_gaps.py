@@ -7,10 +7,14 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+from simfactories import make_continuous_scheduler, make_cost_model, make_request, run_step
 
+from sim.core.gaps import GapHistogram
+from sim.core.kv import KvCacheManager
 from sim.cost.base import DecodeRun
 from sim.cost.steps import LinearStepEnds
-from simfactories import make_continuous_scheduler, make_request, run_step
+from sim.schedulers.base import ReplicaLimits
+from sim.schedulers.static import StaticConfig, StaticScheduler
 
 QS = (50.0, 90.0, 95.0, 99.0, 99.9)
 
@@ -119,7 +123,6 @@ def test_fast_forward_records_the_same_gaps_as_stepping(num_blocks):
 
 def test_gaps_of_requests_arriving_in_the_warm_up_are_left_out():
     """Only requests arriving at or after the recorder's ``measured_from_s`` count."""
-    from sim.core.gaps import GapHistogram
     sched = make_continuous_scheduler(num_blocks=1024, cost=ConstantStepCost(0.01))
     sched.record_gaps(GapHistogram(measured_from_s=1.0))
     early = make_request(request_id=0, max_output_tokens=20, arrival_s=0.0)
@@ -131,10 +134,6 @@ def test_gaps_of_requests_arriving_in_the_warm_up_are_left_out():
 def test_a_static_batch_adds_each_requests_decode_steps_up_to_its_last_token():
     """A static batch runs max-output steps; a request's gaps are the decode steps before
     its own last token (a shorter request waits for the batch, not in its gaps)."""
-    from sim.core.kv import KvCacheManager
-    from sim.schedulers.base import ReplicaLimits
-    from sim.schedulers.static import StaticConfig, StaticScheduler
-    from simfactories import make_cost_model
     sched = StaticScheduler(StaticConfig(batch_size=3, batch_timeout=0.0),
                             kv=KvCacheManager(1024, 16), cost=make_cost_model(),
                             limits=ReplicaLimits(max_model_len=1 << 20),
