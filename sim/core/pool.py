@@ -83,6 +83,7 @@ class Pool:
         kv = KvCacheManager(self.spec.kv.num_blocks, self.spec.kv.block_size_tokens,
                             prefix_caching=self.cfg.prefix_caching)
         scheduler = self._new_scheduler(kv, self._finished)
+        scheduler.record_gaps(self.recorder.gaps)
         replica = Replica(self.env, self.code, self._next_index, scheduler, self.recorder,
                           self.usage)
         self._next_index += 1

@@ -88,10 +88,9 @@ def build_report(results, sweep=None, images: dict[str, bytes] | None = None) ->
                  ["USD per million output tokens (active span)",
                   s["cost"]["usd_per_million_output_tokens"]]]),
              _table(["latency (ms)", *LATENCY_STATS],
-                    [[k.upper()] + [_ms(lat[k].get(q)) for q in LATENCY_STATS]
-                     for k in ("ttft", "tpot", "e2e", "queue")]
-                    + ([["ITL (pooled)", _ms(lat["itl"]["mean"])]
-                        + [""] * (len(LATENCY_STATS) - 1)] if "itl" in lat else [])),
+                    [[k.upper() if k != "itl" else "ITL (pooled gaps)"]
+                     + [_ms(lat[k].get(q)) for q in LATENCY_STATS]
+                     for k in ("ttft", "tpot", "itl", "e2e", "queue") if k in lat]),
              "<h2>Pools</h2>",
              _table(["pool", "model", "hardware", "TP", "PP", "step times from", "replicas (mean)",
                      "GPU-hours", "cost (USD)", "busy", "MFU", "MBU", "KV cache used"],

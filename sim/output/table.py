@@ -15,7 +15,8 @@ from rich.table import Table
 from sim.output.spans import pool_window
 
 _NONE = "-"
-_LATENCY = (("TTFT", "ttft"), ("TPOT", "tpot"), ("E2E", "e2e"), ("queue", "queue"))
+_LATENCY = (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2E", "e2e"),
+            ("queue", "queue"))
 _QUANTILES = ("mean", "p50", "p90", "p95", "p99", "p999")
 
 
@@ -99,6 +100,8 @@ def _latency(s: dict) -> Table:
     t = _new("latency of completed requests", "", *_QUANTILES)
     lat = s.get("latency_s", {})
     for label, key in _LATENCY:
+        if key == "itl" and key not in lat:       # a summary written before pooled gaps
+            continue
         stats = lat.get(key, {}) or {}
         t.add_row(label, *(fmt_seconds(stats.get(q)) for q in _QUANTILES))
     return t

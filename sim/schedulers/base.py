@@ -23,6 +23,7 @@ import numpy as np
 
 from sim.cost.base import IDLE_AFTER_S, CostModel
 from sim.cost.steps import LinearStepEnds, StepEnds  # noqa: F401 (re-exported)
+from sim.core.gaps import GapHistogram
 from sim.core.kv import KvCacheManager
 from sim.core.request import Request
 
@@ -119,7 +120,7 @@ class Scheduler(ABC):
     separate dict."""
 
     __slots__ = ("kv", "cost", "limits", "on_finish", "waiting", "running", "last_step_end_s",
-                 "_servable")
+                 "_servable", "gaps")
 
     @classmethod
     def pool_parts(cls, pool, cfg, rng, models=None, base_dir=None) -> dict:
@@ -137,6 +138,14 @@ class Scheduler(ABC):
         self.running: list[Request] = []
         self.last_step_end_s = -math.inf      # segment_ended: when its last step ended
         self._servable: int | None = None     # the longest sequence every limit passes
+        # where the gaps between a request's output tokens are counted (its own until
+        # ``record_gaps`` names the run's)
+        self.gaps = GapHistogram()
+
+    def record_gaps(self, gaps: GapHistogram) -> None:
+        """Count the gaps between consecutive output tokens of the requests it serves in
+        ``gaps`` (the run's pooled inter-token latencies), from now on."""
+        self.gaps = gaps
 
     # -- admission -------------------------------------------------------------
     def reject_reason(self, req: Request) -> str | None:

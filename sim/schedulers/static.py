@@ -107,9 +107,21 @@ class StaticScheduler(Scheduler):
             req.num_computed_tokens = req.total_tokens
             req.num_output_tokens = req.max_output_tokens
         self.running = []
+        self._record_gaps(batch, seg.step_end_s)
         for req in batch:
             if req.max_output_tokens > 1:
                 # the gaps between its tokens are the decode steps up to its last one
                 req.max_itl_s = max(seg.step_end_s[k] - seg.step_end_s[k - 1]
                                     for k in range(1, req.max_output_tokens))
             self._complete(req, start_s + seg.step_end_s[req.max_output_tokens - 1])
+
+    def _record_gaps(self, batch: list[Request], step_end_s) -> None:
+        """Decode step k (from 1) is a gap of each request after the warm-up still
+        producing tokens then (more than k output tokens)."""
+        gaps = self.gaps
+        outputs = sorted(r.max_output_tokens for r in batch if gaps.measured(r.arrival_s))
+        i = 0
+        for k in range(1, outputs[-1] if outputs else 0):
+            while outputs[i] <= k:
+                i += 1
+            gaps.add(step_end_s[k] - step_end_s[k - 1], len(outputs) - i)
