@@ -66,7 +66,6 @@ class Pool:
         self._by_index: dict[int, Replica] = {}
         self.cold_start_s = (self.cfg.cold_start.provisioning
                              + spec.kv.weight_bytes_per_gpu / self.cfg.cold_start.load_bandwidth)
-        self.gpu_seconds_released = 0.0          # billed time of released replicas
         self.released_billing_s: list[tuple[float, float]] = []   # (requested, released)
         self.replicas_max = 0
         self._next_index = 0
@@ -119,8 +118,6 @@ class Pool:
         if replica.state in (READY, DRAINING):
             self._serving_changed(-1)
         replica.release()
-        self.gpu_seconds_released += ((self.env.now - replica.requested_s)
-                                      * self.spec.gpus_per_replica)
         self.released_billing_s.append((replica.requested_s, self.env.now))
         self.replicas.remove(replica)
         del self._by_index[replica.index]
@@ -147,8 +144,12 @@ class Pool:
             self._on_lost(req)
 
     def billed_gpu_seconds(self, now_s: float) -> float:
-        live = sum(now_s - r.requested_s for r in self.replicas) * self.spec.gpus_per_replica
-        return self.gpu_seconds_released + live
+        """GPU-seconds billed up to ``now_s``: each released replica's billed interval,
+        then the live ones' so far."""
+        gpus = self.spec.gpus_per_replica
+        released = sum((end_s - start_s) * gpus for start_s, end_s in self.released_billing_s)
+        live = sum(now_s - r.requested_s for r in self.replicas) * gpus
+        return released + live
 
     def billing_intervals(self, now_s: float) -> tuple[tuple[float, float], ...]:
         """Each replica's billed interval, (requested, released or ``now_s``), in the order
