@@ -95,11 +95,10 @@ def build_report(results, sweep=None, images: dict[str, bytes] | None = None) ->
              _table(["pool", "model", "hardware", "TP", "PP", "step times from", "replicas (mean)",
                      "GPU-hours", "cost (USD)", "busy", "MFU", "MBU", "KV cache used"],
                     [[name, p["model"], p["hardware"], p["tp"], p.get("pp", 1), p["cost_model"],
-                      *(pool_window(p).get(k) for k in ("replicas_mean", "gpu_hours",
-                                                        "cost_usd")),
-                      *(_pct(pool_window(p).get(k))
-                        for k in ("busy_frac", "mfu", "mbu", "kv_util_mean"))]
-                     for name, p in s["pools"].items()]),
+                      p["replicas_mean"], p["gpu_hours"], p["cost_usd"],
+                      *(_pct(p.get(k)) for k in ("busy_frac", "mfu", "mbu", "kv_util_mean"))]
+                     for name, p in ((name, {**p, **pool_window(p)})
+                                     for name, p in s["pools"].items())]),
              f"<p class='note'>{GLOSSARY}</p>",
              "<h2>Teams</h2>",
              _table(["team", "requests", "completed", "rejected", "TTFT p99 (ms)",

@@ -122,6 +122,11 @@ def summarise(run: RunAccount, requests: Table, ts: Table,
     pool_cost: dict[str, float] = {}
     total_cost = 0.0
     prompt_pool = _prompt_pools(requests, earlier)
+    # rates, utilisation and cost per token over the active span (spans.py), as load
+    # generators measure a benchmark; the whole run's beside them, named so
+    span = active_span(requests, end_s)
+    span_s = span.span_s if span is not None else 0.0
+    span_pool_cost: dict[str, float] = {}
     for code, name in enumerate(run.recorder.pools.names):
         pool = run.pools[name]
         usage = pool.usage
@@ -162,7 +167,9 @@ def summarise(run: RunAccount, requests: Table, ts: Table,
             "prefix_hit_rate": float(served["cached_prompt_tokens"].sum()) / prompt_total
             if prompt_total else 0.0,
             "queue_mean": float(pts["queued"].mean()) if len(pts) else None,
+            "active_span": pool_in_span(pool, span, pts),
         }
+        span_pool_cost[name] = pools[name]["active_span"]["cost_usd"]
 
     # Each pool's billed cost is shared among its requests in proportion to the
     # tokens each had computed there (prompt less cache hits, plus output): its
@@ -195,15 +202,6 @@ def summarise(run: RunAccount, requests: Table, ts: Table,
     out_tokens = int(done["output_tokens"].sum())
     slo = (slo_section(requests, run.scenario.slos, warmup_s, end_s)
            if run.scenario.slos is not None else None)
-    # rates, utilisation and cost per token over the active span (spans.py), as load
-    # generators measure a benchmark; the whole run's beside them, named so
-    span = active_span(requests, end_s)
-    span_s = span.span_s if span is not None else 0.0
-    span_pool_cost: dict[str, float] = {}
-    for name, figures in pools.items():
-        pts = ts[ts["pool"] == name] if len(ts) else ts
-        figures["active_span"] = pool_in_span(run.pools[name], span, pts)
-        span_pool_cost[name] = figures["active_span"]["cost_usd"]
     span_cost = sum(span_pool_cost.values())
     latency_s = {
         "ttft": _stats(steady["ttft_s"]),

@@ -129,18 +129,18 @@ def _step_times(p: dict) -> str:
     return label
 
 
-_POOL_ROWS = (          # each given the pool's figures over the active span beside its own
-    ("model", lambda p, w: str(p.get("model", _NONE))),
-    ("hardware", lambda p, w: str(p.get("hardware", _NONE))),
-    ("TP x replicas", lambda p, w: _replicas({**p, "replicas_mean": w.get("replicas_mean")})),
-    ("step times", lambda p, w: _step_times(p)),
-    ("GPU-hours", lambda p, w: _sig(w.get("gpu_hours"))),
-    ("cost", lambda p, w: _usd(w.get("cost_usd"))),
-    ("busy", lambda p, w: _pct(w.get("busy_frac"))),
-    ("MFU", lambda p, w: _pct(w.get("mfu"))),
-    ("MBU", lambda p, w: _pct(w.get("mbu"))),
-    ("KV util (mean)", lambda p, w: _pct(w.get("kv_util_mean"))),
-    ("max running seqs", lambda p, w: _num(p.get("max_running_seqs"))),
+_POOL_ROWS = (          # each given the pool's figures, those over the active span in place
+    ("model", lambda p: str(p.get("model", _NONE))),
+    ("hardware", lambda p: str(p.get("hardware", _NONE))),
+    ("TP x replicas", _replicas),
+    ("step times", _step_times),
+    ("GPU-hours", lambda p: _sig(p.get("gpu_hours"))),
+    ("cost", lambda p: _usd(p.get("cost_usd"))),
+    ("busy", lambda p: _pct(p.get("busy_frac"))),
+    ("MFU", lambda p: _pct(p.get("mfu"))),
+    ("MBU", lambda p: _pct(p.get("mbu"))),
+    ("KV util (mean)", lambda p: _pct(p.get("kv_util_mean"))),
+    ("max running seqs", lambda p: _num(p.get("max_running_seqs"))),
 )
 
 
@@ -151,8 +151,9 @@ def _pools(s: dict) -> Table:
     pools = s.get("pools", {})
     in_span = any("active_span" in p for p in pools.values())
     t = _new("pools (over the active span)" if in_span else "pools", "", *pools)
+    windowed = [{**p, **pool_window(p)} for p in pools.values()]
     for label, get in _POOL_ROWS:
-        t.add_row(label, *(get(p, pool_window(p)) for p in pools.values()))
+        t.add_row(label, *(get(p) for p in windowed))
     return t
 
 

@@ -21,8 +21,8 @@ from sim.config.errors import ScenarioError
 from sim.config.inputs import InputFileError, read_bytes, shown
 from sim.config.scenario import Scenario
 from sim.planning.check import MAX_FIGURE
-from sim.planning.sweep import (POOL_FIELDS, in_window, mean_gpus, rates_window,
-                                 summary_row)
+from sim.output.spans import pool_window
+from sim.planning.sweep import POOL_FIELDS, mean_gpus, rates_window, summary_row
 
 
 def load_run(path: str, load: Callable[[str], Scenario]) -> dict | Scenario:
@@ -155,9 +155,9 @@ def fleet_row(summary: dict) -> dict:
     pools = summary.get("pools", {})
     out = {k: v for k, v in row.items()
            if k not in {f"{p}.{f}" for p in pools for f in POOL_FIELDS}}
-    in_span, window_s = rates_window(summary)
+    _, window_s = rates_window(summary)
     for pool, fig in pools.items():
-        window = in_window(fig, in_span)        # the row's window: the active span
+        window = pool_window(fig)               # the row's window: the active span
         fleet = {**fig, **{k: window.get(k) for k in ("replicas_mean", "cost_usd")},
                  "gpus_mean": mean_gpus(fig, window_s, window)}
         out.update({f"{pool}.{f}": fleet.get(f) for f in FLEET_FIELDS})

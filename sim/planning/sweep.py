@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 
 from sim.config.scenario import Scenario
+from sim.output.spans import pool_window
 from sim.planning.overrides import with_varied
 from sim.planning.runner import Progress, run_many
 
@@ -45,11 +46,6 @@ def rates_window(summary: dict) -> tuple[bool, float]:
     return False, summary.get("end_s") or 0.0
 
 
-def in_window(pool: dict, in_span: bool) -> dict:
-    """A pool's figures over the rates' window (its ``active_span`` ones, or its own)."""
-    return (pool.get("active_span") or {}) if in_span else pool
-
-
 def mean_gpus(pool: dict, window_s: float, figures: dict | None = None) -> float:
     """GPUs a pool's summary billed on average over a window of ``window_s``: the GPU-hours
     of ``figures`` (the pool's own, over the whole run, unless given: its active span's),
@@ -70,7 +66,7 @@ def summary_row(summary: dict) -> dict:
     in_span, span_s = rates_window(summary)
     if in_span:             # the bill inside the span, as the cost per token is
         row["cost_usd"] = (summary.get("cost") or {}).get("active_span_usd")
-    gpus = sum(mean_gpus(p, span_s, in_window(p, in_span)) for p in pools.values())
+    gpus = sum(mean_gpus(p, span_s, pool_window(p)) for p in pools.values())
     tokens_per_s, tpot = row["output_tokens_per_s"], row["tpot_p50_s"]
     # the Pareto views' axes: each GPU's share of the output, each user's token speed,
     # the cost of an hour
@@ -89,7 +85,7 @@ def summary_row(summary: dict) -> dict:
         row["slo_margin_min"] = (min(margins) if margins and None not in margins
                                  else None)
     for pool, fig in pools.items():
-        window = in_window(fig, in_span)
+        window = pool_window(fig)
         for key in POOL_FIELDS:
             row[f"{pool}.{key}"] = window.get(key)
     return row
