@@ -211,7 +211,7 @@ def _confirm_peak(whole, table, slos, confidence, peak: dict) -> list[str]:
     from sim.planning.size import chosen_rows, sized_fleet
 
     fleet = sized_fleet(whole, table)
-    rows = [] if fleet is None else confirm(whole, fleet, list(chosen_rows(table)), slos,
+    rows = [] if fleet is None else confirm(fleet, list(chosen_rows(table)), slos,
                                             confidence)
     peak["confirmed"] = rows
     return [r["pool"] for r in rows if not r["met"]]

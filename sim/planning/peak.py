@@ -185,16 +185,18 @@ def _left_out(scenario: Scenario, ended: list[str]) -> Scenario:
     return with_values(kept, {"slos.teams": dump(teams), "slos.streams": dump(streams)})
 
 
-def confirm(scenario: Scenario, fleet: Scenario, pools: list[str], slos: list[Slo],
-            confidence) -> list[dict]:
-    """The fleet chosen (``fleet``: ``scenario`` with every pool sized) run over the whole
-    run: for each pool of ``pools``, its SLO figures there and whether they are met."""
+def confirm(fleet: Scenario, pools: list[str], slos: list[Slo], confidence) -> list[dict]:
+    """The fleet chosen (``fleet``: the scenario with every pool sized) run over the whole
+    run, once for every pool (its seed's run is each pool's first sample): for each pool
+    of ``pools``, its SLO figures there and whether they are met."""
     from sim.output.slo import margins
+    from sim.planning.progress import run_trial
     from sim.planning.size import verdict
 
     rows = []
+    ran = run_trial(fleet) if pools else None
     for pool in pools:
-        one = verdict(fleet, pool, slos, confidence)
+        one = verdict(fleet, pool, slos, confidence, ran=ran)
         margin = margins(one.estimate, slos)
         rows.append({"pool": pool, "met": bool(one.ok), **one.estimate,
                      **{f"margin_{k}": v for k, v in margin.items()}})

@@ -27,6 +27,7 @@ from sim.planning.runner import Payload, map_tasks, scenario_from_payload, scena
 from sim.config.resolve import resolve
 from sim.config.slos import Slo
 from sim.output.slo import margins, measure
+from sim.output.spans import pool_window
 from sim.planning.verdict import Confidence, Verdict, judge
 
 
@@ -531,7 +532,7 @@ def _option_row(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
         # the bill inside the run's active span, as summary.json's (a closed loop that
         # ends early is not charged the idle rest of the run)
         "usd_per_million_output_tokens":
-            pool_sum.get("active_span", pool_sum)["cost_usd"] / out_tok * 1e6
+            pool_window(pool_sum)["cost_usd"] / out_tok * 1e6
         if out_tok else None,
         **best.measured,
         **{f"margin_{k}": v for k, v in margin.items()},

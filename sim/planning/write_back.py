@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sim.config.inputs import scenario_files, shipped_roots
+from sim.config.inputs import inside, scenario_files, shipped_roots
 from sim.config.scenario import Scenario
 from sim.config.yamlio import dump_data
 
@@ -65,7 +65,7 @@ def _data_paths(data: dict) -> list[tuple[dict, str, str]]:
 
 def _under(path: Path, roots) -> bool:
     path = path.resolve()
-    return any(path == r or r in path.parents for r in roots)
+    return any(inside(path, root) for root in roots)
 
 
 def scenario_text(fleet: Scenario, target: Path, lines: list[str]) -> tuple[str, list[Path]]:
