@@ -81,8 +81,7 @@ class Pool:
     def _new_replica(self) -> Replica:
         kv = KvCacheManager(self.spec.kv.num_blocks, self.spec.kv.block_size_tokens,
                             prefix_caching=self.cfg.prefix_caching)
-        scheduler = self._new_scheduler(kv, self._finished)
-        scheduler.record_gaps(self.recorder.gaps)
+        scheduler = self._new_scheduler(kv, self._finished, self.recorder.gaps)
         replica = Replica(self.env, self.code, self._next_index, scheduler, self.recorder,
                           self.usage)
         self._next_index += 1
@@ -230,7 +229,7 @@ class Pool:
 
     def _new_probe(self) -> Scheduler:
         kv = KvCacheManager(self.spec.kv.num_blocks, self.spec.kv.block_size_tokens)
-        return self._new_scheduler(kv, self._finished)
+        return self._new_scheduler(kv, self._finished, None)   # it serves no request
 
     def _has_room(self, replica: Replica) -> bool:
         return self.max_outstanding is None or replica.num_outstanding < self.max_outstanding

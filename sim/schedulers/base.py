@@ -129,7 +129,8 @@ class Scheduler(ABC):
         return {}
 
     def __init__(self, kv: KvCacheManager, cost: CostModel, limits: ReplicaLimits,
-                 on_finish: Callable[[Request], None]) -> None:
+                 on_finish: Callable[[Request], None],
+                 gaps: GapHistogram | None = None) -> None:
         self.kv = kv
         self.cost = cost
         self.limits = limits
@@ -138,14 +139,9 @@ class Scheduler(ABC):
         self.running: list[Request] = []
         self.last_step_end_s = -math.inf      # segment_ended: when its last step ended
         self._servable: int | None = None     # the longest sequence every limit passes
-        # where the gaps between a request's output tokens are counted (its own until
-        # ``record_gaps`` names the run's)
-        self.gaps = GapHistogram()
-
-    def record_gaps(self, gaps: GapHistogram) -> None:
-        """Count the gaps between consecutive output tokens of the requests it serves in
-        ``gaps`` (the run's pooled inter-token latencies), from now on."""
-        self.gaps = gaps
+        # where the gaps between consecutive output tokens of the requests it serves are
+        # counted: the run's pooled inter-token latencies (its own where none is given)
+        self.gaps = gaps if gaps is not None else GapHistogram()
 
     # -- admission -------------------------------------------------------------
     def reject_reason(self, req: Request) -> str | None:

@@ -162,11 +162,6 @@ class ContinuousScheduler(Scheduler):
         """The running requests that decode: a ``DecodeCohort`` (one token each per step)."""
         return DecodeCohort(self.kv.block_size_tokens, self.gaps.measured_from_s)
 
-    def record_gaps(self, gaps) -> None:
-        super().record_gaps(gaps)
-        assert not self.cohort.members, "the gaps are named before any request decodes"
-        self.cohort = self._new_decoders()
-
     def _decode_tokens(self, num_decode: int) -> int:
         """Tokens the decoders take from this step's budget (one each)."""
         return num_decode

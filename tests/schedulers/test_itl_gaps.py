@@ -123,8 +123,8 @@ def test_fast_forward_records_the_same_gaps_as_stepping(num_blocks):
 
 def test_gaps_of_requests_arriving_in_the_warm_up_are_left_out():
     """Only requests arriving at or after the recorder's ``measured_from_s`` count."""
-    sched = make_continuous_scheduler(num_blocks=1024, cost=ConstantStepCost(0.01))
-    sched.record_gaps(GapHistogram(measured_from_s=1.0))
+    sched = make_continuous_scheduler(num_blocks=1024, cost=ConstantStepCost(0.01),
+                                      gaps=GapHistogram(measured_from_s=1.0))
     early = make_request(request_id=0, max_output_tokens=20, arrival_s=0.0)
     late = make_request(request_id=1, max_output_tokens=9, arrival_s=1.0)
     run_to_end(sched, [early, late], track=False)
