@@ -408,7 +408,8 @@ def _size_autoscaled(args: argparse.Namespace, scenario, slos, confidence, out,
                      inputs, whole, written: Path | None) -> int:
     """size --autoscaled: each pool's target-tracking autoscaler sized for the whole run
     (written with the autoscalers chosen to ``written``)."""
-    from sim.planning.autoscaled import autoscaled_fleet, autoscaled_size, search_plan
+    from sim.planning.autoscaled import (autoscaled_fleet, autoscaled_size,
+                                         autoscaled_trials, search_plan)
 
     _refuse_beside(args, "--autoscaled", ("--max-rate", "--report", "--workers"))
     pools = args.pool or [p for p in scenario.pools
@@ -417,12 +418,11 @@ def _size_autoscaled(args: argparse.Namespace, scenario, slos, confidence, out,
         raise ScenarioError("no pool has a target-tracking autoscaler to size (autoscaler: "
                             "{type: target, ...})", field="--autoscaled")
     from sim.planning.progress import TrialCounter
-    from sim.planning.size import bisection_steps
 
     most = []                       # every pool's search refused before any pool's run
     for pool in pools:
         tried, low, cap = search_plan(scenario, pool, confidence)
-        most.append(len(tried) * 2 * bisection_steps(low, cap))
+        most.append(autoscaled_trials(len(tried), low, cap))
     tables, teams = [], {}
     with _trial_line(args, "size --autoscaled") as line:
         counter = TrialCounter(line)

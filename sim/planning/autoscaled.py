@@ -91,14 +91,19 @@ def search_plan(scenario: Scenario, pool: str, confidence: Confidence | None
     return tried, low, cap
 
 
+def autoscaled_trials(targets: int, low: int, cap: int) -> int:
+    """The most trials an autoscaled search may run: per target, two bisections over
+    [low, cap] (the floor's, then the bound's)."""
+    return targets * 2 * bisection_steps(low, cap)
+
+
 def check_autoscaled_budget(scenario: Scenario, pool: str, targets: int, low: int,
                             cap: int, confidence: Confidence | None) -> None:
     """Refuse, before any run, a search whose worst case (per target, two bisections over
     [low, cap], each replicated up to the cap) runs more simulations or simulates more
     replicas than one `size` may."""
-    steps = bisection_steps(low, cap)
-    refuse_over_budget(scenario, sizing_field(scenario, pool), targets * 2 * steps,
-                       targets * 2 * steps * cap,
+    trials = autoscaled_trials(targets, low, cap)
+    refuse_over_budget(scenario, sizing_field(scenario, pool), trials, trials * cap,
                        f"{targets} targets x two searches over {low:,}..{cap:,} replicas",
                        NARROWER_COUNTS, confidence)
 
@@ -132,7 +137,7 @@ def autoscaled_size(scenario: Scenario, pool: str, slos: list[Slo], *,
     :func:`check_autoscaled_budget` counts them)."""
     tried, low, cap = search_plan(scenario, pool, confidence)
     rows, runs, chosen_summary = [], 0, {}
-    per_target = 2 * bisection_steps(low, cap)
+    per_target = autoscaled_trials(1, low, cap)
     option = configured_option(scenario.pools[pool])    # each row names the pool in full
     named = {**option, **option_source(scenario, pool, option)}
     for i, target in enumerate(tried):

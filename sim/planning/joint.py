@@ -127,6 +127,13 @@ def check_thresholds(scenario: Scenario, pools: list[str], thresholds: list[int]
     return names[0]
 
 
+def staircase_trials(scenario: Scenario, a: str, b: str) -> int:
+    """The most trials one staircase search may run: every count of ``a`` from its floor
+    to its cap, each with a bisection over ``b``'s."""
+    return (replica_cap(scenario, a) - sizing_floor(scenario, a) + 1) * \
+        bisection_steps(sizing_floor(scenario, b), replica_cap(scenario, b))
+
+
 def check_joint_budget(scenario: Scenario, a: str, b: str, thresholds: int,
                        confidence: Confidence | None) -> None:
     """Refuse, before any run, a joint search whose worst case (every count of ``a``,
@@ -134,7 +141,7 @@ def check_joint_budget(scenario: Scenario, a: str, b: str, thresholds: int,
     the cap) runs more than one `size` may."""
     low_a, low_b = sizing_floor(scenario, a), sizing_floor(scenario, b)
     cap_a, cap_b = replica_cap(scenario, a), replica_cap(scenario, b)
-    trials = thresholds * (cap_a - low_a + 1) * bisection_steps(low_b, cap_b)
+    trials = thresholds * staircase_trials(scenario, a, b)
     refuse_over_budget(scenario, sizing_field(scenario, a), trials, trials * (cap_a + cap_b),
                        f"{thresholds} threshold(s) x {cap_a - low_a + 1:,} counts of {a} x a "
                        f"search over {low_b:,}..{cap_b:,} replicas of {b}", NARROWER_COUNTS,
@@ -165,8 +172,7 @@ def joint_size(scenario: Scenario, pools: list[str], slos: list[Slo], *,
         return _named(scenario, (a, b), table)
     field = threshold_field(name)
     rows, best, runs = [], None, 0
-    staircase = (replica_cap(scenario, a) - sizing_floor(scenario, a) + 1) * \
-        bisection_steps(sizing_floor(scenario, b), replica_cap(scenario, b))
+    staircase = staircase_trials(scenario, a, b)
     for i, threshold in enumerate(thresholds):
         scn = with_values(scenario, {field: threshold})
         if counter is not None:
