@@ -167,13 +167,14 @@ def make_request(*, request_id: int = 0, prompt_tokens: int = 100,
 
 def make_continuous_scheduler(*, num_blocks: int = 64, block_size_tokens: int = 16,
                               max_model_len: int = 1 << 20, cost=None, on_finish=None,
-                              **cfg) -> ContinuousScheduler:
-    """A continuous scheduler on its own, outside any simulation."""
+                              gaps=None, **cfg) -> ContinuousScheduler:
+    """A continuous scheduler on its own, outside any simulation (``gaps``: where it counts
+    the gaps between tokens; its own by default)."""
     return ContinuousScheduler(
         ContinuousConfig(**cfg), kv=KvCacheManager(num_blocks, block_size_tokens),
         cost=cost if cost is not None else make_cost_model(),
         limits=ReplicaLimits(max_model_len=max_model_len),
-        on_finish=on_finish if on_finish is not None else (lambda req: None))
+        on_finish=on_finish if on_finish is not None else (lambda req: None), gaps=gaps)
 
 
 def run_step(sched, now_s: float = 0.0):

@@ -903,6 +903,8 @@ CASES += [
     Case("sizing-floor-over-the-cap", append_to_pool(
         "    sizing: {min_replicas: 5, max_replicas: 4}\n"), 27, "pools.main.sizing",
          ["min_replicas (5) exceeds max_replicas (4)"]),
+    Case("sizing-an-unknown-kv-dtype", append_to_pool("    sizing: {kv_dtype: [bf16, fp9]}\n"),
+         27, "pools.main.sizing.kv_dtype[1]", ["'bf16'", "'fp8'", "did you mean 'fp8'?"]),
     Case("sizing-an-unknown-gpu", append_to_pool("    sizing: {hardware: [H999, H200]}\n"),
          27, "pools.main.sizing.hardware[0]", ["unknown hardware 'H999'", "H100-SXM"]),
     Case("sizing-a-tp-that-splits-no-heads", append_to_pool("    sizing: {tp: [1, 3]}\n"),
@@ -1753,6 +1755,8 @@ def test_an_override_s_error_names_the_flag_that_made_it(tmp_path, capsys, text,
     ({"pools": {"main": {"required_replicas": 1, "slo_values": [1]}}, "latency_s": {}},
      "pools.main.slo_values: must be an object of SLO metrics"),
     ([1], "must be an object of pools, latency_s and slos"),
+    ({"pools": {}, "latency_s": {}, "set": "pools.main.replicas=2"},
+     "set: must be a list of the --set PATH=VALUE it was made with"),
 ])
 def test_a_bad_baseline_names_its_entry_and_field(tmp_path, capsys, entry, fragment):
     """Which entry (its number and scenario), which field, and what is wrong with it (it

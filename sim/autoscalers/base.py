@@ -23,10 +23,21 @@ not use are ignored; a missing, None or NaN value is skipped.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Mapping
+from typing import ClassVar, Mapping
+
+from sim.config.common import StrictModel
 
 DEFAULT_TICK_S = 2.0
 """Decision period of policies whose config has no ``tick`` (fixed, scheduled)."""
+
+
+class AutoscalerConfigBase(StrictModel):
+    """The config every autoscaling policy's ``type:`` block extends: what callers may
+    ask of a policy without naming it."""
+
+    # whether the policy may start replicas (to replace lost ones, or to grow); a pool
+    # whose policy never does keeps the replicas it is configured with
+    starts_replicas: ClassVar[bool] = True
 
 
 class Autoscaler(ABC):

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from sim.autoscalers.base import Autoscaler
-from sim.config.common import StrictModel
+from sim.autoscalers.base import Autoscaler, AutoscalerConfigBase
 
 
-class FixedConfig(StrictModel):
+class FixedConfig(AutoscalerConfigBase):
     type: Literal["fixed"] = "fixed"
     # whether the policy may start replicas (to replace lost ones, or to grow)
     starts_replicas: ClassVar[bool] = False

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import bisect
 import re
-from typing import ClassVar, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
 from sim.config import units
-from sim.autoscalers.base import Autoscaler
+from sim.autoscalers.base import Autoscaler, AutoscalerConfigBase
 from sim.config.common import PositiveSeconds, ReplicaFloor, StrictModel
 
 _CLOCK = re.compile(r"^\s*(\d+):([0-5]\d)(?::([0-5]\d(?:\.\d*)?))?\s*$")
@@ -62,10 +62,8 @@ class ScheduleEntry(StrictModel):
         return value
 
 
-class ScheduledConfig(StrictModel):
+class ScheduledConfig(AutoscalerConfigBase):
     type: Literal["scheduled"] = "scheduled"
-    # whether the policy may start replicas (to replace lost ones, or to grow)
-    starts_replicas: ClassVar[bool] = True
     table: tuple[ScheduleEntry, ...] = Field(
         min_length=1,
         description="[[time, replicas], ...] or [{at: time, replicas: N}, ...]; times "

@@ -73,15 +73,14 @@ replicas are running, so a small target keeps a short queue.
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Any, Literal, Mapping
+from typing import Any, Literal, Mapping
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from sim.config import units
-from sim.autoscalers.base import Autoscaler
+from sim.autoscalers.base import Autoscaler, AutoscalerConfigBase
 from sim.autoscalers.window import PercentileWindow, TimeWindow
-from sim.config.common import (PositiveSeconds, ReplicaCount, ReplicaFloor, Seconds,
-                               StrictModel)
+from sim.config.common import PositiveSeconds, ReplicaCount, ReplicaFloor, Seconds
 
 Metric = Literal["queue_per_replica", "inflight_per_replica", "ttft_p95", "kv_util"]
 ADDITIVE_METRICS = ("queue_per_replica", "inflight_per_replica")
@@ -91,10 +90,8 @@ LOAD_KEYS = ("queue_per_replica", "inflight_per_replica")
 TTFT_QUANTILE = 0.95
 
 
-class TargetConfig(StrictModel):
+class TargetConfig(AutoscalerConfigBase):
     type: Literal["target"] = "target"
-    # whether the policy may start replicas (to replace lost ones, or to grow)
-    starts_replicas: ClassVar[bool] = True
     metric: Metric = Field(description="What to track, per replica")
     target: float = Field(
         gt=0, allow_inf_nan=False,

@@ -1,300 +1,20 @@
-"""``fleetsim size``, ``sweep``, ``compare`` and ``check``: the planning commands."""
+"""``fleetsim sweep``, ``compare`` and ``check``: the planning commands besides ``size``
+(:mod:`sim.cli.size`)."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
 
 from sim.config.inputs import shown
 from sim.config.errors import ScenarioError
 from sim.output.output_paths import slug
-from sim.cli.common import (duration_arg, path_arg, count_arg, tolerance_arg, share_arg,
-                            MAX_WORKERS, count_bar, MAX_REPLICATIONS,
-                            load_from_args, allowed_paths, add_allow_path, inputs_of,
-                            scenario_slos, slos_from_args, with_pd_options)
-
-
-def _cmd_size(args: argparse.Namespace) -> int:
-    from sim.output.output_paths import prepare_folder
-    from sim.output.outputs import write_folder
-    from sim.planning.runner import DaskSchedulerError
-    from sim.planning.size import max_rate, size
-
-    if args.force and not args.out:
-        raise ScenarioError("--force replaces an output folder, and size writes none "
-                            "without --out", field="--force")
-    if args.report and not args.out:
-        raise ScenarioError("--report writes report.html beside size.csv: give --out DIR",
-                            field="--report")
-    if args.report and args.max_rate:
-        raise ScenarioError("--report shows the options size compares; --max-rate "
-                            "searches one fleet's load: give one", field="--report")
-    scenario = load_from_args(args)
-    slos = slos_from_args(args) or scenario_slos(scenario)
-    if not slos:
-        raise ScenarioError("give at least one --slo, e.g. --slo ttft_p99=2s, or an `slos:` "
-                            "block in the scenario (its fleet-wide objectives: size sizes "
-                            "each pool for all the requests it serves)", field="--slo")
-    pools = args.pool or None
-    twice = sorted({p for p in pools or [] if pools.count(p) > 1})
-    if twice:
-        raise ScenarioError(f"--pool {twice[0]}: given twice; name each pool once",
-                            field="--pool")
-    for p in pools or []:
-        if p not in scenario.pools:
-            raise ScenarioError(f"--pool: unknown pool '{p}'; pools: {', '.join(scenario.pools)}",
-                                field="--pool")
-    inputs = inputs_of(args, scenario)
-    out = prepare_folder(args.out, force=args.force, inputs=inputs) if args.out else None
-    if args.max_rate and all(getattr(s.arrival, "type", None) == "closed"
-                             for s in scenario.workload.streams.values()):
-        raise ScenarioError("--max-rate scales the streams' rates, and every stream here is "
-                            "closed-loop (its load is its concurrency): sweep "
-                            "workload.streams.NAME.arrival.concurrency instead",
-                            field="--max-rate")
-    confidence = _confidence(args)
-    if args.thresholds and not args.joint:
-        raise ScenarioError("--thresholds tries a prompt-length split's thresholds in a "
-                            "joint search: give --joint SHORT_POOL,LONG_POOL as well",
-                            field="--thresholds")
-    if args.joint and args.autoscaled:
-        raise ScenarioError("--joint sizes two fixed pools and --autoscaled one pool's "
-                            "autoscaler: give one", field="--autoscaled")
-    if args.window is not None:
-        from sim.planning.window import auto_windowed, windowed
-        if args.autoscaled:
-            raise ScenarioError("--autoscaled sizes an autoscaler over the whole run's "
-                                "changing load; leave out --window", field="--window")
-        sized = frozenset([p.strip() for p in args.joint.split(",")] if args.joint else
-                          (pools or list(scenario.pools)))
-        if args.window == "auto":
-            scenario, window_s = auto_windowed(scenario, slos, sized)
-            if not args.quiet:
-                print(f"--window auto: each trial simulates {window_s:g} s of arrivals "
-                      f"after the {scenario.warmup:g} s warm-up" if window_s is not None
-                      else "--window auto: the SLOs need the whole run; each trial "
-                      "simulates all of it")
-        else:
-            scenario = windowed(scenario, args.window, sized)
-    if args.joint:
-        return _size_joint(args, scenario, slos, confidence, out, inputs)
-    if args.autoscaled:
-        return _size_autoscaled(args, scenario, slos, confidence, out, inputs)
-    if args.max_rate:
-        for flag in ("workers", "executor", "scheduler"):
-            if getattr(args, flag) not in (1, "local", None):
-                raise ScenarioError(f"--{flag} runs size's options side by side, and "
-                                    "--max-rate searches one load at a time: leave it out",
-                                    field=f"--{flag}")
-        rates = [{"pool": pool, **max_rate(scenario, slos, pool, confidence=confidence)}
-                 for pool in pools or list(scenario.pools)]
-        if out is not None:
-            def write_rates(folder: Path) -> list[Path]:
-                path = folder / "max-rate.json"
-                path.write_text(json.dumps(rates, indent=2) + "\n", encoding="utf-8")
-                return [path]
-
-            write_folder(write_rates, out, force=args.force, inputs=inputs,
-                         command="size --max-rate")
-        for row in rates:
-            print(json.dumps(row))
-        return _verdict([r["pool"] for r in rates if not r["feasible"]], "no load")
-    _check_executor(args)
-    bar, update = count_bar("size") if not args.quiet else (None, None)
-    try:
-        table = size(scenario, slos, pools, progress=update, confidence=confidence,
-                     executor=args.executor, workers=args.workers,
-                     scheduler=args.scheduler)
-    except DaskSchedulerError as exc:
-        raise ScenarioError(str(exc), field="--scheduler") from None
-    finally:
-        if bar is not None:
-            bar.stop()
-    page = None
-    if args.report:
-        from sim.output.size_report import build_size_report
-        from sim.planning.size import chosen_fleet
-        page = build_size_report(table, scenario.name, slos, chosen_fleet(scenario, table))
-    if out is not None:
-        _write_sized(table, out, args, inputs, "size",
-                     {"report.html": page} if page is not None else {})
-    with_pd_options(lambda: print(table.to_string(index=False)))
-    feasible = set(table.loc[table["feasible"], "pool"]) if len(table) else set()
-    return _verdict([p for p in dict.fromkeys(table["pool"]) if p not in feasible]
-                    if len(table) else [], "no option")
-
-
-MAX_THRESHOLDS = 16
-
-
-def _thresholds_arg(text: str) -> list[int]:
-    """--thresholds: prompt-token thresholds, comma-separated whole numbers from 1."""
-    parts = [p.strip() for p in text.split(",")]
-    if not 1 <= len(parts) <= MAX_THRESHOLDS:
-        raise argparse.ArgumentTypeError(f"give 1 to {MAX_THRESHOLDS} thresholds, got "
-                                         f"{len(parts)}")
-    return [count_arg(10_000_000)(p) for p in parts]
-
-
-def _window_arg(text: str) -> float | str:
-    """--window: a duration, or ``auto``."""
-    if text == "auto":
-        return text
-    try:
-        return duration_arg(text)
-    except argparse.ArgumentTypeError as exc:
-        raise argparse.ArgumentTypeError(f"{exc} (a duration such as 90s, or auto)") from None
-
-
-def _write_sized(table, out: Path, args: argparse.Namespace, inputs, command: str,
-                 more: dict[str, str] | None = None) -> None:
-    """size.csv and size.json of ``table`` in ``out`` (with ``more`` files: name to text),
-    written as one folder fleetsim owns."""
-    from sim.output.outputs import csv_safe, write_folder
-
-    def write(folder: Path) -> list[Path]:
-        csv_safe(table).to_csv(folder / "size.csv", index=False)
-        table.to_json(folder / "size.json", orient="records", indent=2)
-        written = [folder / "size.csv", folder / "size.json"]
-        for name, text in (more or {}).items():
-            (folder / name).write_text(text, encoding="utf-8")
-            written.append(folder / name)
-        return written
-
-    write_folder(write, out, force=args.force, inputs=inputs, command=command)
-
-
-# size's flags a search mode may refuse, and whether each was given
-_GIVEN = {"--max-rate": lambda a: a.max_rate, "--pool": lambda a: a.pool,
-          "--report": lambda a: a.report,
-          "--workers": lambda a: a.workers != 1 or a.executor != "local"}
-
-
-def _refuse_beside(args: argparse.Namespace, mode: str, flags: tuple[str, ...]) -> None:
-    """Refuse the first of ``flags`` given beside the search ``mode`` (exit 2)."""
-    for flag in flags:
-        if _GIVEN[flag](args):
-            raise ScenarioError(f"{flag} does not go with {mode}", field=flag)
-
-
-def _size_joint(args: argparse.Namespace, scenario, slos, confidence, out, inputs) -> int:
-    """size --joint A,B: two coupled pools sized together."""
-    from sim.planning.joint import joint_size
-
-    _refuse_beside(args, "--joint, which searches one pair of pools step by step",
-                   ("--max-rate", "--pool", "--report", "--workers"))
-    pools = [p.strip() for p in args.joint.split(",")]
-    bar, update = count_bar("size --joint") if not args.quiet else (None, None)
-    try:
-        table = joint_size(scenario, pools, slos, confidence=confidence, progress=update,
-                           thresholds=args.thresholds)
-    finally:
-        if bar is not None:
-            bar.stop()
-    if out is not None:
-        _write_sized(table, out, args, inputs, "size --joint")
-    with_pd_options(lambda: print(table.to_string(index=False)))
-    return _verdict([] if table["chosen"].any() else [" and ".join(pools)], "no pair")
-
-
-def _size_autoscaled(args: argparse.Namespace, scenario, slos, confidence, out,
-                     inputs) -> int:
-    """size --autoscaled: each pool's target-tracking autoscaler sized for the whole run."""
-    from sim.planning.autoscaled import autoscaled_size, search_plan
-
-    _refuse_beside(args, "--autoscaled", ("--max-rate", "--report", "--workers"))
-    pools = args.pool or [p for p in scenario.pools
-                          if getattr(scenario.pools[p].autoscaler, "type", None) == "target"]
-    if not pools:
-        raise ScenarioError("no pool has a target-tracking autoscaler to size (autoscaler: "
-                            "{type: target, ...})", field="--autoscaled")
-    for pool in pools:              # every pool's search refused before any pool's run
-        search_plan(scenario, pool, confidence)
-    tables, teams = [], {}
-    bar, update = count_bar("size --autoscaled") if not args.quiet else (None, None)
-    try:
-        for pool in pools:
-            table, per_team = autoscaled_size(scenario, pool, slos, confidence=confidence,
-                                              progress=update)
-            tables.append(table)
-            teams[pool] = per_team
-    finally:
-        if bar is not None:
-            bar.stop()
-    import pandas as pd
-    table = pd.concat(tables, ignore_index=True)
-    if out is not None:
-        _write_sized(table, out, args, inputs, "size --autoscaled", {"teams.json": json.dumps(
-            {"cost_usd_per_day_by_team": teams}, indent=2) + "\n"})
-    with_pd_options(lambda: print(table.to_string(index=False)))
-    for pool, per_team in teams.items():
-        if per_team:
-            print(f"pool {pool}, chosen autoscaler: cost per day by team: " + ", ".join(
-                f"{shown(team)} ${usd:,.2f}" for team, usd in per_team.items()))
-    return _verdict([p for p, t in teams.items() if t is None], "no target")
-
-
-def _confidence(args: argparse.Namespace):
-    """The confidence ``--confidence`` and ``--max-replications`` ask for, or None (each
-    verdict from one run with the scenario's seed)."""
-    from sim.planning.verdict import MIN_REPLICATIONS, Confidence
-
-    if args.confidence is None:
-        if args.max_replications is not None:
-            raise ScenarioError("--max-replications caps the seeds a confident verdict may "
-                                "take: give --confidence too (e.g. --confidence 95%)",
-                                field="--max-replications")
-        return None
-    cap = args.max_replications if args.max_replications is not None else \
-        Confidence().max_replications
-    if cap < MIN_REPLICATIONS:
-        raise ScenarioError(f"--max-replications {cap}: a confident verdict needs at least "
-                            f"{MIN_REPLICATIONS} replications", field="--max-replications")
-    return Confidence(level=args.confidence, max_replications=cap)
-
-
-def _confidence_arg(text: str) -> float:
-    """A confidence level: 95% or 0.95, from 50% to 99.99%."""
-    value = share_arg(text, "a confidence level (95% or 0.95)")
-    if not 0.5 <= value <= 0.9999:         # NaN fails too
-        raise argparse.ArgumentTypeError(
-            f"a confidence level from 50% to 99.99% (95% or 0.95), got {text!r}")
-    return value
-
-
-def _add_confidence(parser) -> None:
-    from sim.planning.verdict import DEFAULT_MAX_REPLICATIONS, MIN_REPLICATIONS
-    parser.add_argument(
-        "--confidence", type=_confidence_arg, metavar="LEVEL",
-        help="replicate each trial over independent seeds until every SLO's interval "
-             f"clears its target at this level (e.g. 95%%): from {MIN_REPLICATIONS} "
-             "replications, doubling, up to --max-replications; without it one seed "
-             "decides")
-    parser.add_argument(
-        "--max-replications", type=count_arg(MAX_REPLICATIONS), metavar="N",
-        help=f"most seeds per trial with --confidence (default "
-             f"{DEFAULT_MAX_REPLICATIONS}); a verdict still open there is the estimate's, "
-             "marked uncertain")
-
-
-def _check_executor(args: argparse.Namespace) -> None:
-    if args.scheduler is not None and args.executor != "dask":
-        raise ScenarioError("--scheduler names a Dask scheduler: add --executor dask",
-                            field="--scheduler")
-    if args.executor == "dask" and importlib.util.find_spec("distributed") is None:
-        raise ScenarioError("--executor dask needs Dask, which local runs do without: "
-                            "pip install 'fleetsim[cluster]'", field="--executor")
-
-
-def _verdict(failed: list[str], what: str) -> int:
-    """Exit 1, with a line on stderr, when some pool has no answer within the SLOs."""
-    if not failed:
-        return 0
-    import sys
-    print(f"fleetsim size: {what} meets the SLOs for pool(s) {', '.join(failed)}",
-          file=sys.stderr)
-    return 1
+from sim.cli.search_flags import (add_confidence, add_executor, check_executor,
+                                  confidence_from_args)
+from sim.cli.size import add_size
+from sim.cli.common import (path_arg, tolerance_arg, count_bar, load_from_args,
+                            allowed_paths, add_allow_path, inputs_of, slos_from_args,
+                            with_pd_options)
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -305,7 +25,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from sim.planning.runner import DaskSchedulerError
     from sim.planning.sweep import sweep
 
-    _check_executor(args)
+    check_executor(args)
     scenario = load_from_args(args)
     varies = [parse_vary(v) for v in args.vary]
     check_grid(varies, fixed=[s.partition("=")[0] for s in args.set or []])
@@ -419,8 +139,9 @@ def _cmd_drift_check(args: argparse.Namespace) -> int:
     code, lines, verdicts = check(args.scenarios, baseline, slos_from_args(args),
                                   args.tolerance, args.update,
                                   allow_paths=allowed_paths(args),
-                                  confidence=_confidence(args),
-                                  load=lambda path: load_from_args(args, path))
+                                  confidence=confidence_from_args(args),
+                                  load=lambda path: load_from_args(args, path),
+                                  sets=args.set or [])
     if args.update:
         _warn_broken(broken_fleets(verdicts))
     if args.junit:
@@ -451,62 +172,15 @@ def _warn_broken(lines: list[str]) -> None:
         print(f"  {shown(line)}", file=sys.stderr)
 
 
-def _add_executor(parser, workers_help: str) -> None:
-    parser.add_argument("--executor", choices=["local", "dask"], default="local")
-    parser.add_argument("--workers", type=count_arg(MAX_WORKERS), default=1,
-                        help=workers_help)
-    parser.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786")
-
-
 def add_planning(sub) -> None:
-    size_p = sub.add_parser("size", help="cheapest fleet meeting SLOs, per pool")
-    size_p.add_argument("scenario")
-    size_p.add_argument("--slo", action="append", metavar="METRIC=VALUE",
-                        help="e.g. ttft_p99=2s, tpot_p99=50ms, attainment=0.99")
-    size_p.add_argument("--pool", action="append", help="only these pools")
-    size_p.add_argument("--max-rate", action="store_true",
-                        help="instead: the highest load the fleet as configured sustains")
-    size_p.add_argument("--set", action="append", metavar="PATH=VALUE")
-    size_p.add_argument("--out", type=path_arg, help="folder for size.csv and size.json")
-    size_p.add_argument("--force", action="store_true",
-                        help="replace an output folder an earlier fleetsim run wrote")
-    size_p.add_argument("--quiet", action="store_true", help="no progress bar")
-    size_p.add_argument("--joint", metavar="POOL_A,POOL_B",
-                        help="size two coupled pools together (a disaggregated model's "
-                             "prefill and decode pools, a cascade's, a prompt-length "
-                             "split's): the cheapest pair of counts meeting the SLOs over "
-                             "every request through either")
-    size_p.add_argument("--thresholds", type=_thresholds_arg, metavar="TOKENS,...",
-                        help="with --joint over a prompt-length split's pools: try each of "
-                             "these thresholds (prompt tokens, e.g. 1024,2048,4096) in place "
-                             "of the configured one and answer with the cheapest pair of "
-                             "counts under any")
-    size_p.add_argument("--autoscaled", action="store_true",
-                        help="size each target-tracking autoscaler (or those of --pool) for "
-                             "the whole run: the target, the lowest min_replicas and the "
-                             "fewest max_replicas keeping the SLOs at the lowest cost, with "
-                             "cost per day and per team")
-    size_p.add_argument("--window", type=_window_arg, metavar="DURATION|auto",
-                        help="each trial simulates this much of the arrivals after the "
-                             "warm-up, not the whole run (a stationary load only: constant "
-                             "rates, no traces, sessions or other autoscaled pools); auto: "
-                             "as long as the SLOs' percentiles need (200 requests of the "
-                             "slowest stream past the strictest one), at least a minute")
-    size_p.add_argument("--report", action="store_true",
-                        help="also write report.html in --out: the options' Pareto views, "
-                             "the cost model of each, and the chosen fleet's cost per pool "
-                             "and per team (one more run)")
-    _add_confidence(size_p)
-    _add_executor(size_p, "processes (or Dask workers) searching the options side by side")
-    add_allow_path(size_p)
-    size_p.set_defaults(func=_cmd_size)
+    add_size(sub)
 
     sweep_p = sub.add_parser("sweep", help="run a grid over scenario fields")
     sweep_p.add_argument("scenario")
     sweep_p.add_argument("--vary", action="append", required=True, metavar="PATH=VALUES",
                          help="e.g. pools.main.replicas=2..8:2 or workload.rate_scale=1,2,4")
     sweep_p.add_argument("--set", action="append", metavar="PATH=VALUE")
-    _add_executor(sweep_p, "processes (or Dask workers) for the grid's points")
+    add_executor(sweep_p, "processes (or Dask workers) for the grid's points")
     sweep_p.add_argument("--out", type=path_arg, help="CSV file for the table (default: results/<scenario "
                                        "name>-sweep.csv); replaces only an earlier sweep table")
     sweep_p.add_argument("--report", type=path_arg, metavar="HTML",
@@ -548,6 +222,6 @@ def add_planning(sub) -> None:
                          help="also write the verdicts as JUnit XML (one case per scenario)")
     check_p.add_argument("--json", action="store_true",
                          help="print the verdicts as JSON instead of lines")
-    _add_confidence(check_p)
+    add_confidence(check_p)
     add_allow_path(check_p)
     check_p.set_defaults(func=_cmd_drift_check)

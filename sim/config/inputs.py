@@ -128,7 +128,8 @@ def shipped_roots() -> tuple[Path, ...]:
     return tuple(data_dir(name).resolve() for name in ("profiles", "scenarios"))
 
 
-def _inside(path: Path, root: Path) -> bool:
+def inside(path: Path, root: Path) -> bool:
+    """Whether ``path`` is ``root`` or lies below it (both resolved)."""
     return path == root or root in path.parents
 
 
@@ -166,7 +167,7 @@ class DataFiles:
             real = path.resolve()
         except (OSError, RuntimeError):     # a loop of links
             return False
-        return any(_inside(real, root) for root in self.roots)
+        return any(inside(real, root) for root in self.roots)
 
     def check(self, path: Path) -> Path:
         """``path`` if it may be read; InputFileError naming where it may live otherwise."""

@@ -215,7 +215,7 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
                              f"decisions over duration + drain; the most is {MAX_TICKS:,}: "
                              f"raise tick to at least {run_s / MAX_TICKS:.3g} s"))
         if pool.spot is not None and pool.spot.preemptions_per_hour > 0 and \
-                not getattr(pool.autoscaler, "starts_replicas", False):
+                pool.fixed_size:
             problems.append((here + ("spot",), "a spot pool of fixed size never gets back "
                              "the replicas the provider takes: give it an autoscaler that "
                              "replaces them (type: target with min_replicas, or scheduled), "
@@ -282,7 +282,7 @@ def _check_pool_policies(scenario: Scenario) -> list[tuple[Loc, str]]:
         if queue.weights and not queue.fair:
             problems.append((here + ("queue", "weights"), "weights share the queue between "
                              "teams only with fair: true; add it or remove the weights"))
-        fixed = not getattr(scaler, "starts_replicas", False)
+        fixed = pool.fixed_size
         if fixed and pool.cold_start != type(pool.cold_start)():
             problems.append((here + ("cold_start",), "cold_start times replicas an autoscaler "
                              "adds; every replica of a pool of fixed size is up at time 0: "
@@ -359,6 +359,15 @@ def _limits_pass_a_request(scenario: Scenario) -> list[tuple[Loc, str]]:
     return problems
 
 
+def sending_teams(scenario: Scenario) -> set[str]:
+    """The teams the streams send for (a stream's API key's team, where it names no other)."""
+    gw, sending = scenario.gateway, set()
+    for stream in scenario.workload.streams.values():
+        key = gw.keys.get(stream.api_key) if stream.api_key is not None else None
+        sending.add(key.team if key is not None and stream.team == "default" else stream.team)
+    return sending
+
+
 def _check_slos(scenario: Scenario) -> list[tuple[Loc, str]]:
     """An SLO block that sets nothing, or a team's SLOs for a team no stream sends for."""
     slos = scenario.slos
@@ -368,11 +377,7 @@ def _check_slos(scenario: Scenario) -> list[tuple[Loc, str]]:
     if not targets(slos) and not slos.teams and not slos.streams:
         problems.append((("slos",), "sets no objective; give e.g. ttft_p99: 2s, or remove "
                          "the block"))
-    gw = scenario.gateway
-    sending = set()
-    for stream in scenario.workload.streams.values():
-        key = gw.keys.get(stream.api_key) if stream.api_key is not None else None
-        sending.add(key.team if key is not None and stream.team == "default" else stream.team)
+    sending = sending_teams(scenario)
     # a TPOT bound needs a request of two output tokens or more: one-token answers have
     # no time per output token
     one_token = [s for s in scenario.workload.streams.values()

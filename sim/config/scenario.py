@@ -63,7 +63,11 @@ class SizingOptions(StrictModel):
     pp: list[PositiveInt] | None = Field(None, description="Pipeline-parallel stage counts to "
                                                            "try (each with every tp)")
     weight_dtype: list[DType] | None = Field(None, description="Weight precisions to try "
-                                             "(the KV cache follows: fp8 weights, fp8 KV)")
+                                             "(default: the pool's weight_dtype)")
+    kv_dtype: list[DType] | None = Field(
+        None, description="KV cache precisions to try, each with every weight precision "
+                          "(default: the pool's kv_dtype; a weight precision never changes "
+                          "the KV cache's)")
     max_replicas: ReplicaCount = Field(64, description="Largest replica count to consider")
     min_replicas: ReplicaCount | None = Field(
         None, description="Fewest replicas size may choose: where the search for a fixed "
@@ -81,7 +85,7 @@ class SizingOptions(StrictModel):
                              "try")
         return self
 
-    @field_validator("hardware", "tp", "pp", "weight_dtype")
+    @field_validator("hardware", "tp", "pp", "weight_dtype", "kv_dtype")
     @classmethod
     def _each_once(cls, values):
         if values is not None:
@@ -158,6 +162,12 @@ class PoolConfig(StrictModel):
     queue: QueueConfig = Field(default_factory=QueueConfig, description="Pool queue")
     spot: SpotConfig | None = Field(None, description="Spot replicas: preemption rate")
     sizing: SizingOptions | None = Field(None, description="Options for `fleetsim size`")
+
+    @property
+    def fixed_size(self) -> bool:
+        """Whether the pool keeps the replicas it is configured with: no autoscaler, or
+        one that never starts replicas (the policy's ``starts_replicas``)."""
+        return self.autoscaler is None or not self.autoscaler.starts_replicas
 
 
 MAX_RUN_S = 10 * 365 * 86400.0

@@ -18,13 +18,17 @@ from sim.cost import CostModel, build_cost_model
 from sim.config.engines import FrontEnd, front_end, with_engine_admission
 from sim.cost.engine_host import with_engine_host
 from sim.gateway.fair_queue import FairQueue
+from sim.core.gaps import GapHistogram
 from sim.core.kv import KvCacheManager
 from sim.core.request import Request
 from sim.routers import ROUTERS
 from sim.routers.base import Router
 from sim.schedulers import SCHEDULERS, ReplicaLimits, Scheduler
 
-SchedulerFactory = Callable[[KvCacheManager, Callable[[Request], None]], Scheduler]
+# (the replica's KV manager, its finish callback, where its gaps between tokens are
+# counted: the run's, or None for a scheduler of its own)
+SchedulerFactory = Callable[[KvCacheManager, Callable[[Request], None], GapHistogram | None],
+                            Scheduler]
 
 
 @dataclass
@@ -34,7 +38,7 @@ class PoolParts:
     queue: FairQueue
     autoscaler: Autoscaler | None
     front_end: FrontEnd          # a request's way through the engine's front end and back
-    new_scheduler: SchedulerFactory   # (the replica's KV manager, its finish callback)
+    new_scheduler: SchedulerFactory   # (the replica's KV manager, its finish callback, gaps)
     join_after_next: bool = False     # a request arriving during step k joins step k+2
     multi_step: int = 1               # steps per scheduling block
 
@@ -62,9 +66,10 @@ def pool_parts(spec: ResolvedPool, rng: np.random.Generator,
     extra = sched_cls.pool_parts(spec, sched_cfg, rng, models, base_dir)
     limits = ReplicaLimits(max_model_len=spec.max_model_len)
 
-    def new_scheduler(kv: KvCacheManager, on_finish: Callable[[Request], None]) -> Scheduler:
+    def new_scheduler(kv: KvCacheManager, on_finish: Callable[[Request], None],
+                      gaps: GapHistogram | None = None) -> Scheduler:
         return sched_cls(sched_cfg, kv=kv, cost=cost, limits=limits, on_finish=on_finish,
-                         **extra)
+                         gaps=gaps, **extra)
 
     # the engine's step pipelining, unless the steps were measured on the whole engine
     measured = cost.measures_engine

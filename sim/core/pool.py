@@ -70,7 +70,7 @@ class Pool:
         self._by_index: dict[int, Replica] = {}
         self.cold_start_s = (self.cfg.cold_start.provisioning
                              + spec.kv.weight_bytes_per_gpu / self.cfg.cold_start.load_bandwidth)
-        self.gpu_seconds_released = 0.0          # billed time of released replicas
+        self.released_billing_s: list[tuple[float, float]] = []   # (requested, released)
         self.replicas_max = 0
         self._next_index = 0
         self._queue_seq = 0
@@ -85,7 +85,7 @@ class Pool:
     def _new_replica(self) -> Replica:
         kv = KvCacheManager(self.spec.kv.num_blocks, self.spec.kv.block_size_tokens,
                             prefix_caching=self.cfg.prefix_caching)
-        scheduler = self._new_scheduler(kv, self._finished)
+        scheduler = self._new_scheduler(kv, self._finished, self.recorder.gaps)
         replica = Replica(self.env, self.code, self._next_index, scheduler, self.recorder,
                           self.usage, self._join_after_next, self._multi_step)
         self._next_index += 1
@@ -121,8 +121,7 @@ class Pool:
         if replica.state in (READY, DRAINING):
             self._serving_changed(-1)
         replica.release()
-        self.gpu_seconds_released += ((self.env.now - replica.requested_s)
-                                      * self.spec.gpus_per_replica)
+        self.released_billing_s.append((replica.requested_s, self.env.now))
         self.replicas.remove(replica)
         del self._by_index[replica.index]
 
@@ -148,8 +147,18 @@ class Pool:
             self._on_lost(req)
 
     def billed_gpu_seconds(self, now_s: float) -> float:
-        live = sum(now_s - r.requested_s for r in self.replicas) * self.spec.gpus_per_replica
-        return self.gpu_seconds_released + live
+        """GPU-seconds billed up to ``now_s``: each released replica's billed interval,
+        then the live ones' so far."""
+        gpus = self.spec.gpus_per_replica
+        released = sum((end_s - start_s) * gpus for start_s, end_s in self.released_billing_s)
+        live = sum(now_s - r.requested_s for r in self.replicas) * gpus
+        return released + live
+
+    def billing_intervals(self, now_s: float) -> tuple[tuple[float, float], ...]:
+        """Each replica's billed interval, (requested, released or ``now_s``), in the order
+        they were released, then the live ones."""
+        live = [(r.requested_s, now_s) for r in self.replicas]
+        return tuple(self.released_billing_s + live)
 
     def account(self, end_s: float) -> PoolAccount:
         """What the results need of this pool once the run has ended at ``end_s``."""
@@ -159,7 +168,8 @@ class Pool:
             weight_dtype=spec.cfg.weight_dtype, kv_dtype=spec.cfg.kv_dtype,
             cost_model=cost.label, engine=spec.engine.label, gpus_per_replica=spec.gpus_per_replica,
             price_per_gpu_hour=spec.price_per_gpu_hour, kv_blocks_per_replica=spec.kv.num_blocks,
-            billed_gpu_s=self.billed_gpu_seconds(end_s), replicas_max=self.replicas_max,
+            billed_gpu_s=self.billed_gpu_seconds(end_s),
+            billing_intervals_s=self.billing_intervals(end_s), replicas_max=self.replicas_max,
             peak_flops_per_gpu=cost.peak_flops_per_gpu,
             peak_bytes_per_s_per_gpu=cost.peak_bytes_per_s_per_gpu, usage=self.usage)
 
@@ -232,7 +242,7 @@ class Pool:
 
     def _new_probe(self) -> Scheduler:
         kv = KvCacheManager(self.spec.kv.num_blocks, self.spec.kv.block_size_tokens)
-        return self._new_scheduler(kv, self._finished)
+        return self._new_scheduler(kv, self._finished, None)   # it serves no request
 
     def _has_room(self, replica: Replica) -> bool:
         return self.max_outstanding is None or replica.num_outstanding < self.max_outstanding

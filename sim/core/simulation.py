@@ -48,7 +48,8 @@ class Simulation:
         scenario = resolved.scenario
         self.scenario = scenario
         self.env = simpy.Environment()
-        self.recorder = Recorder(record_steps=scenario.record_steps)
+        self.recorder = Recorder(record_steps=scenario.record_steps,
+                                 measured_from_s=scenario.warmup)
         workload_seq, pools_seq, self._gateway_seq = np.random.SeedSequence(scenario.seed).spawn(3)
         self.arrivals: RequestArrivals = generate_arrivals(
             scenario.workload, scenario.duration, workload_seq, base_dir,

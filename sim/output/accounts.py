@@ -36,6 +36,9 @@ class PoolAccount:
     peak_flops_per_gpu: float
     peak_bytes_per_s_per_gpu: float
     usage: PoolUsage                    # busy time, tokens, work, per interval and in all
+    # each replica's billed interval (requested, released or end), for the GPU time billed
+    # inside a window (summary.json's active span)
+    billing_intervals_s: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)

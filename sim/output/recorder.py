@@ -13,6 +13,8 @@ from typing import NamedTuple, get_type_hints
 
 import numpy as np
 
+from sim.core.gaps import GapHistogram
+
 
 # Small enough that a buffer's rows (and the floats they hold) are still in the
 # cache when it is written out: at 64 replicas, 256 rows instead of 4,096 cut the
@@ -207,8 +209,11 @@ class Codes(dict):
 
 
 class Recorder:
-    def __init__(self, record_steps: bool = False) -> None:
+    def __init__(self, record_steps: bool = False, measured_from_s: float = 0.0) -> None:
         self.requests = ColumnTable(REQUEST_COLUMNS)
+        # the run's pooled gaps between output tokens, of requests arriving from
+        # ``measured_from_s`` (the warm-up's end) on; every replica's scheduler adds to it
+        self.gaps = GapHistogram(measured_from_s)
         self.samples = ColumnTable(SAMPLE_COLUMNS)
         self.steps = ColumnTable(STEP_COLUMNS) if record_steps else None
         self.teams = Codes()

@@ -15,6 +15,7 @@ import yaml
 from matplotlib.figure import Figure
 
 from sim.output.plots import new_figure, plain_text, png_bytes
+from sim.output.spans import pool_window
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;
@@ -76,24 +77,30 @@ def build_report(results, sweep=None, images: dict[str, bytes] | None = None) ->
                  ["arrived", s["requests"]["arrived"]], ["completed", s["requests"]["completed"]],
                  ["rejected", s["requests"]["rejected_total"]],
                  ["unfinished at end", s["requests"]["in_flight_at_end"]],
-                 ["requests / s", s["throughput"]["requests_per_s"]],
-                 ["output tokens / s", s["throughput"]["output_tokens_per_s"]],
-                 ["total cost (USD)", s["cost"]["total_usd"]],
+                 ["active span (first arrival to last end, s)",
+                  s["throughput"].get("span_s")],
+                 ["requests / s (active span)", s["throughput"]["requests_per_s"]],
+                 ["output tokens / s (active span)", s["throughput"]["output_tokens_per_s"]],
+                 ["total cost, whole run (USD)", s["cost"]["total_usd"]],
+                 ["cost over the active span (USD)", s["cost"].get("active_span_usd")],
                  ["of which in no team's cost: idle capacity (USD)",
                   s["cost"].get("unattributed_usd", 0.0)],
-                 ["USD per million output tokens", s["cost"]["usd_per_million_output_tokens"]]]),
-             _table(["latency (ms)", "mean", "p50", "p90", "p99"],
-                    [[k.upper()] + [_ms(lat[k][q]) for q in ("mean", "p50", "p90", "p99")]
-                     for k in ("ttft", "tpot", "e2e", "queue")]),
+                 ["USD per million output tokens (active span)",
+                  s["cost"]["usd_per_million_output_tokens"]]]),
+             _table(["latency (ms)", *LATENCY_STATS],
+                    [[k.upper() if k != "itl" else "ITL (pooled gaps)"]
+                     + [_ms(lat[k].get(q)) for q in LATENCY_STATS]
+                     for k in ("ttft", "tpot", "itl", "e2e", "queue") if k in lat]),
              "<h2>Pools</h2>",
              _table(["pool", "model", "hardware", "TP", "PP", "engine", "step times from",
                      "replicas (mean)",
                      "GPU-hours", "cost (USD)", "busy", "MFU", "MBU", "KV cache used"],
                     [[name, p["model"], p["hardware"], p["tp"], p.get("pp", 1),
                       p.get("engine", "-"), p["cost_model"],
-                      p["replicas_mean"], p["gpu_hours"], p["cost_usd"], _pct(p["busy_frac"]),
-                      _pct(p["mfu"]), _pct(p.get("mbu")), _pct(p["kv_util_mean"])]
-                     for name, p in s["pools"].items()]),
+                      p["replicas_mean"], p["gpu_hours"], p["cost_usd"],
+                      *(_pct(p.get(k)) for k in ("busy_frac", "mfu", "mbu", "kv_util_mean"))]
+                     for name, p in ((name, {**p, **pool_window(p)})
+                                     for name, p in s["pools"].items())]),
              f"<p class='note'>{GLOSSARY}</p>",
              "<h2>Teams</h2>",
              _table(["team", "requests", "completed", "rejected", "TTFT p99 (ms)",
@@ -125,7 +132,13 @@ def build_report(results, sweep=None, images: dict[str, bytes] | None = None) ->
     return "\n".join(p for p in parts if p)
 
 
-GLOSSARY = ("busy: share of the billed GPU time a replica was computing; MFU: model FLOPs "
+# the latencies' statistics shown, as summary.json names them (p999: the 99.9th percentile)
+LATENCY_STATS = ("mean", "p50", "p90", "p95", "p99", "p999")
+
+GLOSSARY = ("Every pool figure is over the run's active span (first arrival to last "
+            "request's end), as the rates are; summary.json gives each pool's whole-run "
+            "bill beside it. "
+            "busy: share of the billed GPU time a replica was computing; MFU: model FLOPs "
             "used over the GPUs' peak FLOP/s; MBU: bytes moved over peak memory bandwidth (a "
             "decode-heavy pool is bandwidth-bound: high MBU, low MFU); KV cache used: the "
             "mean share of the KV blocks holding tokens.")

@@ -9,18 +9,23 @@ import pandas as pd
 
 from sim.output import pareto
 from sim.output.report import CSS, _e, _png, _table
+from sim.output.table import slo_value_text
 
 HOURS_PER_DAY = 24.0
-SHOWN = ("pool", "hardware", "tp", "pp", "weight_dtype", "replicas", "gpus", "feasible",
-         "cost_usd_per_h", "usd_per_million_output_tokens", "slo_margin_min",
-         "output_tokens_per_s_per_gpu", "tokens_per_s_per_user", "cost_model", "note")
+SHOWN = ("pool", "hardware", "tp", "pp", "weight_dtype", "kv_dtype", "engine", "replicas",
+         "gpus", "feasible", "cost_usd_per_h", "usd_per_million_output_tokens",
+         "slo_margin_min", "output_tokens_per_s_per_gpu", "tokens_per_s_per_user",
+         "cost_model", "note")
 
 
 def option_label(row) -> str:
     count = "" if pd.isna(row.get("replicas")) else f" x{int(row['replicas'])}"
     stages = row.get("pp", 1)
     pp = "" if pd.isna(stages) or stages == 1 else f" PP{int(stages)}"
-    return f"{row['pool']}: {row['hardware']} TP{row['tp']}{pp} {row['weight_dtype']}{count}"
+    kv = row.get("kv_dtype")
+    dtypes = row["weight_dtype"] if kv is None or pd.isna(kv) else \
+        f"{row['weight_dtype']}/KV {kv}"
+    return f"{row['pool']}: {row['hardware']} TP{row['tp']}{pp} {dtypes}{count}"
 
 
 def _cell(value):
@@ -64,8 +69,9 @@ def build_size_report(table: pd.DataFrame, title: str, slos, fleet) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'>"
              f"<title>fleetsim size: {_e(title)}</title><style>{CSS}</style></head><body>",
              f"<h1>{_e(title)}: sizing</h1>",
-             "<p>Sized for " + _e(", ".join(f"{s.metric} {s.target:g}" for s in slos))
-             + " (latencies in seconds). Every option's fewest replicas meeting them; "
+             "<p>Sized for " + _e(", ".join(f"{s.metric} {slo_value_text(s.metric, s.target)}"
+                                           for s in slos))
+             + ". Every option's fewest replicas meeting them; "
              "ranked by cost per hour within each pool.</p>"]
     if pareto.views(feasible):
         keep = [labels[i] for i in range(len(table)) if table.index[i] in feasible.index]

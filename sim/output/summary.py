@@ -8,20 +8,46 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.core.gaps import GapHistogram
 from sim.core.request import Status
 from sim.output.accounts import RunAccount
 from sim.output.columns import Coded, Table
 from sim.output.slo import slo_section
+from sim.output.spans import active_span, pool_in_span, rates, stream_figures
 
-PERCENTILES = (50, 90, 99)
+# the percentiles of each latency, named as GuideLLM names them (p999: the 99.9th)
+PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
 
 
 def _stats(values: np.ndarray) -> dict[str, float | None]:
     v = values[~np.isnan(values)]
     if len(v) == 0:
-        return {"mean": None, "p50": None, "p90": None, "p99": None}
-    pct = np.percentile(v, PERCENTILES)
-    return {"mean": float(v.mean()), **{f"p{p}": float(x) for p, x in zip(PERCENTILES, pct)}}
+        return {"mean": None, **{name: None for name in PERCENTILES}}
+    pct = np.percentile(v, list(PERCENTILES.values()))
+    return {"mean": float(v.mean()), **{name: float(x) for name, x in zip(PERCENTILES, pct)}}
+
+
+def _itl(done: Table, gaps: GapHistogram) -> dict[str, float | None]:
+    """Inter-token latency as vLLM's ``bench serve`` pools it (every gap between two
+    consecutive streamed chunks of every request): its exact mean, the gaps' total time
+    (first token to last, per request) over their number, and the longest gap, over
+    ``done``; its percentiles read from the run's pooled gaps (``gaps``: log-spaced
+    bins, within 0.5% of the true gap; README)."""
+    gaps_n = (done["output_tokens"] - 1).astype(np.float64)
+    has = gaps_n > 0
+    total_gaps = float(gaps_n[has].sum())
+    gap_s = float((done["finish_s"][has] - done["first_token_s"][has]).sum())
+    longest = done["max_itl_s"][has]
+    longest = longest[~np.isnan(longest)]
+    return {"mean": gap_s / total_gaps if total_gaps else None,
+            **{name: gaps.percentile(q) for name, q in PERCENTILES.items()},
+            "max": float(longest.max()) if len(longest) else None}
+
+
+def _in_ms(latency_s: dict) -> dict:
+    """The latencies in milliseconds, as load generators print them (vLLM, GuideLLM)."""
+    return {name: {k: None if v is None else v * 1e3 for k, v in stats.items()}
+            for name, stats in latency_s.items()}
 
 
 def _num(x: float) -> float | None:
@@ -96,6 +122,11 @@ def summarise(run: RunAccount, requests: Table, ts: Table,
     pool_cost: dict[str, float] = {}
     total_cost = 0.0
     prompt_pool = _prompt_pools(requests, earlier)
+    # rates, utilisation and cost per token over the active span (spans.py), as load
+    # generators measure a benchmark; the whole run's beside them, named so
+    span = active_span(requests, end_s)
+    span_s = span.span_s if span is not None else 0.0
+    span_pool_cost: dict[str, float] = {}
     for code, name in enumerate(run.recorder.pools.names):
         pool = run.pools[name]
         usage = pool.usage
@@ -137,7 +168,9 @@ def summarise(run: RunAccount, requests: Table, ts: Table,
             "prefix_hit_rate": float(served["cached_prompt_tokens"].sum()) / prompt_total
             if prompt_total else 0.0,
             "queue_mean": float(pts["queued"].mean()) if len(pts) else None,
+            "active_span": pool_in_span(pool, span, pts),
         }
+        span_pool_cost[name] = pools[name]["active_span"]["cost_usd"]
 
     # Each pool's billed cost is shared among its requests in proportion to the
     # tokens each had computed there (prompt less cache hits, plus output): its
@@ -168,9 +201,17 @@ def summarise(run: RunAccount, requests: Table, ts: Table,
 
     steady = done[done["arrival_s"] >= warmup_s]
     out_tokens = int(done["output_tokens"].sum())
-    in_tokens = int(done["prompt_tokens"].sum())
     slo = (slo_section(requests, run.scenario.slos, warmup_s, end_s)
            if run.scenario.slos is not None else None)
+    span_cost = sum(span_pool_cost.values())
+    latency_s = {
+        "ttft": _stats(steady["ttft_s"]),
+        "tpot": _stats(steady["tpot_s"]),
+        "itl": _itl(steady, run.recorder.gaps),
+        "e2e": _stats(steady["e2e_s"]),
+        "queue": _stats(steady["queue_s"]),
+        "max_itl": _stats(steady["max_itl_s"]),
+    }
     return {
         "scenario": run.scenario.name,
         **({"slo": slo} if slo is not None else {}),
@@ -184,25 +225,24 @@ def summarise(run: RunAccount, requests: Table, ts: Table,
             "rejected_total": int(len(rejected)),
             "in_flight_at_end": int((status == Status.UNFINISHED).sum()),
         },
-        "latency_s": {
-            "ttft": _stats(steady["ttft_s"]),
-            "tpot": _stats(steady["tpot_s"]),
-            "e2e": _stats(steady["e2e_s"]),
-            "queue": _stats(steady["queue_s"]),
-        },
-        "throughput": {
-            "requests_per_s": len(done) / end_s if end_s > 0 else 0.0,
-            "input_tokens_per_s": in_tokens / end_s if end_s > 0 else 0.0,
-            "output_tokens_per_s": out_tokens / end_s if end_s > 0 else 0.0,
-        },
+        "active_span": span.as_dict() if span is not None else None,
+        "latency_s": latency_s,
+        "latency_ms": _in_ms(latency_s),
+        "throughput": rates(done, "active_span", span_s),
+        "throughput_whole_run": rates(done, "whole_run", end_s),
         "pools": pools,
         "teams": teams,
+        "streams": stream_figures(requests, run.stream_names, end_s,
+                                  attribute_cost(requests, span_pool_cost, earlier)),
         "cost": {
-            "total_usd": total_cost,
+            "total_usd": total_cost,        # billed over the whole run
             # capacity no request used (a pool no stream reached, or one that served
             # nothing): in no team's cost, so that teams + unattributed = total
             "unattributed_usd": max(total_cost - float(requests["cost_usd"].sum()), 0.0),
-            "usd_per_million_output_tokens": _num(total_cost / out_tokens * 1e6)
+            "active_span_usd": span_cost,   # billed inside the active span
+            "usd_per_million_output_tokens": _num(span_cost / out_tokens * 1e6)
+            if out_tokens else None,
+            "usd_per_million_output_tokens_whole_run": _num(total_cost / out_tokens * 1e6)
             if out_tokens else None,
         },
     }

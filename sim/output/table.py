@@ -12,9 +12,12 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from sim.output.spans import pool_window
+
 _NONE = "-"
-_LATENCY = (("TTFT", "ttft"), ("TPOT", "tpot"), ("E2E", "e2e"), ("queue", "queue"))
-_QUANTILES = ("mean", "p50", "p90", "p99")
+_LATENCY = (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2E", "e2e"),
+            ("queue", "queue"))
+_QUANTILES = ("mean", "p50", "p90", "p95", "p99", "p999")
 
 
 def fmt_seconds(x: float | None) -> str:
@@ -74,14 +77,22 @@ def _overview(s: dict) -> Table:
     t.add_section()
     t.add_row("arrivals for", fmt_seconds(s.get("duration_s")))
     t.add_row("simulated until", fmt_seconds(s.get("end_s")))
+    if thr.get("span_s") is not None:       # the rates' window: first arrival to last end
+        t.add_row("active span", fmt_seconds(thr.get("span_s")))
     t.add_row("throughput", f"{_num(thr.get('requests_per_s'), 2)} req/s")
     t.add_row("input tokens", f"{_num(thr.get('input_tokens_per_s'))} tok/s")
     t.add_row("output tokens", f"{_num(thr.get('output_tokens_per_s'))} tok/s")
     t.add_section()
-    t.add_row("total cost", _usd(cost.get("total_usd")))
+    # the bill twice, each named by its window: a closed loop that ends early is billed
+    # on to the end of the run, but its cost per token is over its span
+    t.add_row("total cost (whole run)", _usd(cost.get("total_usd")))
     if cost.get("unattributed_usd"):
         t.add_row("  in no team's cost (idle)", _usd(cost.get("unattributed_usd")))
-    t.add_row("cost per M output tokens", _usd(cost.get("usd_per_million_output_tokens")))
+    if cost.get("active_span_usd") is not None:
+        t.add_row("cost over the active span", _usd(cost.get("active_span_usd")))
+        t.add_row("  per M output tokens", _usd(cost.get("usd_per_million_output_tokens")))
+    else:
+        t.add_row("cost per M output tokens", _usd(cost.get("usd_per_million_output_tokens")))
     return t
 
 
@@ -89,6 +100,8 @@ def _latency(s: dict) -> Table:
     t = _new("latency of completed requests", "", *_QUANTILES)
     lat = s.get("latency_s", {})
     for label, key in _LATENCY:
+        if key == "itl" and key not in lat:       # a summary written before pooled gaps
+            continue
         stats = lat.get(key, {}) or {}
         t.add_row(label, *(fmt_seconds(stats.get(q)) for q in _QUANTILES))
     return t
@@ -116,7 +129,7 @@ def _step_times(p: dict) -> str:
     return label
 
 
-_POOL_ROWS = (
+_POOL_ROWS = (          # each given the pool's figures, those over the active span in place
     ("model", lambda p: str(p.get("model", _NONE))),
     ("hardware", lambda p: str(p.get("hardware", _NONE))),
     ("TP x replicas", _replicas),
@@ -132,17 +145,21 @@ _POOL_ROWS = (
 
 
 def _pools(s: dict) -> Table:
-    """One column per pool: stays narrow however many metrics there are."""
+    """One column per pool: stays narrow however many metrics there are. Every figure is
+    over the run's active span, as the rates are (but the peak replicas and running
+    sequences, over the run)."""
     pools = s.get("pools", {})
-    t = _new("pools", "", *pools)
+    in_span = any("active_span" in p for p in pools.values())
+    t = _new("pools (over the active span)" if in_span else "pools", "", *pools)
+    windowed = [{**p, **pool_window(p)} for p in pools.values()]
     for label, get in _POOL_ROWS:
-        t.add_row(label, *(get(p) for p in pools.values()))
+        t.add_row(label, *(get(p) for p in windowed))
     return t
 
 
 def _teams(s: dict) -> Table:
     t = _new("teams", "team", "requests", "completed", "rejected", "input tok",
-             "output tok", "cost")
+             "output tok", "cost (whole run)")
     for name, tm in s.get("teams", {}).items():
         t.add_row(name, _num(tm.get("requests")), _num(tm.get("completed")),
                   _num(tm.get("rejected")), _num(tm.get("input_tokens")),

@@ -26,8 +26,10 @@ from sim.config.scenario import Scenario
 from sim.config.slos import Slo
 from sim.output.slo import margins
 from sim.planning.overrides import with_values
-from sim.planning.size import (NARROWER_COUNTS, bisection_steps, fewest, refuse_over_budget,
-                               replica_cap, sizing_field, sizing_floor, verdict)
+from sim.planning.progress import TrialCounter
+from sim.planning.size import (NARROWER_COUNTS, bisection_steps, configured_option, fewest,
+                               option_source, refuse_over_budget, replica_cap, sizing_field,
+                               sizing_floor, verdict)
 from sim.planning.verdict import Confidence, Verdict
 
 TARGET_SCALES = (0.5, 0.75, 1.0, 1.5, 2.0)
@@ -89,22 +91,27 @@ def search_plan(scenario: Scenario, pool: str, confidence: Confidence | None
     return tried, low, cap
 
 
+def autoscaled_trials(targets: int, low: int, cap: int) -> int:
+    """The most trials an autoscaled search may run: per target, two bisections over
+    [low, cap] (the floor's, then the bound's)."""
+    return targets * 2 * bisection_steps(low, cap)
+
+
 def check_autoscaled_budget(scenario: Scenario, pool: str, targets: int, low: int,
                             cap: int, confidence: Confidence | None) -> None:
     """Refuse, before any run, a search whose worst case (per target, two bisections over
     [low, cap], each replicated up to the cap) runs more simulations or simulates more
     replicas than one `size` may."""
-    steps = bisection_steps(low, cap)
-    refuse_over_budget(scenario, sizing_field(scenario, pool), targets * 2 * steps,
-                       targets * 2 * steps * cap,
+    trials = autoscaled_trials(targets, low, cap)
+    refuse_over_budget(scenario, sizing_field(scenario, pool), trials, trials * cap,
                        f"{targets} targets x two searches over {low:,}..{cap:,} replicas",
                        NARROWER_COUNTS, confidence)
 
 
 def _row(pool: str, target: float, floor: int | None, bound: int | None,
-         trial: Verdict | None, slos: list[Slo]) -> dict:
-    row = {"pool": pool, "target": target, "min_replicas": floor, "max_replicas": bound,
-           "feasible": bound is not None}
+         trial: Verdict | None, slos: list[Slo], named: dict) -> dict:
+    row = {"pool": pool, **named, "target": target, "min_replicas": floor,
+           "max_replicas": bound, "feasible": bound is not None}
     if trial is None or bound is None:
         return row
     summary = trial.first.summary
@@ -120,21 +127,29 @@ def _row(pool: str, target: float, floor: int | None, bound: int | None,
 
 def autoscaled_size(scenario: Scenario, pool: str, slos: list[Slo], *,
                     confidence: Confidence | None = None,
-                    progress: Callable[[int, int], None] | None = None
+                    counter: TrialCounter | None = None
                     ) -> tuple[pd.DataFrame, dict | None]:
     """One row per target tried (its lowest floor and fewest ``max_replicas`` meeting the
     SLOs, the run's replicas and cost per hour and per day, the SLO figures; ``chosen``
     marks the cheapest feasible), and the chosen row's cost per day by team (None when no
-    target meets the SLOs within the cap)."""
+    target meets the SLOs within the cap). ``counter`` is told of each trial as it
+    starts, with the most the search may still run (two bisections a target, as
+    :func:`check_autoscaled_budget` counts them)."""
     tried, low, cap = search_plan(scenario, pool, confidence)
     rows, runs, chosen_summary = [], 0, {}
+    per_target = autoscaled_trials(1, low, cap)
+    option = configured_option(scenario.pools[pool])    # each row names the pool in full
+    named = {**option, **option_source(scenario, pool, option)}
     for i, target in enumerate(tried):
-        if progress is not None:
-            progress(i, len(tried))
         trials: dict[tuple[int, int], Verdict] = {}
+        after = (len(tried) - i - 1) * per_target
 
         def meets(floor: int, bound: int) -> bool:
             if (floor, bound) not in trials:
+                if counter is not None:
+                    counter.start(f"pool {pool} autoscaler target {target:g}, "
+                                  f"min_replicas {floor}, max_replicas {bound}",
+                                  per_target - len(trials) + after)
                 scn = with_values(scenario, bounds_values(scenario, pool, target, floor,
                                                           bound))
                 trials[(floor, bound)] = verdict(scn, pool, slos, confidence)
@@ -145,7 +160,7 @@ def autoscaled_size(scenario: Scenario, pool: str, slos: list[Slo], *,
                                                    lambda m: meets(floor, m))
         runs += sum(v.replications for v in trials.values())
         shown = trials.get((floor, bound), trials[(low, cap)])
-        rows.append(_row(pool, target, floor, bound, shown, slos))
+        rows.append(_row(pool, target, floor, bound, shown, slos, named))
         if bound is not None:
             chosen_summary[len(rows) - 1] = shown.first.summary
     table = pd.DataFrame(rows)
@@ -173,3 +188,21 @@ def _lowest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
     if not ok(hi):
         return None
     return fewest(lo + 1, hi, ok)
+
+
+def autoscaled_fleet(scenario: Scenario, table: pd.DataFrame
+                     ) -> tuple[Scenario | None, list[str]]:
+    """``scenario`` with each pool's autoscaler as its ``chosen`` row of ``table`` sets it
+    (the target, floor and bound, as its trials ran them: :func:`bounds_values`), and a
+    line a pool naming it in full; None where no pool has a chosen row."""
+    values, lines = {}, []
+    for _, row in table[table["chosen"].astype(bool)].iterrows():
+        pool, floor, bound = str(row["pool"]), int(row["min_replicas"]), \
+            int(row["max_replicas"])
+        values.update(bounds_values(scenario, pool, float(row["target"]), floor, bound))
+        cfg = scenario.pools[pool]
+        lines.append(f"pool {pool}: autoscaler target {row['target']:g} "
+                     f"({cfg.autoscaler.metric}), min_replicas {floor}, max_replicas "
+                     f"{bound}; {cfg.hardware} tp{cfg.tp} pp{cfg.pp}, {cfg.weight_dtype} "
+                     f"weights, {cfg.kv_dtype} KV cache, engine {cfg.engine}")
+    return (with_values(scenario, values) if values else None), lines

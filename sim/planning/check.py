@@ -70,7 +70,7 @@ def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = ()
                               # completed for it), which a failed check names
                               "slo_values": {m: (float(v) if math.isfinite(v) else None)
                                              for m, v in as_configured.estimate.items()}}
-        if cfg.autoscaler is None or getattr(cfg.autoscaler, "type", None) == "fixed":
+        if cfg.fixed_size:
             out["pools"][pool]["replicas"] = cfg.replicas
         if confidence is not None:
             decided = [trials[n] for n in (need, (need or 0) - 1) if n in trials]
@@ -81,12 +81,23 @@ def measure_scenario(path: str, slos: list[Slo], allow_paths: Iterable[str] = ()
 
 
 def drift(base: dict, now: dict, tolerance: float) -> list[str]:
+    """What moved from the baseline's entry ``base`` to the figures ``now``: a line each
+    ([] where nothing did). Figures made under other SLOs or another --set list are not
+    compared: that difference is the one line each."""
     problems = []
     if "slos" in base and base["slos"] != now["slos"]:
         shown_slos = lambda d: ", ".join(f"{k}={v:g}" for k, v in sorted(d.items())) or "none"
-        return [f"SLOs differ from the baseline's ({shown_slos(now['slos'])} against "
-                f"{shown_slos(base['slos'])}): required replicas are not comparable; check "
-                "with the baseline's SLOs or record it anew with --update"]
+        problems.append(f"SLOs differ from the baseline's ({shown_slos(now['slos'])} against "
+                        f"{shown_slos(base['slos'])}): required replicas are not comparable; "
+                        "check with the baseline's SLOs or record it anew with --update")
+    if sorted(base.get("set", [])) != sorted(now.get("set", [])):
+        shown_sets = lambda sets: " ".join(f"--set {s}" for s in sets) or "no --set"
+        problems.append(f"--set differs from the baseline's ({shown_sets(now.get('set', []))} "
+                        f"against {shown_sets(base.get('set', []))}): its figures were made "
+                        "under other settings and are not comparable; check with the "
+                        "baseline's --set or record it anew with --update")
+    if problems:
+        return problems
     for pool, fig in now["pools"].items():
         old = base.get("pools", {}).get(pool, {}).get("required_replicas")
         new = fig["required_replicas"]
@@ -110,12 +121,26 @@ def drift(base: dict, now: dict, tolerance: float) -> list[str]:
     for key, new in now["latency_s"].items():
         old = base.get("latency_s", {}).get(key)
         if old is None or new is None:
-            if old != new:
-                problems.append(f"{key}: {_seconds(old)} -> {_seconds(new)}")
-        elif abs(new - old) > tolerance * abs(old):
-            change = f" ({(new - old) / old:+.1%})" if old else ""
-            problems.append(f"{key}: {old:.4g} s -> {new:.4g} s{change}")
+            moved = old != new
+        else:
+            moved = abs(new - old) > tolerance * abs(old)
+        if moved:
+            problems.append(_latency_moved(key, old, new, now.get("slos", {})))
     return problems
+
+
+def _latency_moved(key: str, old: float | None, new: float | None,
+                   slos: dict[str, float]) -> str:
+    """A latency that moved: from the baseline's value to today's, the change, and where an
+    SLO bounds it, its target and whether today's value is within it."""
+    change = f" ({(new - old) / old:+.1%})" if old and new is not None else ""
+    line = f"{key}: {_seconds(key, old)} -> {_seconds(key, new)}{change}"
+    if key not in slos:
+        return line
+    from sim.output.table import slo_value_text
+    target = slos[key]
+    side = "within" if new is not None and met({key: new}, [Slo(key, target)]) else "over"
+    return f"{line}, {side} its target {slo_value_text(key, target)}"
 
 
 def explained(targets: dict[str, float], values: dict, baseline: dict | None,
@@ -179,8 +204,10 @@ def _count(replicas: int | None) -> str:
     return "none within the cap" if replicas is None else str(replicas)
 
 
-def _seconds(value: float | None) -> str:
-    return "none (no request completed)" if value is None else f"{value:.4g} s"
+def _seconds(key: str, value: float | None) -> str:
+    """A latency as the rest of check's message gives figures ("62.3 ms", "2.00 s")."""
+    from sim.output.table import slo_value_text
+    return "none (no request completed)" if value is None else slo_value_text(key, value)
 
 
 # larger than any figure a run gives: a baseline number past it was not written by fleetsim
@@ -238,6 +265,9 @@ def _baseline_shape_error(data) -> str | None:
                 field = f"latency_s.{name}" if name in LATENCY_KEYS else "latency_s"
                 return f"{where}: {field}: {wrong} (seconds, at " \
                        f"least 0, or null where no request completed)"
+        sets = entry.get("set", [])
+        if not isinstance(sets, list) or not all(isinstance(x, str) for x in sets):
+            return f"{where}: set: must be a list of the --set PATH=VALUE it was made with"
         slos = entry.get("slos", {})
         if not isinstance(slos, dict) or not all(
                 k in METRICS and v is not None and _figure_problem(v) is None
@@ -312,12 +342,13 @@ def baseline_key(path: str, baseline: Path) -> str:
 
 def check(paths: list[str], baseline: Path, slos: list[Slo], tolerance: float,
           update: bool, allow_paths: Iterable[str] = (), confidence: Confidence | None = None,
-          load: Callable[[str], Scenario] | None = None
+          load: Callable[[str], Scenario] | None = None, sets: Iterable[str] = ()
           ) -> tuple[int, list[str], list[Verdict]]:
     """Measure ``paths`` and compare them with ``baseline``; with ``update``, write
     the baseline instead (the caller has checked it may be written: see
     :func:`sim.output.output_paths.check_file`). ``load`` reads a scenario (the CLI's
-    applies --set); every scenario is loaded before any is measured."""
+    applies --set, the ``sets`` it records in each entry and compares with the
+    baseline's); every scenario is loaded before any is measured."""
     from sim.output.atomic_write import write_file
     exists = baseline.exists() or baseline.is_symlink()
     if not update and not exists:
@@ -326,8 +357,8 @@ def check(paths: list[str], baseline: Path, slos: list[Slo], tolerance: float,
     stored = read_baseline(baseline) if exists else {}      # (read before any work)
     load = load or (lambda p: sim.load_scenario(p, allow_paths=allow_paths))
     scenarios = [load(p) for p in paths]         # a bad scenario or --set before any run
-    current = {baseline_key(p, baseline): measure_scenario(p, slos, allow_paths, confidence,
-                                                           scenario)
+    current = {baseline_key(p, baseline): {**measure_scenario(p, slos, allow_paths, confidence,
+                                                             scenario), "set": list(sets)}
                for p, scenario in zip(paths, scenarios)}
     if update:      # the other scenarios' entries stay: a baseline serves a whole suite
         gone = set(current) | {str(p) for p in paths}   # (older baselines: as typed)

@@ -21,7 +21,8 @@ from sim.config.errors import ScenarioError
 from sim.config.inputs import InputFileError, read_bytes, shown
 from sim.config.scenario import Scenario
 from sim.planning.check import MAX_FIGURE
-from sim.planning.sweep import POOL_FIELDS, mean_gpus, summary_row
+from sim.output.spans import pool_window
+from sim.planning.sweep import POOL_FIELDS, mean_gpus, rates_window, summary_row
 
 
 def load_run(path: str, load: Callable[[str], Scenario]) -> dict | Scenario:
@@ -154,8 +155,11 @@ def fleet_row(summary: dict) -> dict:
     pools = summary.get("pools", {})
     out = {k: v for k, v in row.items()
            if k not in {f"{p}.{f}" for p in pools for f in POOL_FIELDS}}
+    _, window_s = rates_window(summary)
     for pool, fig in pools.items():
-        fleet = {**fig, "gpus_mean": mean_gpus(fig, summary.get("end_s") or 0.0)}
+        window = pool_window(fig)               # the row's window: the active span
+        fleet = {**fig, **{k: window.get(k) for k in ("replicas_mean", "cost_usd")},
+                 "gpus_mean": mean_gpus(fig, window_s, window)}
         out.update({f"{pool}.{f}": fleet.get(f) for f in FLEET_FIELDS})
         out.update({f"{pool}.{f}": row[f"{pool}.{f}"] for f in POOL_FIELDS})
     return out
@@ -201,8 +205,9 @@ def compare(summaries: dict[str, dict]) -> pd.DataFrame:
         for label in labels[1:]:
             v = row[label]
             numbers = isinstance(v, float) and isinstance(base, float)
-            row[f"{label} vs {first} %"] = (v - base) / base * 100.0 if numbers and base \
-                else None
+            # over the first's size: a margin from -14 to +0.8 is a rise, not a fall
+            row[f"{label} vs {first} %"] = (v - base) / abs(base) * 100.0 \
+                if numbers and base else None
             row[f"{label} vs {first}"] = mark(key, base, v)
         table.append(row)
     return pd.DataFrame(table, columns=_columns(labels))

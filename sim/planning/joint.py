@@ -31,9 +31,11 @@ from sim.config.resolve import resolve
 from sim.config.scenario import Scenario
 from sim.config.slos import Slo
 from sim.planning.overrides import with_values
-from sim.planning.size import (NARROWER_COUNTS, bisection_steps, configured_option, fewest,
-                               option_values, refuse_over_budget, replica_cap, sizing_field,
-                               sizing_floor, verdict)
+from sim.planning.progress import TrialCounter
+from sim.planning.size import (NARROWER_COUNTS, bisection_steps, chosen_line,
+                               configured_option, fewest, option_source, option_values,
+                               refuse_over_budget, replica_cap, sizing_field, sizing_floor,
+                               verdict)
 from sim.planning.verdict import Confidence, Verdict
 
 
@@ -125,6 +127,13 @@ def check_thresholds(scenario: Scenario, pools: list[str], thresholds: list[int]
     return names[0]
 
 
+def staircase_trials(scenario: Scenario, a: str, b: str) -> int:
+    """The most trials one staircase search may run: every count of ``a`` from its floor
+    to its cap, each with a bisection over ``b``'s."""
+    return (replica_cap(scenario, a) - sizing_floor(scenario, a) + 1) * \
+        bisection_steps(sizing_floor(scenario, b), replica_cap(scenario, b))
+
+
 def check_joint_budget(scenario: Scenario, a: str, b: str, thresholds: int,
                        confidence: Confidence | None) -> None:
     """Refuse, before any run, a joint search whose worst case (every count of ``a``,
@@ -132,7 +141,7 @@ def check_joint_budget(scenario: Scenario, a: str, b: str, thresholds: int,
     the cap) runs more than one `size` may."""
     low_a, low_b = sizing_floor(scenario, a), sizing_floor(scenario, b)
     cap_a, cap_b = replica_cap(scenario, a), replica_cap(scenario, b)
-    trials = thresholds * (cap_a - low_a + 1) * bisection_steps(low_b, cap_b)
+    trials = thresholds * staircase_trials(scenario, a, b)
     refuse_over_budget(scenario, sizing_field(scenario, a), trials, trials * (cap_a + cap_b),
                        f"{thresholds} threshold(s) x {cap_a - low_a + 1:,} counts of {a} x a "
                        f"search over {low_b:,}..{cap_b:,} replicas of {b}", NARROWER_COUNTS,
@@ -141,31 +150,34 @@ def check_joint_budget(scenario: Scenario, a: str, b: str, thresholds: int,
 
 def joint_size(scenario: Scenario, pools: list[str], slos: list[Slo], *,
                confidence: Confidence | None = None,
-               progress: Callable[[int, int], None] | None = None,
+               counter: TrialCounter | None = None,
                thresholds: list[int] | None = None) -> pd.DataFrame:
     """One row per count of the first pool tried: the fewest of the second meeting the
     SLOs with it (None when none within the cap), the pair's cost per hour, the SLO
     figures of that pair and whether it is the answer (``chosen``). ``thresholds``
     (a prompt-length split's pools only): the staircase for each threshold in turn, its
     rows marked with ``threshold_tokens``, and the answer the cheapest pair of any
-    (ties to the earlier threshold listed)."""
+    (ties to the earlier threshold listed). ``counter`` is told of each trial as it
+    starts, with the most the search may still run (as :func:`check_joint_budget`
+    counts them)."""
     a, b = check_pair(scenario, pools)
     name = check_thresholds(scenario, pools, thresholds) if thresholds else None
     check_joint_budget(scenario, a, b, len(thresholds or [None]), confidence)
     cost = pair_cost_per_h(scenario, a, b)
     if not thresholds:
-        rows, best, runs = _staircase(scenario, a, b, slos, cost, confidence, progress)
+        rows, best, runs = _staircase(scenario, a, b, slos, cost, confidence, counter)
         table = pd.DataFrame(rows)
         table["chosen"] = [best is not None and (r[a], r[b]) == best for r in rows]
         table["simulations"] = runs
-        return table
+        return _named(scenario, (a, b), table)
     field = threshold_field(name)
     rows, best, runs = [], None, 0
+    staircase = staircase_trials(scenario, a, b)
     for i, threshold in enumerate(thresholds):
         scn = with_values(scenario, {field: threshold})
-        these, pair, n = _staircase(scn, a, b, slos, cost, confidence, None)
-        if progress is not None:
-            progress(i + 1, len(thresholds))
+        if counter is not None:
+            counter.most_after = (len(thresholds) - i - 1) * staircase
+        these, pair, n = _staircase(scn, a, b, slos, cost, confidence, counter)
         rows += [{"threshold_tokens": threshold, **r} for r in these]
         runs += n
         if pair is not None and (best is None or cost(*pair) < cost(*best[1])):
@@ -174,31 +186,53 @@ def joint_size(scenario: Scenario, pools: list[str], slos: list[Slo], *,
     table["chosen"] = [best is not None and (r["threshold_tokens"], (r[a], r[b])) == best
                        for r in rows]
     table["simulations"] = runs
+    return _named(scenario, (a, b), table)
+
+
+def option_of(scenario: Scenario, pool: str) -> str:
+    """A pool's configuration as a joint row names it: hardware, TP, PP, weight/KV
+    precisions, engine and step-time source."""
+    option = configured_option(scenario.pools[pool])
+    source = option_source(scenario, pool, option)
+    return (f"{option['hardware']} tp{option['tp']} pp{option['pp']} "
+            f"{option['weight_dtype']}/{option['kv_dtype']}, engine {source['engine']}, "
+            f"{source['cost_model']}")
+
+
+def _named(scenario: Scenario, pools: tuple[str, str], table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with a column a pool (``option_POOL``) naming its configuration in full
+    (every row the same: a joint search varies the counts alone)."""
+    for pool in pools:
+        table[f"option_{pool}"] = option_of(scenario, pool)
     return table
 
 
 def _staircase(scenario: Scenario, a: str, b: str, slos: list[Slo],
                cost: Callable[[int, int], float], confidence: Confidence | None,
-               progress: Callable[[int, int], None] | None
+               counter: TrialCounter | None
                ) -> tuple[list[dict], tuple[int, int] | None, int]:
     """The rows of the staircase search (module docstring), the cheapest pair (None when
-    none meets the SLOs) and the simulations run."""
+    none meets the SLOs) and the simulations run (``counter``: told of each trial as it
+    starts)."""
     cap_a, cap_b = replica_cap(scenario, a), replica_cap(scenario, b)
     trials: dict[tuple[int, int], Verdict] = {}
+    low_a, low_b = sizing_floor(scenario, a), sizing_floor(scenario, b)
+    steps = bisection_steps(low_b, cap_b)
 
     def meets(na: int, nb: int) -> bool:
         if (na, nb) not in trials:
+            if counter is not None:
+                here = sum(1 for k in trials if k[0] == na)
+                counter.start(f"pools {a} x{na} and {b} x{nb}",
+                              steps - here + (cap_a - na) * steps)
             scn = with_values(scenario, {**_values(scenario, a, na), **_values(scenario, b, nb)})
             trials[(na, nb)] = verdict(scn, (a, b), slos, confidence)
         return trials[(na, nb)].ok
 
-    low_a, low_b = sizing_floor(scenario, a), sizing_floor(scenario, b)
     rows, best, top = [], None, cap_b
     for na in range(low_a, cap_a + 1):
         if best is not None and cost(na, low_b) >= cost(*best):
             break                               # a's replicas alone cost the best pair
-        if progress is not None:
-            progress(na - low_a, cap_a - low_a + 1)
         if not meets(na, top):
             rows.append({a: na, b: None, "cost_usd_per_h": None, "feasible": False})
             continue
@@ -209,3 +243,24 @@ def _staircase(scenario: Scenario, a: str, b: str, slos: list[Slo],
         rows.append({a: na, b: hi, "cost_usd_per_h": cost(na, hi), "feasible": True,
                      **trials[(na, hi)].estimate})
     return rows, best, sum(v.replications for v in trials.values())
+
+
+def joint_fleet(scenario: Scenario, pools: list[str], table: pd.DataFrame
+                ) -> tuple[Scenario | None, list[str]]:
+    """``scenario`` with the pair of counts ``table`` chose (each pool fixed at its count,
+    as its trials ran it, and a split's threshold where one was tried), and a line a pool
+    naming it in full; None where no pair meets the SLOs."""
+    chosen = table[table["chosen"].astype(bool)]
+    if not len(chosen):
+        return None, []
+    row, (a, b) = chosen.iloc[0], pools
+    values = {**_values(scenario, a, int(row[a])), **_values(scenario, b, int(row[b]))}
+    lines = []
+    for pool in (a, b):
+        option = configured_option(scenario.pools[pool])
+        lines.append(chosen_line(pool, {**option, **option_source(scenario, pool, option),
+                                        "replicas": int(row[pool])}))
+    if "threshold_tokens" in chosen.columns:
+        values[threshold_field(split_routes(scenario, a, b)[0])] = int(row["threshold_tokens"])
+        lines.append(f"prompt-length threshold {int(row['threshold_tokens']):,} tokens")
+    return with_values(scenario, values), lines

@@ -22,10 +22,12 @@ from sim.api import located
 from sim.config.scenario import Scenario
 from sim.planning.hopeless import hopeless_watch
 from sim.planning.overrides import with_values
+from sim.planning.progress import TrialCounter, Watch, option_text, run_trial
 from sim.planning.runner import Payload, map_tasks, scenario_from_payload, scenario_payload
 from sim.config.resolve import resolve
 from sim.config.slos import Slo
 from sim.output.slo import margins, measure
+from sim.output.spans import pool_window
 from sim.planning.verdict import Confidence, Verdict, judge
 
 
@@ -123,7 +125,7 @@ def verdict(scenario: Scenario, pool: str, slos: list[Slo],
         scn = scenario if i == 0 else with_values(scenario, {"seed": scenario.seed + i})
         watch = hopeless_watch(scn, pool, slos) if give_up else None
         res = ran if i == 0 and ran is not None and watch is None else \
-            sim.run(scn, watch=(watch.every_s, watch) if watch else None)
+            run_trial(scn, watch=(watch.every_s, watch) if watch else None)
         end_s = min(scn.duration, res.summary["end_s"])
         everyone = pool_requests(scn, res.requests, pool, after_warmup=False)
         share = served_share(everyone, scn.warmup, end_s)
@@ -166,7 +168,8 @@ def idle_row(scenario: Scenario, pool: str) -> dict:
     note = IDLE_NOTE if not floor else (
         f"no request reaches this pool (idle capacity): kept at its floor "
         f"(sizing.min_replicas: {floor})")
-    return {"pool": pool, **option, "replicas": floor, "gpus": floor * option_gpus(option),
+    return {"pool": pool, **option, **option_source(scenario, pool, option),
+            "replicas": floor, "gpus": floor * option_gpus(option),
             "feasible": True, "cost_usd_per_h": floor * option_gpus(option) * price,
             "note": note}
 
@@ -178,8 +181,9 @@ def _option_grid(scenario: Scenario, pool: str) -> list[dict]:
     tps = (opts.tp if opts and opts.tp else [cfg.tp])
     pps = (opts.pp if opts and opts.pp else [cfg.pp])
     dtypes = (opts.weight_dtype if opts and opts.weight_dtype else [cfg.weight_dtype])
-    return [{"hardware": h, "tp": t, "pp": p, "weight_dtype": d}
-            for h, t, p, d in itertools.product(hardware, tps, pps, dtypes)]
+    kv_dtypes = (opts.kv_dtype if opts and opts.kv_dtype else [cfg.kv_dtype])
+    return [{"hardware": h, "tp": t, "pp": p, "weight_dtype": d, "kv_dtype": k}
+            for h, t, p, d, k in itertools.product(hardware, tps, pps, dtypes, kv_dtypes)]
 
 
 # a trial that completed less than this share of its load in the window ran saturated:
@@ -204,13 +208,34 @@ def next_count(trial: Trial) -> int:
     return max(n + 1, math.ceil(1.25 * n)) if n >= FINE_GROWTH_FROM else 2 * n
 
 
-OPTION_FIELDS = ("hardware", "tp", "pp", "weight_dtype")
+# what one sizing option sets of a pool: every one of them named in each row of the size
+# table and written by --write-scenario (a field left out would be the pool's own, unseen)
+OPTION_FIELDS = ("hardware", "tp", "pp", "weight_dtype", "kv_dtype")
 
 
 def configured_option(cfg) -> dict:
-    """A pool's own option (its hardware, TP, pipeline stages and weight precision) as
-    sizing names one."""
+    """A pool's own option (its hardware, TP, pipeline stages, weight and KV cache
+    precisions) as sizing names one."""
     return {k: getattr(cfg, k) for k in OPTION_FIELDS}
+
+
+def option_source(scenario: Scenario, pool: str, option: dict) -> dict:
+    """What a row of ``option`` names besides the option: the pool's serving engine and
+    the step-time source its trials read (``cost_model``: roofline, or the measured or
+    calibrated profile file, as the run's summary labels it; None where the option does
+    not resolve, e.g. the model does not fit)."""
+    from sim.config.inputs import scenario_files
+    from sim.cost import build_cost_model
+
+    label = None
+    try:
+        resolved, problems = resolve(with_values(scenario, {f"pools.{pool}.{k}": v
+                                                            for k, v in option.items()}))
+        if resolved is not None and not problems:
+            label = build_cost_model(resolved.pools[pool], scenario_files(scenario)).label
+    except (sim.ScenarioError, ValueError):
+        pass
+    return {"engine": scenario.pools[pool].engine, "cost_model": label}
 
 
 def option_gpus(option: dict) -> int:
@@ -222,10 +247,9 @@ def option_values(scenario: Scenario, pool: str, option: dict, replicas: int) ->
     """The overrides that give ``pool`` the sizing ``option`` with a fixed ``replicas``: no
     autoscaler, and so no cold start; a spot pool's count is held by a one-row schedule,
     which replaces the replicas preemptions take (a fixed spot pool would lose them for
-    good). An fp8 or int8 option keeps its KV cache in fp8."""
+    good). The option sets exactly its fields (:data:`OPTION_FIELDS`): the KV cache's
+    precision is the option's own, never inferred from the weights'."""
     values = {f"pools.{pool}.{k}": v for k, v in option.items()}
-    if option["weight_dtype"] in ("fp8", "int8"):
-        values[f"pools.{pool}.kv_dtype"] = "fp8"
     cfg = scenario.pools[pool]
     values[f"pools.{pool}.replicas"] = replicas
     if cfg.spot is not None and cfg.spot.preemptions_per_hour > 0:
@@ -239,8 +263,8 @@ def option_values(scenario: Scenario, pool: str, option: dict, replicas: int) ->
 
 def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
                  max_replicas: int, confidence: Confidence | None = None, *,
-                 estimate: bool = True, give_up: bool = True, floor: int | None = None
-                 ) -> tuple[int | None, dict[int, Trial]]:
+                 estimate: bool = True, give_up: bool = True, floor: int | None = None,
+                 counter: TrialCounter | None = None) -> tuple[int | None, dict[int, Trial]]:
     """Fewest replicas meeting the SLOs with ``option``, or None within the cap (each
     trial's verdict as sure as ``confidence`` asks). From ``floor`` (default: the pool's
     ``sizing.min_replicas``, else 1; never above the cap) the count grows
@@ -248,11 +272,15 @@ def min_replicas(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
     :func:`next_count`; else doubling), then bisection finds the fewest. ``give_up``:
     a one-seed trial whose SLOs are missed for good stops there (cheaper, never wrong;
     replications for a confident verdict run whole, since their mean needs each run's
-    figure)."""
+    figure). ``counter`` is told of each trial as it starts, with the most the search
+    may still run (:func:`search_bound`'s worst case, less the trials run)."""
     trials: dict[int, Trial] = {}
+    most = search_bound(max_replicas)[0]
 
     def trial(n: int) -> Trial:
         if n not in trials:
+            if counter is not None:
+                counter.start(option_text(pool, option, n), most - len(trials))
             scn = with_values(scenario, option_values(scenario, pool, option, n))
             # a run given up says only "above the target", not by how much: replications
             # averaged for a confident verdict need each run's own figure
@@ -371,41 +399,67 @@ def replica_cap(scenario: Scenario, pool: str) -> int:
 
 
 def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None,
-         progress: Callable[[int, int], None] | None = None, *,
+         watch: Watch | None = None, *,
          confidence: Confidence | None = None, executor: str = "local", workers: int = 1,
          scheduler: str | None = None) -> pd.DataFrame:
     """The cheapest replica count meeting ``slos`` for each option of each pool, each
-    trial's verdict as sure as ``confidence`` asks (one seed when None);
-    ``progress(done, total)`` is told after each option. The options are searched side
-    by side on ``workers`` local processes or on Dask (``executor``), each search on
-    its own: the table is the same however many run it."""
+    trial's verdict as sure as ``confidence`` asks (one seed when None). ``watch`` is
+    told of each trial as it starts (:mod:`sim.planning.progress`), the run of the
+    scenario as configured first; where the options are searched side by side on
+    ``workers`` local processes or on Dask (``executor``), of each option as it ends.
+    Each search runs on its own: the table is the same however many run it."""
     pools = pools or list(scenario.pools)
     check_budget(scenario, pools, confidence=confidence)
-    ran = sim.run(scenario)                 # the scenario as configured, run once
+    grids = {pool: _option_grid(scenario, pool) for pool in pools}
+    most = {pool: search_bound(replica_cap(scenario, pool))[0] for pool in pools}
+    counter = TrialCounter(watch, sum(len(grids[p]) * most[p] for p in pools))
+    counter.start("the scenario as configured, to find the pools its requests reach", 1)
+    ran = run_trial(scenario)               # the scenario as configured, run once
     _sends_requests(scenario, len(ran.requests))
     rows: list[dict | None] = []
     tasks: list[tuple[int, OptionTask]] = []
     busy = reached(scenario, ran.requests)
     for pool in pools:
         if pool not in busy:
+            counter.most_after -= len(grids[pool]) * most[pool]
             rows.append(idle_row(scenario, pool))
             continue
-        for option in _option_grid(scenario, pool):
+        for option in grids[pool]:
             tasks.append((len(rows), (scenario_payload(scenario), pool, slos, option,
                                       confidence)))
             rows.append(None)
-    for (at, _), row in zip(tasks, map_tasks(option_task, [t for _, t in tasks],
-                                            executor=executor, workers=workers,
-                                            scheduler=scheduler, progress=progress)):
+    side_by_side = executor != "local" or min(workers, len(tasks)) > 1
+    if side_by_side:
+        def ended(done: int, total: int) -> None:
+            if watch is not None and done < total:
+                watch(f"{done} of {total} options searched side by side", done, total - done,
+                      "option")
+        found = map_tasks(option_task, [t for _, t in tasks], executor=executor,
+                          workers=workers, scheduler=scheduler, progress=ended)
+    else:
+        found = []
+        for _, (_, pool, _, option, _) in tasks:
+            counter.most_after -= most[pool]
+            found.append(_option_row(scenario, pool, slos, option, confidence, counter))
+    for (at, _), row in zip(tasks, found):
         rows[at] = row
     table = _in_order(pd.DataFrame(rows), slos)
     if len(table) and "cost_usd_per_h" in table:
-        table = table.sort_values(["pool", "feasible", "cost_usd_per_h"],
-                                  ascending=[True, False, True], kind="stable")
+        table = _by_cost(table, "pool", "feasible")
     return table.reset_index(drop=True)
 
 
-LEADING = ("pool", "hardware", "tp", "pp", "weight_dtype", "replicas", "gpus", "feasible",
+def _by_cost(table: pd.DataFrame, *first: str) -> pd.DataFrame:
+    """``table`` cheapest first per hour (after ``first``: pool, feasible rows first), and
+    at the same price the widest SLO margin first: of two fleets costing the same, the one
+    with more headroom (an fp8 option's faster steps on the same GPUs) is the answer."""
+    keys = [*first, "cost_usd_per_h"] + (["slo_margin_min"] if "slo_margin_min" in table
+                                         else [])
+    ascending = [k != "feasible" for k in first] + [True, False][:len(keys) - len(first)]
+    return table.sort_values(keys, ascending=ascending, kind="stable", na_position="last")
+
+
+LEADING = ("pool", *OPTION_FIELDS, "engine", "cost_model", "replicas", "gpus", "feasible",
            "cost_usd_per_h", "usd_per_million_output_tokens")
 
 
@@ -448,17 +502,20 @@ def _sends_requests(scenario: Scenario, arrivals: int | None = None) -> None:
 
 
 def _option_row(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
-                confidence: Confidence | None = None) -> dict:
-    """The size table's row for one option of ``pool``."""
+                confidence: Confidence | None = None,
+                counter: TrialCounter | None = None) -> dict:
+    """The size table's row for one option of ``pool`` (``counter``: told of each trial
+    as it starts)."""
     cap = replica_cap(scenario, pool)
+    named = {"pool": pool, **option, **option_source(scenario, pool, option)}
     try:
-        n, trials = min_replicas(scenario, pool, slos, option, cap, confidence)
+        n, trials = min_replicas(scenario, pool, slos, option, cap, confidence,
+                                 counter=counter)
     except sim.ScenarioError as exc:     # the option does not fit (memory, TP)
-        return {"pool": pool, **option, "replicas": None, "feasible": False,
-                "note": exc.message}
+        return {**named, "replicas": None, "feasible": False, "note": exc.message}
     if n is None:
         last = trials[max(trials)]
-        return {"pool": pool, **option, "replicas": None, "feasible": False,
+        return {**named, "replicas": None, "feasible": False,
                 **_sureness(last, None, confidence), "simulations": simulations(trials),
                 "note": f"SLOs not met with {cap} replicas"
                         + ("" if last.verdict.certain is not False else
@@ -470,9 +527,12 @@ def _option_row(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
     first = best.verdict.first
     margin = margins(best.measured, slos)
     return {
-        "pool": pool, **option, "replicas": n, "gpus": n * option_gpus(option), "feasible": True,
+        **named, "replicas": n, "gpus": n * option_gpus(option), "feasible": True,
         "cost_usd_per_h": pool_sum["cost_usd"] / (best.summary["end_s"] / 3600.0),
-        "usd_per_million_output_tokens": pool_sum["cost_usd"] / out_tok * 1e6
+        # the bill inside the run's active span, as summary.json's (a closed loop that
+        # ends early is not charged the idle rest of the run)
+        "usd_per_million_output_tokens":
+            pool_window(pool_sum)["cost_usd"] / out_tok * 1e6
         if out_tok else None,
         **best.measured,
         **{f"margin_{k}": v for k, v in margin.items()},
@@ -480,7 +540,7 @@ def _option_row(scenario: Scenario, pool: str, slos: list[Slo], option: dict,
         "output_tokens_per_s_per_gpu": first.output_tokens_per_s / (n * option_gpus(option))
         if first.output_tokens_per_s is not None else None,
         "tokens_per_s_per_user": 1.0 / first.tpot_p50_s if first.tpot_p50_s else None,
-        "cost_model": pool_sum["cost_model"],
+        "cost_model": pool_sum["cost_model"],      # (what the trial read: option_source's)
         **_sureness(best, trials.get(n - 1), confidence),
         "simulations": simulations(trials),
         "note": _uncertain_note(best, trials.get(n - 1)) if confidence else "",
@@ -566,25 +626,30 @@ def max_rate(scenario: Scenario, slos: list[Slo], pool: str, *, precision: float
             **sure(lo, hi)}
 
 
-def chosen_options(table: pd.DataFrame) -> dict[str, dict]:
-    """Each pool's answer in a size table: its cheapest feasible option and count (a pool
-    with none is left out)."""
+def chosen_rows(table: pd.DataFrame) -> dict[str, pd.Series]:
+    """Each pool's answer in a size table: the row of its cheapest feasible option (a
+    pool with none is left out)."""
     chosen = {}
     for pool, rows in table.groupby("pool", sort=False):
         feasible = rows[rows["feasible"].astype(bool) & rows["replicas"].notna()]
         if len(feasible):
-            row = feasible.sort_values("cost_usd_per_h", kind="stable").iloc[0]
-            chosen[str(pool)] = {"hardware": row["hardware"], "tp": int(row["tp"]),
-                                 "pp": int(row.get("pp", 1)),
-                                 "weight_dtype": row["weight_dtype"],
-                                 "replicas": int(row["replicas"])}
+            chosen[str(pool)] = _by_cost(feasible).iloc[0]
     return chosen
 
 
-def chosen_fleet(scenario: Scenario, table: pd.DataFrame) -> tuple[Scenario, dict] | None:
-    """The scenario with every pool sized as ``table`` answers (idle pools at 0 replicas
-    stay as configured), run once with its seed: (that scenario, its summary); None when
-    no pool has an answer."""
+def chosen_options(table: pd.DataFrame) -> dict[str, dict]:
+    """Each pool's answer in a size table: its cheapest feasible option and count (a pool
+    with none is left out)."""
+    return {pool: {"hardware": row["hardware"], "tp": int(row["tp"]),
+                   "pp": int(row.get("pp", 1)), "weight_dtype": row["weight_dtype"],
+                   "kv_dtype": row["kv_dtype"], "replicas": int(row["replicas"])}
+            for pool, row in chosen_rows(table).items()}
+
+
+def sized_fleet(scenario: Scenario, table: pd.DataFrame) -> Scenario | None:
+    """The scenario with every pool sized as ``table`` answers, each set as its trials
+    ran it (:func:`option_values`; idle pools at 0 replicas stay as configured); None
+    when no pool has an answer."""
     chosen = {p: c for p, c in chosen_options(table).items() if c["replicas"] > 0}
     if not chosen:
         return None
@@ -592,5 +657,19 @@ def chosen_fleet(scenario: Scenario, table: pd.DataFrame) -> tuple[Scenario, dic
     for pool, c in chosen.items():
         option = {k: c[k] for k in OPTION_FIELDS}
         values.update(option_values(scenario, pool, option, c["replicas"]))
-    fleet = with_values(scenario, values)
-    return fleet, sim.run(fleet).summary
+    return with_values(scenario, values)
+
+
+def chosen_fleet(scenario: Scenario, table: pd.DataFrame) -> tuple[Scenario, dict] | None:
+    """:func:`sized_fleet` run once with its seed: (that scenario, its summary); None
+    when no pool has an answer."""
+    fleet = sized_fleet(scenario, table)
+    return None if fleet is None else (fleet, sim.run(fleet).summary)
+
+
+def chosen_line(pool: str, row) -> str:
+    """One line naming a pool's answer: count, hardware, TP, PP, both precisions, engine
+    and step-time source (the size table's row ``row``)."""
+    return (f"pool {pool}: {int(row['replicas'])} x {row['hardware']} tp{int(row['tp'])} "
+            f"pp{int(row.get('pp', 1))}, {row['weight_dtype']} weights, {row['kv_dtype']} "
+            f"KV cache, engine {row.get('engine')}, step times from {row.get('cost_model')}")

@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 
 from sim.config.scenario import Scenario
+from sim.output.spans import pool_window
 from sim.planning.overrides import with_varied
 from sim.planning.runner import Progress, run_many
 
@@ -35,27 +36,45 @@ def _get(summary: dict, path: tuple) -> Any:
 POOL_FIELDS = ("replicas_mean", "busy_frac", "gpu_hours", "kv_util_mean")
 
 
-def mean_gpus(pool: dict, end_s: float) -> float:
-    """GPUs a pool's summary billed on average: its GPU-hours over the run (which count tp
-    x pp GPUs a replica), else its mean replicas x tp x pp."""
-    if pool.get("gpu_hours") is not None and end_s:
-        return pool["gpu_hours"] * 3600.0 / end_s
+def rates_window(summary: dict) -> tuple[bool, float]:
+    """Whether the summary's rates are over its active span (summary.json's
+    ``throughput.span_s``), and the window's length; else (a summary written before
+    active spans) they are over the whole run, ``end_s``."""
+    span_s = (summary.get("throughput") or {}).get("span_s")
+    if span_s is not None:
+        return True, span_s
+    return False, summary.get("end_s") or 0.0
+
+
+def mean_gpus(pool: dict, window_s: float, figures: dict | None = None) -> float:
+    """GPUs a pool's summary billed on average over a window of ``window_s``: the GPU-hours
+    of ``figures`` (the pool's own, over the whole run, unless given: its active span's),
+    which count tp x pp GPUs a replica, over the window; else its mean replicas x tp x pp."""
+    figures = pool if figures is None else figures
+    if figures.get("gpu_hours") is not None and window_s:
+        return figures["gpu_hours"] * 3600.0 / window_s
     return (pool.get("replicas_mean") or 0.0) * (pool.get("tp") or 0) * (pool.get("pp") or 1)
 
 
 def summary_row(summary: dict) -> dict:
+    """One tidy row of a summary: its latencies and SLO verdict, and every other figure
+    (rates, GPUs, cost, cost per hour and per token, each pool's replicas, GPU-hours,
+    busy share and KV use) over one window: the active span (summary.json's
+    ``throughput.span_s``; the whole run for a summary written before active spans)."""
     row = {name: _get(summary, path) for name, path in ROW_FIELDS.items()}
-    pools = summary.get("pools", {}).values()
-    end_s = summary.get("end_s") or 0.0
-    gpus = sum(mean_gpus(p, end_s) for p in pools)
+    pools = summary.get("pools", {})
+    in_span, span_s = rates_window(summary)
+    if in_span:             # the bill inside the span, as the cost per token is
+        row["cost_usd"] = (summary.get("cost") or {}).get("active_span_usd")
+    gpus = sum(mean_gpus(p, span_s, pool_window(p)) for p in pools.values())
     tokens_per_s, tpot = row["output_tokens_per_s"], row["tpot_p50_s"]
     # the Pareto views' axes: each GPU's share of the output, each user's token speed,
     # the cost of an hour
     row["gpus_mean"] = gpus
     row["output_tokens_per_s_per_gpu"] = tokens_per_s / gpus if tokens_per_s and gpus else None
     row["tokens_per_s_per_user"] = 1.0 / tpot if tpot else None
-    row["cost_usd_per_h"] = row["cost_usd"] * 3600.0 / end_s if end_s and row["cost_usd"] \
-        is not None else None
+    cost = row["cost_usd"]
+    row["cost_usd_per_h"] = cost * 3600.0 / span_s if span_s and cost is not None else None
     slo = summary.get("slo")
     if slo:             # the verdict of the scenario's slos: block, and its goodput
         row["slo_met"] = slo.get("met")
@@ -65,9 +84,10 @@ def summary_row(summary: dict) -> dict:
         # the tightest SLO's margin: below 0 where one is missed (None: one never judged)
         row["slo_margin_min"] = (min(margins) if margins and None not in margins
                                  else None)
-    for pool, fig in summary.get("pools", {}).items():
+    for pool, fig in pools.items():
+        window = pool_window(fig)
         for key in POOL_FIELDS:
-            row[f"{pool}.{key}"] = fig.get(key)
+            row[f"{pool}.{key}"] = window.get(key)
     return row
 
 

@@ -35,7 +35,7 @@ def stationary_problem(scenario: Scenario, sized: frozenset[str] = frozenset()) 
         if stream.sessions is not None:
             return f"stream {name} holds multi-turn sessions"
     for name, pool in scenario.pools.items():
-        if name not in sized and pool.autoscaler is not None and pool.autoscaler.type != "fixed":
+        if name not in sized and not pool.fixed_size:
             return f"pool {name} is autoscaled ({pool.autoscaler.type})"
     return None
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from sim.cost.base import IDLE_AFTER_S, CostModel
 from sim.cost.steps import LinearStepEnds, StepEnds  # noqa: F401 (re-exported)
+from sim.core.gaps import GapHistogram
 from sim.core.kv import KvCacheManager
 from sim.core.request import Request
 
@@ -119,7 +120,7 @@ class Scheduler(ABC):
     separate dict."""
 
     __slots__ = ("kv", "cost", "limits", "on_finish", "waiting", "running", "last_step_end_s",
-                 "_servable")
+                 "_servable", "gaps")
 
     @classmethod
     def pool_parts(cls, pool, cfg, rng, models=None, base_dir=None) -> dict:
@@ -128,7 +129,8 @@ class Scheduler(ABC):
         return {}
 
     def __init__(self, kv: KvCacheManager, cost: CostModel, limits: ReplicaLimits,
-                 on_finish: Callable[[Request], None]) -> None:
+                 on_finish: Callable[[Request], None],
+                 gaps: GapHistogram | None = None) -> None:
         self.kv = kv
         self.cost = cost
         self.limits = limits
@@ -137,6 +139,9 @@ class Scheduler(ABC):
         self.running: list[Request] = []
         self.last_step_end_s = -math.inf      # segment_ended: when its last step ended
         self._servable: int | None = None     # the longest sequence every limit passes
+        # where the gaps between consecutive output tokens of the requests it serves are
+        # counted: the run's pooled inter-token latencies (its own where none is given)
+        self.gaps = gaps if gaps is not None else GapHistogram()
 
     # -- admission -------------------------------------------------------------
     def reject_reason(self, req: Request) -> str | None:

@@ -35,10 +35,15 @@ _SEQ_MASK = (1 << SEQ_BITS) - 1
 
 class DecodeCohort:
     __slots__ = ("bs", "members", "sum_base", "sum_quot", "residues", "sum_prefix_blocks",
-                 "blocks_held", "_finish_heap", "_last_heap", "_last_heap_slack")
+                 "blocks_held", "_finish_heap", "_last_heap", "_last_heap_slack",
+                 "measured_from_s", "num_measured")
 
-    def __init__(self, block_size_tokens: int) -> None:
+    def __init__(self, block_size_tokens: int, measured_from_s: float = 0.0) -> None:
         self.bs = block_size_tokens
+        # members that arrived at or after ``measured_from_s`` (the warm-up's end): each
+        # step adds that many gaps between output tokens to the run's pooled ITL
+        self.measured_from_s = measured_from_s
+        self.num_measured = 0
         self.members: dict[int, Request] = {}      # seq -> request
         self.sum_base = 0                           # Σ decode_base
         self.sum_quot = 0                           # Σ decode_base // bs
@@ -94,6 +99,8 @@ class DecodeCohort:
         req.decode_base = base
         req.output_base = req.num_output_tokens - step
         self.members[req.seq] = req
+        if req.arrival_s >= self.measured_from_s:
+            self.num_measured += 1
         self.sum_base += base
         self.sum_quot += base // self.bs
         self.residues[base % self.bs] += 1
@@ -114,6 +121,8 @@ class DecodeCohort:
         if len(self._last_heap) > 2 * len(self.members) + self._last_heap_slack:
             self._last_heap = [-seq for seq in self.members]  # amortised O(1) per removal
             heapq.heapify(self._last_heap)
+        if req.arrival_s >= self.measured_from_s:
+            self.num_measured -= 1
         base = req.decode_base
         self.sum_base -= base
         self.sum_quot -= base // self.bs

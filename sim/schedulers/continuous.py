@@ -160,7 +160,7 @@ class ContinuousScheduler(Scheduler):
 
     def _new_decoders(self):
         """The running requests that decode: a ``DecodeCohort`` (one token each per step)."""
-        return DecodeCohort(self.kv.block_size_tokens)
+        return DecodeCohort(self.kv.block_size_tokens, self.gaps.measured_from_s)
 
     def _decode_tokens(self, num_decode: int) -> int:
         """Tokens the decoders take from this step's budget (one each)."""
@@ -438,6 +438,9 @@ class ContinuousScheduler(Scheduler):
             gap_max.pop()
         gap_seg.append(self._segments_done)
         gap_max.append(longest)
+        if cohort.num_measured:
+            # every decoder had a token before these steps: one gap each per step
+            self.gaps.add_steps(seg.step_end_s, num_steps, cohort.num_measured)
         finished = cohort.pop_finished(self.step)
         for req in finished:
             self._stop_decoding(req, end_s)
@@ -482,6 +485,8 @@ class ContinuousScheduler(Scheduler):
                 gap = end_s - req.last_token_s
                 if not (req.max_itl_s >= gap):
                     req.max_itl_s = gap
+                if self.gaps.measured(req.arrival_s):
+                    self.gaps.add(gap)
             if req.done:
                 finished.append(req)
             else:

@@ -370,6 +370,7 @@ class SpeculativeScheduler(ContinuousScheduler):
             accepted = self.rng.geometric(1.0 - self._alpha, size=len(verify)) - 1
             kv = self.kv
             block_size = kv.block_size_tokens
+            gaps = self.gaps
             for item, took in zip(verify, accepted.tolist()):
                 req = item.req
                 gain = min(1 + min(took, item.drafts),
@@ -379,6 +380,8 @@ class SpeculativeScheduler(ContinuousScheduler):
                 gap = end_s - req.last_token_s          # since its tokens before these
                 if not (req.max_itl_s >= gap):
                     req.max_itl_s = gap
+                if gaps.measured(req.arrival_s):
+                    gaps.add(gap)          # the step's 1 + j tokens stream as one chunk
                 req.last_token_s = end_s
                 own = blocks_for(req.num_computed_tokens, block_size) - req.prefix_blocks
                 surplus = req.num_blocks - max(own, 0)

@@ -10,6 +10,7 @@ only freed with the batch.
 """
 from __future__ import annotations
 
+import itertools
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -107,9 +108,25 @@ class StaticScheduler(Scheduler):
             req.num_computed_tokens = req.total_tokens
             req.num_output_tokens = req.max_output_tokens
         self.running = []
+        ends = seg.step_end_s
+        # decode step k's length (from k = 1, at [k - 1]), and the longest up to it
+        lengths = [ends[k] - ends[k - 1]
+                   for k in range(1, max(r.max_output_tokens for r in batch))]
+        longest = list(itertools.accumulate(lengths, max))
+        self._record_gaps(batch, lengths)
         for req in batch:
             if req.max_output_tokens > 1:
                 # the gaps between its tokens are the decode steps up to its last one
-                req.max_itl_s = max(seg.step_end_s[k] - seg.step_end_s[k - 1]
-                                    for k in range(1, req.max_output_tokens))
-            self._complete(req, start_s + seg.step_end_s[req.max_output_tokens - 1])
+                req.max_itl_s = longest[req.max_output_tokens - 2]
+            self._complete(req, start_s + ends[req.max_output_tokens - 1])
+
+    def _record_gaps(self, batch: list[Request], lengths: list[float]) -> None:
+        """Decode step k (from 1; its length ``lengths[k - 1]``) is a gap of each request
+        after the warm-up still producing tokens then (more than k output tokens)."""
+        gaps = self.gaps
+        outputs = sorted(r.max_output_tokens for r in batch if gaps.measured(r.arrival_s))
+        i = 0
+        for k in range(1, outputs[-1] if outputs else 0):
+            while outputs[i] <= k:
+                i += 1
+            gaps.add(lengths[k - 1], len(outputs) - i)

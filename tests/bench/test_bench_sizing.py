@@ -97,7 +97,7 @@ def test_sizing_gives_the_exhaustive_searchs_answers(sized, capsys):
     short, _ = auto_windowed(scenario, slos, frozenset({"fleet"}))
     payload = scenario_payload(short)
     feasible = table[table["feasible"]]
-    options = [{k: (r[k] if k in ("hardware", "weight_dtype") else int(r[k]))
+    options = [{k: (r[k] if k in ("hardware", "weight_dtype", "kv_dtype") else int(r[k]))
                 for k in OPTION_FIELDS}
                for _, r in feasible.iterrows()]
     caps = [int(r["replicas"]) + 1 for _, r in feasible.iterrows()]

@@ -176,3 +176,19 @@ def test_operating_point_sums_the_step_of_littles_law_batch():
     # a 70B step of hundreds of sequences: tens of milliseconds, not micro- or whole seconds
     assert 20 < point["step_ms"] < 500
     assert point["error"] == pytest.approx(point["step_ms"] / row.published["tpot_p50_ms"] - 1)
+
+
+def test_krai_rows_run_the_model_krai_served():
+    """Krai's open MLPerf v5.1 results ran Llama-3.1-70B-Instruct in place of the llama2-70b
+    benchmark's Llama-2-70B (model_path in each result's measurements README, result folders
+    llama3_1-70b-*): every Krai row's stream and pool name llama-3.1-70b, and its source
+    cites the llama3_1-70b result folder it was read from."""
+    krai = [row for row in vg.read_table(TABLE) if row.name.startswith("krai-")]
+    assert len(krai) == 8
+    for row in krai:
+        scenario = yaml.safe_load(row.scenario.read_text())
+        models = [s["model"] for s in scenario["workload"]["streams"].values()]
+        models += [p["model"] for p in scenario["pools"].values()]
+        assert models and set(models) == {"llama-3.1-70b"}, row.name
+        assert "Llama-3.1-70B-Instruct" in row.source, row.name
+        assert "open/Krai/results/" in row.source and "/llama3_1-70b-fp8_" in row.source, row.name

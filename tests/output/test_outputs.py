@@ -102,8 +102,11 @@ def test_summary_json_is_strict_and_complete(written, results):
     summary = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON {c}"))
     assert set(summary["requests"]) >= {"arrived", "completed", "rejected", "in_flight_at_end"}
     for metric in ("ttft", "tpot", "e2e", "queue"):
-        assert set(summary["latency_s"][metric]) == {"mean", "p50", "p90", "p99"}
-    for key in ("throughput", "pools", "teams", "cost"):
+        assert set(summary["latency_s"][metric]) == {"mean", "p50", "p90", "p95", "p99",
+                                                     "p999"}
+        assert set(summary["latency_ms"][metric]) == set(summary["latency_s"][metric])
+    for key in ("throughput", "throughput_whole_run", "active_span", "pools", "teams",
+                "streams", "cost"):
         assert summary[key]
     assert list(summary["pools"]) == ["fast", "capped"]
     assert "wall_s" not in text

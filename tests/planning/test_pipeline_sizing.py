@@ -35,10 +35,11 @@ def test_size_enumerates_pp_beside_hardware_tp_and_dtype():
     grid = _option_grid(scenario, "p")
     assert len(grid) == 2 * 2 * 3 * 2
     assert {o["pp"] for o in grid} == {1, 2, 4}
-    assert {"hardware": "H200", "tp": 4, "pp": 4, "weight_dtype": "fp8"} in grid
+    assert {"hardware": "H200", "tp": 4, "pp": 4, "weight_dtype": "fp8",
+            "kv_dtype": "bf16"} in grid
     plain = Scenario.model_validate(llama_405b({"tp": [8]}))
     assert _option_grid(plain, "p") == [{"hardware": "H100-SXM", "tp": 8, "pp": 2,
-                                         "weight_dtype": "bf16"}]
+                                         "weight_dtype": "bf16", "kv_dtype": "bf16"}]
 
 
 def test_405b_in_bf16_is_sized_on_two_stages_and_not_one():
@@ -46,8 +47,8 @@ def test_405b_in_bf16_is_sized_on_two_stages_and_not_one():
     sized, its GPUs and cost counting 16 GPUs a replica."""
     table = size(Scenario.model_validate(llama_405b()), [parse_slo("ttft_p99=10s")])
     rows = {int(r.pp): r for r in table.itertuples()}
-    assert set(rows) == {1, 2} and list(table.columns[:5]) == ["pool", "hardware", "tp",
-                                                               "pp", "weight_dtype"]
+    assert set(rows) == {1, 2} and list(table.columns[:8]) == [
+        "pool", "hardware", "tp", "pp", "weight_dtype", "kv_dtype", "engine", "cost_model"]
     one, two = rows[1], rows[2]
     assert not one.feasible and "leaves no room for a KV cache" in one.note
     assert "pp=2 at tp=8 leaves room" in one.note
@@ -55,7 +56,7 @@ def test_405b_in_bf16_is_sized_on_two_stages_and_not_one():
     assert two.gpus == 16 * two.replicas
     assert two.cost_usd_per_h == pytest.approx(16 * two.replicas * 2.95, rel=1e-6)
     assert chosen_options(table) == {"p": {"hardware": "H100-SXM", "tp": 8, "pp": 2,
-                                           "weight_dtype": "bf16",
+                                           "weight_dtype": "bf16", "kv_dtype": "bf16",
                                            "replicas": int(two.replicas)}}
 
 

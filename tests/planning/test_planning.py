@@ -165,8 +165,8 @@ def test_check_says_what_a_missing_figure_means():
     assert drift(base, now, 0.05) == [
         "pool p: required replicas 3 -> none within the cap",
         "pool q: not in the baseline (record it with --update)",
-        "ttft_p99: 0.5 s -> none (no request completed)",
-        "tpot_p99: none (no request completed) -> 0.02 s"]
+        "ttft_p99: 500.0 ms -> none (no request completed)",
+        "tpot_p99: none (no request completed) -> 20.0 ms"]
 
 
 def test_failed_check_names_each_slo_its_value_target_baseline_and_replicas_needed(
@@ -320,6 +320,8 @@ def test_compare_takes_a_run_that_missed_its_slo(tmp_path, capsys):
     assert verdict.split()[1:3] == ["MISSED", "met"]
     margin = next(line for line in out.splitlines() if line.startswith("slo_margin_min "))
     assert float(margin.split()[1].replace(",", "")) < 0 < float(margin.split()[2])
+    # a margin risen from below zero is a rise in percent too (over the first's size)
+    assert margin.split()[3].startswith("+") and margin.split()[4] == "better", margin
 
 
 def test_compare_shows_what_differs_between_the_fleets_and_marks_better_and_worse(
@@ -381,7 +383,9 @@ def test_compare_set_overrides_the_scenarios_it_runs_not_the_result_folders(tmp_
 
 def test_check_set_overrides_every_scenario_checked(tmp_path, capsys):
     """check --set measures the scenario as overridden, with --update as without: a fleet
-    of 3 recorded with --set passes with the same --set and breaks without it."""
+    of 3 recorded with --set passes with the same --set; the baseline's entry records the
+    --set list, and a check without it (once compared against figures made under other
+    traffic without a word) fails saying the --set lists differ, as differing SLOs do."""
     import yaml
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(chat(duration=30, rate=40).model_dump(mode="json")))
@@ -390,8 +394,17 @@ def test_check_set_overrides_every_scenario_checked(tmp_path, capsys):
     assert main(args + ["--update", "--set", "pools.p.replicas=3"]) == 0
     assert capsys.readouterr().err == ""             # 3 replicas meet the SLOs: no warning
     assert main(args + ["--set", "pools.p.replicas=3"]) == 0
+    (entry,) = json.loads((tmp_path / "b.json").read_text()).values()
+    assert entry["set"] == ["pools.p.replicas=3"]
+    capsys.readouterr()
     assert main(args) == 1
-    assert "pool p: breaks the SLOs as configured (1 replica)" in capsys.readouterr().out
+    assert capsys.readouterr().out == (
+        "s.yaml: --set differs from the baseline's (no --set against --set "
+        "pools.p.replicas=3): its figures were made under other settings and are not "
+        "comparable; check with the baseline's --set or record it anew with --update\n")
+    assert main(args + ["--set", "pools.p.replicas=4"]) == 1
+    assert "(--set pools.p.replicas=4 against --set pools.p.replicas=3)" in \
+        capsys.readouterr().out
 
 
 @pytest.mark.parametrize("command", ["check", "compare"])
@@ -432,7 +445,24 @@ def test_drift_from_a_zero_latency_names_the_change_without_dividing_by_it():
                                                                     "tpot_p99": -0.0}}
     now = {"pools": {"p": {"required_replicas": 1, "slo_met_as_configured": True}},
            "latency_s": {"ttft_p99": 0.25, "tpot_p99": 0.0}}
-    assert drift(base, now, 0.05) == ["ttft_p99: 0 s -> 0.25 s"]
+    assert drift(base, now, 0.05) == ["ttft_p99: 0 ms -> 250.0 ms"]
+
+
+def test_a_latency_that_moved_names_its_target_and_whether_it_is_within_it():
+    """A latency past the tolerance that still meets its SLO was said without its target
+    ('ttft_p99: 0.06234 s -> 0.7006 s (+1023.7%)'): each SLO's line now carries its target
+    and which side of it the value is, in the units of the rest of check's message; a
+    latency no SLO bounds is said without one."""
+    from sim.planning.check import drift
+    base = {"pools": {"p": {"required_replicas": 1}},
+            "latency_s": {"ttft_p99": 0.06234, "tpot_p99": 0.02, "e2e_p99": 3.0}}
+    now = {"pools": {"p": {"required_replicas": 1, "slo_met_as_configured": True}},
+           "latency_s": {"ttft_p99": 0.7006, "tpot_p99": 0.06, "e2e_p99": 6.0},
+           "slos": {"ttft_p99": 2.0, "tpot_p99": 0.05}}
+    assert drift({**base, "slos": now["slos"]}, now, 0.05) == [
+        "ttft_p99: 62.3 ms -> 700.6 ms (+1023.8%), within its target 2.00 s",
+        "tpot_p99: 20.0 ms -> 60.0 ms (+200.0%), over its target 50.0 ms",
+        "e2e_p99: 3.00 s -> 6.00 s (+100.0%)"]
 
 
 def test_replication_figures_leave_out_the_seed_and_never_go_below_zero():

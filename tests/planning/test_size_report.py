@@ -49,6 +49,7 @@ def test_the_chosen_fleet_is_each_pools_cheapest_feasible_option(sized):
                                           "tp": int(cheapest["tp"]),
                                           "pp": int(cheapest["pp"]),
                                           "weight_dtype": cheapest["weight_dtype"],
+                                          "kv_dtype": cheapest["kv_dtype"],
                                           "replicas": int(cheapest["replicas"])}}
     scenario, summary = chosen_fleet(sim.load_scenario(path), rows)
     pool = scenario.pools["p"]

@@ -236,3 +236,19 @@ def test_replications_for_a_confident_verdict_are_never_given_up():
                              Confidence(0.95, 3))
     assert not any(t.verdict.first.given_up for t in trials.values())
     assert all(t.summary["end_s"] >= scn.duration for t in trials.values())
+
+
+def test_at_the_same_price_the_option_with_more_headroom_is_chosen():
+    """Two options at the same cost per hour (bf16 and fp8 weights on two GPUs each): the
+    one with the wider SLO margin (fp8's faster steps) is the answer and heads the table,
+    where the first listed had been taken whatever its margin."""
+    from sim.planning.size import _by_cost, chosen_rows
+    table = pd.DataFrame([
+        {"pool": "main", "weight_dtype": "bf16", "feasible": True, "replicas": 2,
+         "cost_usd_per_h": 5.9, "slo_margin_min": 0.27},
+        {"pool": "main", "weight_dtype": "fp8", "feasible": True, "replicas": 2,
+         "cost_usd_per_h": 5.9, "slo_margin_min": 0.55},
+        {"pool": "main", "weight_dtype": "int4", "feasible": True, "replicas": 3,
+         "cost_usd_per_h": 8.85, "slo_margin_min": 0.9}])
+    assert chosen_rows(table)["main"]["weight_dtype"] == "fp8"
+    assert list(_by_cost(table, "pool", "feasible")["weight_dtype"]) == ["fp8", "bf16", "int4"]

@@ -9,6 +9,8 @@ import pydantic
 import pytest
 
 import sim
+from sim.autoscalers import AUTOSCALERS, FixedAutoscaler, FixedConfig
+from sim.autoscalers.base import AutoscalerConfigBase
 from sim.config.common import StrictModel
 from sim.config.scenario import Scenario
 from sim.routers import ROUTERS
@@ -94,3 +96,42 @@ def test_a_type_already_taken_is_refused():
     with pytest.raises(ValueError, match="router type 'round_robin' is taken"):
         ROUTERS.register(Clash, FirstReadyRouter)
     assert Clash not in ROUTERS
+
+
+class HoldConfig(AutoscalerConfigBase):
+    """A registered autoscaler that never starts a replica (its own type name)."""
+    type: Literal["hold"] = "hold"
+    starts_replicas: ClassVar[bool] = False
+
+
+@pytest.fixture
+def hold():
+    AUTOSCALERS.register(HoldConfig, lambda cfg: FixedAutoscaler(FixedConfig()))
+    try:
+        yield
+    finally:
+        AUTOSCALERS.unregister(HoldConfig)
+
+
+def test_a_pool_whose_autoscaler_never_starts_replicas_is_of_fixed_size_to_its_callers(hold):
+    """Callers ask the autoscaler's hook (starts_replicas), not its type's name: `check`
+    records the configured replicas of a pool held by a registered policy that never
+    starts one, and --peak gives the streams a lead as for a pool of fixed size."""
+    from sim.config.slos import parse_slo
+    from sim.planning.check import measure_scenario
+    from sim.planning.peak import peak_windowed
+
+    data = {**SCENARIO, "pools": {"main": {"model": "llama-3.1-8b", "hardware": "H100-SXM",
+                                           "replicas": 2, "autoscaler": {"type": "hold"},
+                                           "sizing": {"max_replicas": 4}}}}
+    assert Scenario.model_validate(data).pools["main"].fixed_size
+    assert not Scenario.model_validate({**data, "pools": {"main": {
+        **data["pools"]["main"], "autoscaler": {"type": "scheduled", "table": [[0, 2]]}}}}
+    ).pools["main"].fixed_size
+    measured = measure_scenario("toy.yaml", [parse_slo("ttft_p99=2s")],
+                                scenario=Scenario.model_validate(data))
+    assert measured["pools"]["main"]["replicas"] == 2
+    long = Scenario.model_validate({**data, "duration": 1000, "pools": {
+        "main": {**data["pools"]["main"]}, "other": {**data["pools"]["main"]}}})
+    cut, found = peak_windowed(long, 100.0, frozenset({"main"}))
+    assert found["lead_s"] == 60.0

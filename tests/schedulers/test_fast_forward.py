@@ -43,6 +43,10 @@ def test_fast_forward_equals_exact_steps(path):
     for col in ("admitted_s", "first_token_s", "finish_s"):
         np.testing.assert_allclose(a[col], b[col], rtol=1e-9, atol=0, err_msg=col)
     assert ff.extra["steps"] == exact.extra["steps"]
+    # the run's pooled gaps between output tokens (summary.json's ITL percentiles)
+    itl_ff, itl_exact = ff.summary["latency_s"]["itl"], exact.summary["latency_s"]["itl"]
+    for key in ("p50", "p90", "p95", "p99", "p999"):
+        assert itl_ff[key] == pytest.approx(itl_exact[key], rel=1e-9), key
 
 
 def test_between_steps_the_cohort_holds_exactly_the_blocks_of_its_tokens(monkeypatch):

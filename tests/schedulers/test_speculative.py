@@ -81,6 +81,14 @@ def drive(sched, reqs, *, before=None, after=None) -> float:
             after(sched, seg)
 
 
+def step_durations_alone(sched, req) -> list[float]:
+    """Run ``req`` alone to its end (its prompt step, then its verify passes); each
+    step's duration, in order."""
+    steps: list[float] = []
+    drive(sched, [req], before=lambda _sched, seg: steps.append(seg.duration_s))
+    return steps
+
+
 # -- configuration --------------------------------------------------------------------
 def test_config_defaults_and_validation():
     """Defaults match the continuous scheduler's (8192 / 256 / chunked) with
@@ -373,13 +381,8 @@ def test_longest_gap_between_tokens_is_recorded():
     verify pass, so the gap is the longest of those steps."""
     sched = make_spec(acceptance_rate=0.5, num_speculative_tokens=3)
     req = make_request(prompt_tokens=100, max_output_tokens=40)
-    sched.add(req)
-    now, steps = 0.0, []
-    while not req.done:
-        seg = run_step(sched, now)
-        steps.append(seg.duration_s)
-        now += seg.duration_s
-    assert req.max_itl_s == pytest.approx(max(steps[1:]), rel=1e-12)
+    steps = step_durations_alone(sched, req)
+    assert req.done and req.max_itl_s == pytest.approx(max(steps[1:]), rel=1e-12)
     assert req.max_itl_s > 0
 
 
@@ -494,3 +497,18 @@ def test_whole_prompt_admission_gate():
         return [req.request_id for req, _, _ in scheduled(seg)]
     assert first_steps("on_demand") == [0, 1]
     assert first_steps("whole_prompt") == [0]
+
+
+def test_pooled_itl_counts_a_verify_pass_as_one_gap_however_many_tokens_it_brings():
+    """vLLM's ``bench serve`` appends one ITL gap per streamed chunk, and a verify pass's
+    accepted tokens stream as one: one request alone has one gap per step after its
+    prompt (its verify passes), fewer than its output tokens − 1, each that step."""
+    sched = make_spec(acceptance_rate=0.8, num_speculative_tokens=3)
+    req = make_request(prompt_tokens=100, max_output_tokens=60)
+    steps = step_durations_alone(sched, req)
+    assert req.done
+    verify_steps_s = np.array(steps[1:])
+    assert sched.gaps.num_gaps == len(verify_steps_s) < req.max_output_tokens - 1
+    assert sched.gaps.sum_s == pytest.approx(verify_steps_s.sum(), rel=1e-12)
+    assert sched.gaps.percentile(50) == pytest.approx(np.percentile(verify_steps_s, 50),
+                                                      rel=0.005)
