@@ -37,6 +37,7 @@ one cost model; each part reads the same tables.
 """
 from __future__ import annotations
 
+import copy
 import math
 from bisect import bisect_right
 from functools import lru_cache
@@ -411,7 +412,39 @@ class CalibratedCostModel(CostModel):
         """A profile of GPU kernel tables: its overhead's constant and ``host_per_seq_s``
         are host time, which an engine preset replaces (the tables time GPU work only).
         A profile timed on this machine (CPU) or on a whole engine keeps its own."""
+        terms = getattr(self, "_host_terms", None)
+        if terms is not None:
+            return terms                         # an engine's, in place of the profile's
         return self._const_s, self._host_per_seq_s, not self._host_named or self.measures_engine
+
+    # the engine's host time per step, overlapped with the GPU step (``with_engine_host``)
+    _host_overlap = False
+    _overlap_c_s = _overlap_per_seq_s = 0.0
+
+    def with_engine_host(self, host_constant_s: float, host_per_seq_s: float,
+                         overlap: bool) -> "CalibratedCostModel":
+        """This model with an engine's host time per step in place of its own host terms
+        (``sim/cost/engine_host.py`` says how each engine's is taken): added to the GPU
+        step (a synchronous loop) or overlapped with it (a step lasts the longer of the
+        two). Priced in the model's own step arithmetic, the simulator's hot path."""
+        new = copy.copy(self)
+        gpu_per_seq_s = self._per_seq_s - self._host_per_seq_s
+        if overlap:
+            new._const_s, new._per_seq_s = 0.0, gpu_per_seq_s
+            new._host_overlap = True
+            new._overlap_c_s, new._overlap_per_seq_s = host_constant_s, host_per_seq_s
+        else:
+            new._const_s, new._per_seq_s = host_constant_s, gpu_per_seq_s + host_per_seq_s
+        new._host_terms = (host_constant_s, host_per_seq_s, True)
+        new._decode_fixed_s = {}
+        return new
+
+    def step_time_s(self, shape: BatchShape) -> ArrayLike:
+        time_s = super().step_time_s(shape)
+        if self._host_overlap:
+            return np.maximum(time_s, self._overlap_c_s
+                              + self._overlap_per_seq_s * np.asarray(shape.num_seqs))
+        return time_s
 
     def dense_s(self, num_tokens: ArrayLike) -> ArrayLike:
         return self._dense(num_tokens)
@@ -464,6 +497,10 @@ class CalibratedCostModel(CostModel):
                           self._prefill.scalar(prefill_attn_work),
                           self._decode.scalar(decode_kv_tokens), self._head.scalar(num_seqs),
                           engine)
+        if self._host_overlap:
+            host_s = self._overlap_c_s + self._overlap_per_seq_s * num_seqs
+            if host_s > time_s:
+                time_s = host_s
         _, flops, moved = self._roofline.step_scalar(num_tokens, num_seqs, prefill_attn_work,
                                                      decode_kv_tokens)
         return time_s, flops, moved
@@ -488,11 +525,20 @@ class CalibratedCostModel(CostModel):
         fixed = self._decode_fixed_s.get(num_seqs)
         if fixed is None:
             n = float(num_seqs)
-            fixed = self._decode_fixed_s[num_seqs] = self.step_scalar(n, n, 0.0, 0.0, 0.0)[0]
+            overlap, self._host_overlap = self._host_overlap, False    # the GPU step's
+            try:
+                fixed = self._decode_fixed_s[num_seqs] = self.step_scalar(n, n, 0.0, 0.0,
+                                                                          0.0)[0]
+            finally:
+                self._host_overlap = overlap
         kv = kv_tokens_first + np.arange(num_steps, dtype=np.float64) * float(num_seqs)
         out = fixed + self.num_layers * self._decode(kv)
         if self._packed:
             out = out + kv * self._per_key.scalar(float(num_seqs))
+        if self._host_overlap:
+            host_s = self._overlap_c_s + self._overlap_per_seq_s * num_seqs
+            if out[0] < host_s or out[-1] < out[0]:     # (a run's steps only grow) else hidden
+                out = np.maximum(out, host_s)
         return out
 
     # -- work for MFU / MBU --------------------------------------------------------------

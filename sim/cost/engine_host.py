@@ -162,4 +162,9 @@ def with_engine_host(cost: CostModel, preset, pp: int = 1) -> CostModel:
     c, s = (own_c, own_s) if keep else (preset.host_constant_s, preset.host_per_seq_s)
     if keep and not preset.host_overlap and preset.multi_step == 1:
         return cost
+    native = getattr(cost, "with_engine_host", None)
+    if native is not None:
+        # a model that prices host time in its own step arithmetic (no wrapper's call
+        # per step on the hot path)
+        return native(c / preset.multi_step, s / preset.multi_step, preset.host_overlap)
     return EngineHostCost(cost, c, s, preset.host_overlap, preset.multi_step)
