@@ -292,6 +292,11 @@ class StreamConfig(StrictModel):
         description="Output length distribution; required unless the arrival is a trace.")
     prefix: Optional[PrefixConfig] = Field(
         default=None, description="Shared prompt prefix (adds its tokens to every prompt).")
+    prompt_format: Literal["text", "token_ids"] = Field(
+        default="text",
+        description="What the client sends: text, which the engine's front end tokenises "
+                    "(its cost per prompt token), or token_ids (as MLPerf harnesses and "
+                    "vLLM's offline benchmarks do), which skip it.")
     sessions: Optional[SessionConfig] = Field(
         default=None, description="Multi-turn conversations: each arrival starts one, "
                                   "whose turns follow its answers (poisson or gamma "

@@ -206,14 +206,15 @@ class Pool:
     def submit(self, req: Request, front_end: bool = True) -> None:
         """A request for this pool: turned away at once when no replica could ever serve
         it, else through the engine's front end (``front_end``: a constant and a cost per
-        prompt token; skipped by a request whose prefill ran elsewhere) to a replica or
-        the queue."""
+        prompt token, none for a prompt sent as token ids; skipped by a request whose
+        prefill ran elsewhere) to a replica or the queue."""
         if req.prompt_tokens + req.max_output_tokens > self.servable_tokens():
             self._on_reject(req, self.reject_reason(req))
             return
         if front_end and self.front_end.active:
             self._in_front_end[id(req)] = req
-            call_after(self.env, self.front_end.entry_s(req.prompt_tokens),
+            call_after(self.env,
+                       self.front_end.entry_s(0 if req.prompt_as_ids else req.prompt_tokens),
                        (lambda _e: self._through_front_end(req),))
             return
         self._enqueue(req)

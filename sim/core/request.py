@@ -31,7 +31,7 @@ class Request:
                  "prefix_tokens", "prefix_blocks", "max_itl_s", "join_seg", "last_token_s",
                  "handoff", "kv_transfer_s", "api_key", "served_model", "earlier_pool",
                  "earlier_tokens", "carried_tokens", "block_keys", "session_next",
-                 "session", "turn")
+                 "session", "turn", "prompt_as_ids")
 
     def __init__(self, request_id: int, stream_index: int, team: str, model: str, pool: str,
                  priority: int, arrival_s: float, prompt_tokens: int, max_output_tokens: int) -> None:
@@ -69,6 +69,7 @@ class Request:
         self.session_next = -1                 # its conversation's next turn (arrival row)
         self.session = -1                      # its conversation, numbered in its stream
         self.turn = -1                         # its turn in that conversation, from 1
+        self.prompt_as_ids = False             # the client sent token ids: nothing to tokenise
         self.max_itl_s = _NAN                  # longest gap between two output tokens
         self.join_seg = 0                      # segments done when it last began decoding
         self.last_token_s = _NAN               # when it last stopped decoding

@@ -68,6 +68,7 @@ class Simulation:
         default_pools = [resolved.stream_pool[s] for s in self.arrivals.stream_names]
         self._stream_meta = [(cfg.team, cfg.priority, self.pools[pool])
                              for cfg, pool in zip(stream_cfgs, default_pools)]
+        self._stream_ids = [cfg.prompt_format == "token_ids" for cfg in stream_cfgs]
         check_step_times(scenario, self.pools)
         check_servable(scenario.gateway, self.arrivals, stream_cfgs, default_pools, self.pools)
         self.gateway: Gateway | None = None
@@ -235,6 +236,7 @@ class Simulation:
         team, priority, pool = self._stream_meta[s]
         req = Request(i, s, team, pool.model_name, pool.name, priority, now,
                       self._arr_prompts[i], self._arr_outputs[i])
+        req.prompt_as_ids = self._stream_ids[s]
         prefix = self._prefix[s]
         if prefix is not None:
             req.prefix_group = f"{prefix[0]}#{self._arr_groups[i]}"

@@ -17,11 +17,11 @@ STEP_S = 0.010
 EXACT = 1e-9
 
 
-def _run(tmp_path, monkeypatch, rows, front_end=0, **engine):
+def _run(tmp_path, monkeypatch, rows, front_end=0, prompt_format="text", **engine):
     """Requests ``rows`` = (arrival s, prompt tokens, output tokens) into one replica on
     the toy engine; the request table in arrival order."""
     constant_steps(monkeypatch, STEP_S)
-    stream = trace_stream(tmp_path / "t.csv", rows)
+    stream = {**trace_stream(tmp_path / "t.csv", rows), "prompt_format": prompt_format}
     pool = make_pool(engine="toy", front_end=front_end)
     res = sim.run(make_scenario(stream=stream, pool=pool, duration=1.0,
                                 engines={"toy": toy_engine(**engine)}))
@@ -115,6 +115,20 @@ def test_theory_the_front_end_and_the_token_hop_delay_what_the_client_sees(
     table = table.sort_values("prompt_tokens").reset_index(drop=True)
     assert _times(table, 0) == pytest.approx((0.026, 0.010, 0.046), abs=EXACT)
     assert _times(table, 1) == pytest.approx((0.046, 0.010, 0.056), abs=EXACT)
+
+
+def test_theory_a_prompt_sent_as_token_ids_skips_the_cost_per_prompt_token(
+        tmp_path, monkeypatch):
+    """As above, the client sending token ids (``prompt_format: token_ids``): both reach
+    the scheduler at 5 ms, nothing to tokenise. A and B prefill together in [5, 15]; A's
+    tokens end steps at 15, 25, 35 and B's at 15, 25, each seen 1 ms later: A's TTFT
+    16 ms, TPOT 10, finish 36 ms; B's TTFT 16, TPOT 10, finish 26 ms."""
+    table = _run(tmp_path, monkeypatch, [(0.0, 100, 3), (0.0, 250, 2)], front_end=None,
+                 prompt_format="token_ids", front_end_constant_s=0.005,
+                 front_end_per_prompt_token_s=1e-4, token_hop_s=0.001)
+    table = table.sort_values("prompt_tokens").reset_index(drop=True)
+    assert _times(table, 0) == pytest.approx((0.016, 0.010, 0.036), abs=EXACT)
+    assert _times(table, 1) == pytest.approx((0.016, 0.010, 0.026), abs=EXACT)
 
 
 def test_theory_a_pools_own_front_end_replaces_the_presets_whole_front_end(
