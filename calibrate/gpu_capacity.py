@@ -15,9 +15,10 @@ their source) is checked instead by:
   over the published rate, found by ``fleetsim size --max-rate``'s search
   (:func:`sim.planning.size.max_rate`) with the row's own seed: the load is multiplied
   (or divided) by 1.25 until the answer is bracketed, at most to 2x (or 1/2) of the
-  published rate, then bisected to 2%, so at most 9 runs (one of them the published
-  rate's, run already). The published rate is a lower bound on the real engine's
-  capacity under the bounds, and close to it, so a good model gives a ratio in [1.0, 1.15];
+  published rate, then bisected to 2%: at most 8 runs (the published rate's among them,
+  run already), and one more at the capacity found. The published rate is a lower bound
+  on the real engine's capacity under the bounds, and close to it, so a good model gives
+  a ratio in [1.0, 1.15];
 - the bound that binds there: the one most exceeded at the smallest rate the search tried
   past the largest within the bounds (near capacity a queue runs away, and the bound it
   breaks binds, whichever was nearer its limit below), beside the one the published
