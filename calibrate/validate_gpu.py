@@ -564,10 +564,14 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows:
             try:
                 scenario = load_scenario(row.scenario)
+            except ScenarioError as exc:
+                print(f"error: row {row.name}: {exc}", file=sys.stderr)
+                return 2
+            try:
                 if row.saturated is not None:
                     only_pool(scenario)
-            except (ScenarioError, ValueError) as exc:
-                print(f"error: row {row.name}: {exc}", file=sys.stderr)
+            except ValueError as exc:
+                print(f"error: row {row.name}: {row.scenario}: pools: {exc}", file=sys.stderr)
                 return 2
     if args.out is not None:
         problem = _out_problem(args.out)

@@ -70,11 +70,12 @@ def test_a_fleet_within_its_bounds_past_twice_the_rate_gives_a_bound_only(tmp_pa
     2x): the ratio is a lower bound, and its latencies are reported, not compared."""
     s = service_time_s()
     row = _row(tmp_path, 0.3, {"ttft_p99": f"{2 * s * 1e3:.6f}ms"})
-    sat = vg.run_row(row, None)["saturated"]
+    ran = vg.run_row(row, None)
+    sat = ran["saturated"]
     assert sat["capacity"] == "above" and sat["at_published"]["meets"]
     assert 1.9 < sat["capacity_ratio"] <= 2.0
     assert sat["at_capacity"] is None and sat["binding"] == "ttft_p99"
-    h = vg.headline([{**vg.run_row(row, None)}])["saturated"]
+    h = vg.headline([ran])["saturated"]
     assert h["reported_only"] == ["known"] and h["in_range"] == 0
 
 
@@ -85,3 +86,18 @@ def test_the_binding_bound_is_the_one_with_least_margin():
     assert published_binding({"ttft_p99_ms": 1911.0, "tpot_p99_ms": 25.1},
                              {"ttft_p99": 2.0, "tpot_p99": 0.1}) == "ttft_p99"
     assert published_binding({"ttft_p50_ms": 1.0}, bounds) is None
+
+
+def test_a_saturated_row_whose_scenario_has_two_pools_is_refused_before_any_run(
+        tmp_path, capsys):
+    """The search scales one pool's load: a saturated row naming a scenario of two pools
+    is refused, naming the row, before any row runs."""
+    row = _row(tmp_path, 0.9, {"ttft_p99": "1s"})
+    data = yaml.safe_load(row.scenario.read_text())
+    data["pools"]["other"] = dict(data["pools"]["p"])
+    data["workload"]["streams"]["q"]["pool"] = "p"
+    row.scenario.write_text(yaml.safe_dump(data))
+    assert vg.main(["--table", str(tmp_path / "published.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert f"row known: {row.scenario}: pools: " in err
+    assert "names one pool" in err and "names 2: other, p" in err
