@@ -61,7 +61,9 @@ validate: $(DEV_STAMP) $(VLLM_STAMP)
 
 # the README's GPU validation table: fleetsim on published results of real engines on real
 # GPUs (scenarios/validate/gpu/published.yaml), with the default cost model and with the
-# roofline; a few minutes, nothing timed. Exits 1 when a headline target is missed.
+# roofline; a few minutes (the saturated rows' capacity searches), nothing timed. Exits 1
+# when a headline target is missed (a saturated row's capacity ratio outside [1.0, 1.15]
+# among them).
 validate-gpu: $(DEV_STAMP)
 	$(PY) -m calibrate.validate_gpu --cost-model scenario --cost-model roofline \
 		--out results/validate-gpu --strict

@@ -576,13 +576,19 @@ def _uncertain_note(best: Trial, below: Trial | None) -> str:
 
 
 def max_rate(scenario: Scenario, slos: list[Slo], pool: str, *, precision: float = 0.02,
-             hi_scale: float = 64.0, confidence: Confidence | None = None) -> dict:
+             hi_scale: float = 64.0, confidence: Confidence | None = None,
+             step: float = 2.0, verdicts: dict[float, Verdict] | None = None) -> dict:
     """The largest multiple of the scenario's load (its own ``rate_scale`` included) at which
     ``pool`` still meets the SLOs (each verdict as sure as ``confidence`` asks; with it,
-    ``confident`` says whether the verdicts either side of the answer were both sure)."""
+    ``confident`` says whether the verdicts either side of the answer were both sure).
+
+    The load is multiplied (or divided) by ``step`` until the answer is bracketed, at most
+    to ``hi_scale`` times (or 1/``hi_scale`` of) the scenario's, then bisected to within
+    ``precision``. ``verdicts`` (multiple -> verdict), when given, holds verdicts already
+    at hand, which are taken rather than run again, and is left holding every one tried."""
     _sends_requests(scenario)
     own = scenario.workload.rate_scale          # scales are of the scenario's own load
-    verdicts: dict[float, Verdict] = {}
+    verdicts = {} if verdicts is None else verdicts
 
     def ok(scale: float) -> bool:
         if scale not in verdicts:
@@ -599,15 +605,15 @@ def max_rate(scenario: Scenario, slos: list[Slo], pool: str, *, precision: float
                 "replications": max((v.replications for v in either), default=0)}
 
     lo, hi = 0.0, 1.0
-    if not ok(hi):          # below the scenario's load: halve until the SLOs hold
-        while not ok(hi / 2):
-            hi /= 2
+    if not ok(hi):          # below the scenario's load: divide until the SLOs hold
+        while not ok(hi / step):
+            hi /= step
             if hi <= 1.0 / hi_scale:
-                return {"rate_scale": 0.0, "feasible": False, **sure(hi / 2, None),
+                return {"rate_scale": 0.0, "feasible": False, **sure(hi / step, None),
                         "note": f"SLOs not met even at 1/{hi_scale:g} of the load"}
-        lo = hi / 2
+        lo = hi / step
     while ok(hi):
-        lo, hi = hi, hi * 2
+        lo, hi = hi, hi * step
         if hi > hi_scale:
             return {"rate_scale": lo, "feasible": True, **sure(lo, None),
                     "note": f"still within the SLOs at {lo}x"}

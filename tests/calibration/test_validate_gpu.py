@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -60,12 +61,62 @@ def test_the_headline_counts_p50_at_low_load_and_p99_at_high_load():
                                                     "tpot_p99_ms": 0.15}},
             {"name": "c", "load": "high", "error": {"ttft_p99_ms": 0.2,
                                                     "output_tokens_per_s": 0.25}}]
-    h = vg.headline(rows)
+    h = vg.headline(rows)["below_saturation"]
     assert h["ttft"]["n"] == 3 and h["ttft"]["median_abs"] == pytest.approx(0.2)
     assert h["ttft"]["worst"] == {"row": "b p99", "error": -0.3}
     assert h["ttft"]["met"] is True
     assert h["throughput"]["median_abs"] == pytest.approx(0.15) and not h["throughput"]["met"]
     assert h["tpot"]["n"] == 1 and h["tpot"]["met"] is True
+
+
+def _saturated(ratio, meets, at_capacity=None, capacity="found"):
+    return {"bounds_ms": {"ttft_p99": 2000.0}, "bounds_source": "conf",
+            "at_published": {"meets": meets, "measured_ms": {"ttft_p99": 1.0}},
+            "capacity_ratio": ratio, "capacity": capacity, "binding": "ttft_p99",
+            "published_binding": "ttft_p99", "at_capacity": at_capacity}
+
+
+def _at(ratio, **error):
+    return {"rate_scale": ratio, "predicted": {k: 1.0 for k in error}, "error": error}
+
+
+def test_the_headline_counts_saturated_rows_by_capacity_apart_from_the_others():
+    """A saturated row's errors at the published rate count in no median, however large;
+    the saturated rows are counted by whether they meet their bounds there and whether
+    their capacity ratio lies in [1.0, 1.15], and their latencies at the simulated
+    capacity count (p99 on a high-load row) only where the search found it."""
+    huge = {"output_tokens_per_s": -0.5, "ttft_p99_ms": 130.0, "tpot_p99_ms": 0.9}
+    rows = [{"name": "below", "load": "low", "error": {"ttft_p50_ms": 0.1,
+                                                        "output_tokens_per_s": 0.04}},
+            {"name": "s1", "load": "high", "error": huge, "saturated": _saturated(
+                0.91, False, _at(0.91, ttft_p99_ms=-0.14, tpot_p99_ms=-0.2,
+                                 output_tokens_per_s=-0.9))},
+            {"name": "s2", "load": "high", "error": huge, "saturated": _saturated(
+                1.08, True, _at(1.08, ttft_p99_ms=0.3, tpot_p99_ms=0.1,
+                                output_tokens_per_s=0.0))},
+            {"name": "s3", "load": "high", "error": huge,
+             "saturated": _saturated(1.953, True, None, capacity="above")}]
+    h = vg.headline(rows)
+    below = h["below_saturation"]
+    assert below["ttft"]["n"] == 1 and below["ttft"]["median_abs"] == pytest.approx(0.1)
+    assert below["throughput"]["n"] == 1 and below["tpot"]["n"] == 0
+    assert below["ttft"]["met"] and below["throughput"]["met"]
+    sat = h["saturated"]
+    assert sat["n"] == 3 and sat["meet_bounds"] == 2
+    assert sat["capacity_ratios"] == {"s1": 0.91, "s2": 1.08, "s3": 1.953}
+    assert sat["in_range"] == 1 and sat["met"] is False
+    assert sat["at_capacity"]["ttft"]["n"] == 2
+    assert sat["at_capacity"]["ttft"]["median_abs"] == pytest.approx((0.14 + 0.3) / 2)
+    assert sat["at_capacity"]["tpot"]["worst"] == {"row": "s1 p99", "error": -0.2}
+    assert sat["reported_only"] == ["s3"]
+    text = vg.markdown({"scenario": {"rows": [dict(r, setting=r["name"], source="src",
+                                                   published={k: 1.0 for k in r["error"]},
+                                                   predicted={k: 1.0 for k in r["error"]})
+                                              for r in rows], "headline": h}})
+    assert "| s3 | TTFT p99 ms | 1.0 | n/a | not counted |" in text
+    assert "| scenario | 3 | 2 | 1 (missed) | s1 0.91, s2 1.08, s3 1.95 |" in text
+    # every saturated row in range: met
+    assert vg.headline(rows[:1] + rows[2:3])["saturated"]["met"] is True
 
 
 @pytest.mark.parametrize("change, message", [
@@ -88,6 +139,81 @@ def test_a_malformed_table_is_refused_naming_row_and_field(tmp_path, change, mes
     with pytest.raises(vg.TableError, match=re.escape(message)):
         vg.read_table(path)
     assert vg.main(["--table", str(path)]) == 2
+
+
+SATURATED = {"bounds": {"ttft_p99": "2s", "tpot_p99": "200ms"},
+             "bounds_source": "loadgen/mlperf.conf"}
+
+
+def _table(tmp_path, **change):
+    (tmp_path / "s.yaml").write_text("x: 1\n")
+    row = {"name": "r", "scenario": "s.yaml", "source": "src", "setting": "set",
+           "kind": "server", "load": "low", "published": {"ttft_p50_ms": 10.0}, **change}
+    path = tmp_path / "published.yaml"
+    path.write_text(yaml.safe_dump({"rows": [row]}))
+    return path
+
+
+def test_a_saturated_row_is_read_with_its_bounds_in_seconds_and_their_source(tmp_path):
+    row, = vg.read_table(_table(tmp_path, saturated=SATURATED))
+    assert row.saturated == vg.Saturated({"ttft_p99": 2.0, "tpot_p99": 0.2},
+                                         "loadgen/mlperf.conf")
+    row, = vg.read_table(_table(tmp_path))
+    assert row.saturated is None
+
+
+@pytest.mark.parametrize("saturated, message", [
+    ({**SATURATED, "bounds": {"ttft_p90": "2s"}},
+     "rows[0].saturated.bounds.ttft_p90 (row 'r'): not a bound; choose from ttft_p50, "
+     "ttft_p99, tpot_p50, tpot_p99"),
+    ({**SATURATED, "bounds": {"ttft_p99": 2}},
+     "rows[0].saturated.bounds.ttft_p99 (row 'r'): 2 is not a time with its unit"),
+    ({**SATURATED, "bounds": {"ttft_p99": "2 min"}}, "rows[0].saturated.bounds.ttft_p99"),
+    ({**SATURATED, "bounds": {"tpot_p99": "0ms"}}, "rows[0].saturated.bounds.tpot_p99"),
+    ({**SATURATED, "bounds": {}}, "rows[0].saturated.bounds (row 'r'): expected a mapping"),
+    ({"bounds": SATURATED["bounds"]},
+     "rows[0].saturated (row 'r'): missing field 'bounds_source'"),
+    ({**SATURATED, "bounds_source": " "}, "rows[0].saturated.bounds_source (row 'r')"),
+    ({**SATURATED, "bound": {}}, "rows[0].saturated.bound (row 'r'): not a field"),
+    (True, "rows[0].saturated (row 'r'): expected a mapping"),
+])
+def test_a_malformed_saturated_field_is_refused_naming_row_and_field(tmp_path, saturated,
+                                                                     message):
+    path = _table(tmp_path, saturated=saturated)
+    with pytest.raises(vg.TableError, match=re.escape(message)):
+        vg.read_table(path)
+    assert vg.main(["--table", str(path)]) == 2
+
+
+def test_only_a_server_row_is_marked_saturated_and_a_misspelt_field_is_refused(tmp_path):
+    with pytest.raises(vg.TableError, match=re.escape(
+            "rows[0].saturated (row 'r'): only a server row")):
+        vg.read_table(_table(tmp_path, kind="offline", saturated=SATURATED))
+    with pytest.raises(vg.TableError, match=re.escape(
+            "rows[0].saturate: not a field; choose from name, scenario")):
+        vg.read_table(_table(tmp_path, saturate=SATURATED))
+
+
+def test_every_mlperf_server_and_interactive_row_is_checked_by_capacity():
+    """MLPerf Server and Interactive rows are published at the highest rate within the
+    benchmark's bounds (loadgen/mlperf.conf): each is marked saturated with those bounds
+    and their source; no other row is."""
+    expected = {"krai-h100-vllm-server": {"ttft_p99": 2.0, "tpot_p99": 0.2},
+                "krai-h200-vllm-server": {"ttft_p99": 2.0, "tpot_p99": 0.2},
+                "krai-h200-vllm-fp8pre-server": {"ttft_p99": 2.0, "tpot_p99": 0.2},
+                "krai-h200-sglang-server": {"ttft_p99": 2.0, "tpot_p99": 0.2},
+                "krai-h100-vllm-interactive": {"ttft_p99": 0.45, "tpot_p99": 0.04},
+                "redhat-h100-vllm-8b-server": {"ttft_p99": 2.0, "tpot_p99": 0.1}}
+    rows = vg.read_table(TABLE)
+    marked = {r.name: r.saturated for r in rows if r.saturated is not None}
+    assert set(marked) == set(expected)
+    for name, sat in marked.items():
+        assert sat.bounds_s == pytest.approx(expected[name]), name
+    for sat in marked.values():
+        assert "loadgen/mlperf.conf" in sat.bounds_source
+    assert all("MLPerf" in r.source for r in rows if r.name in marked)
+    assert not [r.name for r in rows if "MLPerf" in r.source and r.kind == "server"
+                and r.name not in marked]
 
 
 def test_the_shipped_table_names_valid_scenarios_once_each():

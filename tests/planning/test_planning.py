@@ -653,3 +653,30 @@ def test_size_refuses_a_scenario_whose_streams_drew_no_request(tmp_path, capsys)
     for extra in ([], ["--max-rate"]):
         assert main(["size", str(path), "--slo", "ttft_p99=1s", "--quiet", *extra]) == 2
         assert "the streams drew no request in this run" in capsys.readouterr().err
+
+
+def test_max_rate_moves_the_load_by_its_step_and_takes_the_verdicts_at_hand(monkeypatch):
+    """With a stub verdict met up to 1.3x: max_rate multiplies the load by ``step`` (1.25)
+    until it is bracketed, then bisects to 1.3 within 2%; the verdict at 1x handed to it is
+    taken as it is (never run again), and every verdict it tried is left in the dict."""
+    from sim.planning import size as size_mod
+    from sim.planning.size import Observed
+    from sim.planning.verdict import Verdict
+    scenario = chat(duration=20, rate=4)
+    arrived = {"requests": {"arrived": 80}}
+
+    def stub(scn, pool, slos, confidence, **_):
+        scale = scn.workload.rate_scale
+        tried.append(scale)
+        return Verdict(scale <= 1.3, None, 1, {}, first=Observed(arrived, 1.0))
+
+    tried: list[float] = []
+    monkeypatch.setattr(size_mod, "verdict", stub)
+    given = Verdict(True, None, 1, {}, first=Observed(arrived, 1.0))
+    verdicts = {1.0: given}
+    row = size_mod.max_rate(scenario, [parse_slo("ttft_p99=1s")], "p", step=1.25,
+                            verdicts=verdicts)
+    assert 1.0 not in tried and tried[:2] == [1.25, 1.5625]
+    assert 1.3 * 0.98 <= row["rate_scale"] <= 1.3
+    assert row["requests_per_s"] == pytest.approx(row["rate_scale"] * 80 / 20)
+    assert verdicts[1.0] is given and set(verdicts) == {1.0, *tried}
