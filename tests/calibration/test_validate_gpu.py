@@ -305,16 +305,64 @@ def test_operating_point_sums_the_step_of_littles_law_batch():
 
 
 def test_krai_rows_run_the_model_krai_served():
-    """Krai's open MLPerf v5.1 results ran Llama-3.1-70B-Instruct in place of the llama2-70b
-    benchmark's Llama-2-70B (model_path in each result's measurements README, result folders
-    llama3_1-70b-*): every Krai row's stream and pool name llama-3.1-70b, and its source
-    cites the llama3_1-70b result folder it was read from."""
+    """Krai's open MLPerf results name the model in each result folder: llama3_1-70b-* for
+    Llama-3.1-70B (v5.1 and v6.0, the open division's substitute for the llama2-70b
+    benchmark's Llama-2-70B; model_path or model_family in each measurements README),
+    llama2-70b-* for the benchmark's own Llama-2-70B (v5.0's vLLM 0.6.4 runs). Every Krai
+    row's stream and pool name the model of the result folder its source cites."""
     krai = [row for row in vg.read_table(TABLE) if row.name.startswith("krai-")]
-    assert len(krai) == 8
+    assert len(krai) == 16
+    served = {"/llama3_1-70b-": "llama-3.1-70b", "/llama2-70b-": "llama-2-70b"}
     for row in krai:
         scenario = yaml.safe_load(row.scenario.read_text())
         models = [s["model"] for s in scenario["workload"]["streams"].values()]
         models += [p["model"] for p in scenario["pools"].values()]
-        assert models and set(models) == {"llama-3.1-70b"}, row.name
-        assert "Llama-3.1-70B-Instruct" in row.source, row.name
-        assert "open/Krai/results/" in row.source and "/llama3_1-70b-fp8_" in row.source, row.name
+        assert "open/Krai/results/" in row.source, row.name
+        cited = [model for folder, model in served.items() if folder in row.source]
+        assert len(cited) == 1 and set(models) == set(cited), row.name
+        if cited == ["llama-3.1-70b"]:
+            assert "Llama-3.1-70B" in row.source, row.name
+
+
+def _engine_line(row) -> str:
+    """The engine line a row belongs to: its pool's engine, and for vLLM the version's era
+    (V0 before 0.8, V1 from 0.8, async scheduling on by default from 0.14), read from the
+    scenario's '# engine version:' line or else the row's setting."""
+    text = row.scenario.read_text()
+    engines = {p["engine"] for p in yaml.safe_load(text)["pools"].values()}
+    assert len(engines) == 1, row.name
+    engine = engines.pop()
+    if engine != "vllm":
+        return engine
+    found = re.search(r"^# engine version: vllm v?(\d+)\.(\d+)", text, re.M) \
+        or re.search(r"vLLM v?(\d+)\.(\d+)", row.setting)
+    assert found, row.name
+    version = (int(found[1]), int(found[2]))
+    return "vllm-v0" if version < (0, 8) else "vllm-v1" if version < (0, 14) else "vllm-async"
+
+
+def test_each_engine_line_has_a_low_load_row_and_a_saturated_row():
+    lines: dict[str, set[str]] = {}
+    for row in vg.read_table(TABLE):
+        lines.setdefault(_engine_line(row), set()).add(row.load)
+    assert set(lines) == {"vllm-v0", "vllm-v1", "vllm-async", "sglang", "trtllm"}
+    assert {line: loads for line, loads in lines.items() if loads != {"low", "high"}} == {}
+
+
+def test_an_engine_version_line_names_the_pools_engine_and_the_rows_setting_its_version():
+    """A scenario's '# engine version: <engine> <version>' comment agrees with its pool's
+    engine, and the row's setting says the same version (or, for a build named by commit,
+    its first eight hex digits)."""
+    versioned = 0
+    for row in vg.read_table(TABLE):
+        text = row.scenario.read_text()
+        found = re.search(r"^# engine version: (\S+) (\S+)", text, re.M)
+        if not found:
+            continue
+        versioned += 1
+        engines = {p["engine"] for p in yaml.safe_load(text)["pools"].values()}
+        assert engines == {found[1]}, row.name
+        version = found[2]
+        shown = version[:8] if re.fullmatch(r"[0-9a-f]{40}", version) else version
+        assert shown in row.setting, row.name
+    assert versioned >= 12
