@@ -27,8 +27,11 @@ def _row(tmp_path, load: float, bounds: dict[str, str]) -> vg.Row:
             "model": "llama-3.1-8b", "arrival": {"type": "gamma", "rate": load / s, "cv": 0.001},
             "prompt_tokens": 256, "output_tokens": OUTPUT_TOKENS}}},
         "pools": {"p": {"model": "llama-3.1-8b", "hardware": "H100-SXM",
-                        "scheduler": {"type": "single"}, "cost_model": {"type": "roofline"},
-                        "front_end": 0}}}
+                        "scheduler": {"type": "single"},
+                        # service time S: the roofline's own host terms, added (a
+                        # synchronous engine), no front end
+                        "cost_model": {"type": "roofline", "step_overhead": 1e-3},
+                        "engine": "vllm@v1", "front_end": 0}}}
     (tmp_path / "known.yaml").write_text(yaml.safe_dump(scenario))
     table = tmp_path / "published.yaml"
     # published: TTFT p99 near its bound, TPOT p99 far from it (the TTFT bound binds)
