@@ -49,10 +49,13 @@ def _ends(requests: Table, run_end_s: float) -> np.ndarray:
 
 
 def active_span(requests: Table, run_end_s: float) -> Span | None:
-    """First arrival to last terminal event of ``requests`` (None: no request)."""
+    """First arrival to last terminal event of ``requests`` (None: no request), within
+    the run: a token's hop to the client (an engine preset's ``token_hop_s``) may stamp
+    the last finish just after the run's last event, which ends the run and its bill."""
     if not len(requests):
         return None
-    return Span(float(requests["arrival_s"].min()), float(_ends(requests, run_end_s).max()))
+    return Span(float(requests["arrival_s"].min()),
+                min(float(_ends(requests, run_end_s).max()), run_end_s))
 
 
 def billed_gpu_s_within(pool: PoolAccount, span: Span | None) -> float:
