@@ -17,7 +17,11 @@ A pool names its engine (``engine: vllm | sglang | trtllm``). The engine decides
 The host time per step and per sequence (scheduling, input preparation, sampling) is
 the same for the three until one is measured: fleetsim's defaults (1 ms and 5 us, the
 roofline's ``step_overhead`` and ``per_seq_overhead``), which the measured-kernel
-profiles carry as their ``overhead``.
+profiles carry as their ``overhead``. TensorRT-LLM's profiles mark it
+``host_overlapped``: its PyTorch backend's overlap scheduler (on by default) prepares
+the next step on the host while the GPU runs this one, so a step lasts the longer of
+the two; vLLM's and SGLang's add it (SGLang 0.4's overlap scheduler, also on by
+default, is not modelled: its rows were left as they were; ``calibrate.from_kernels``).
 """
 from __future__ import annotations
 

@@ -26,6 +26,12 @@ instead of per sequence) and the profile's attention tables are not used.
 profile's measured terms and overhead: the machine's speed on the model's own
 layers when the engine was measured, relative to when the profile was.
 
+A profile's overhead marked ``host_overlapped: true`` (TensorRT-LLM's measured-kernel
+profiles: its overlap scheduler prepares the next step on the host while the GPU runs
+this one) is host time that runs beside the GPU's: a step lasts the longer of the host
+time (``constant_s`` + ``host_per_seq_s`` x sequences) and the rest of the step. A
+pipeline of several stages (``pp``) still adds it, as it does for every profile.
+
 Work counters (FLOPs, bytes for MFU/MBU) and peak figures are the roofline's
 analytic ones for the pool's hardware. An all-reduce table that was not
 measured (one device visible at calibration) is replaced by the roofline's
@@ -70,6 +76,8 @@ ENGINE_REPLACES_ATTENTION = "replaces_attention"   # the per-key cost is all the
 # how much slower (> 1) or faster the machine ran the profile's own terms when the engine
 # was measured than when the profile was: every measured table and the overhead scale by it
 ENGINE_MODEL_SCALE = "model_scale"
+# the overhead is host time that runs while the GPU runs the step (an overlap scheduler)
+HOST_OVERLAPPED = "host_overlapped"
 
 
 class CalibratedConfig(StrictModel):
@@ -315,7 +323,10 @@ def _check_profile(data: dict, model: ModelSpec, tp: int, where: str) -> None:
     for term in TERMS:
         if tables.get(term):
             Table(tables[term], f"{where}: tables.{term}")
-    _check_seconds(data.get("overhead") or {}, ("constant_s", "per_seq_s"), f"{where}: overhead")
+    _check_seconds(data.get("overhead") or {}, ("constant_s", "per_seq_s", "host_per_seq_s"),
+                   f"{where}: overhead")
+    if not isinstance((data.get("overhead") or {}).get(HOST_OVERLAPPED, False), bool):
+        raise ValueError(f"{where}: overhead.{HOST_OVERLAPPED} must be true or false")
     engine = data.get("engine")
     if engine is not None:
         _check_seconds(engine, ENGINE_SCALARS, f"{where}: engine")
@@ -375,6 +386,11 @@ class CalibratedCostModel(CostModel):
             moved = self.num_layers * float(over.get("attn_decode_per_seq_per_layer_s", 0.0))
             per_seq_s = max(per_seq_s - moved, 0.0)
         self._per_seq_s = scale * per_seq_s + float(engine.get("per_seq_s", 0.0))
+        # host time per sequence where the host runs beside the GPU; else None
+        self._overlap_per_seq_s = (
+            scale * float(over.get("host_per_seq_s", per_seq_s))
+            + float(engine.get("per_seq_s", 0.0))
+            if over.get(HOST_OVERLAPPED, False) else None)
         self._per_key = PerKeyTable(engine.get(ENGINE_PER_KEY),
                                     f"{where}: engine.{ENGINE_PER_KEY}")
         self._packed = self._per_key.active
@@ -419,6 +435,17 @@ class CalibratedCostModel(CostModel):
     def lm_head_s(self, num_seqs: ArrayLike) -> ArrayLike:
         return self._head(num_seqs)
 
+    def _overlapped(self, step_s: ArrayLike, num_seqs: ArrayLike) -> ArrayLike:
+        """A step's seconds where its host time runs beside the rest: the longer of the
+        two (``host_overlapped``); the sum as given otherwise."""
+        if self._overlap_per_seq_s is None:
+            return step_s
+        host_s = self._const_s + self._overlap_per_seq_s * num_seqs
+        return np.maximum(step_s - host_s, host_s)
+
+    def step_time_s(self, shape: BatchShape) -> ArrayLike:
+        return self._overlapped(super().step_time_s(shape), shape.num_seqs)
+
     def engine_s(self, shape: BatchShape) -> ArrayLike:
         out = np.where(np.asarray(shape.prefill_attn_work) > 0, self._prefill_step_s, 0.0)
         if self._packed:
@@ -441,6 +468,18 @@ class CalibratedCostModel(CostModel):
     def step_scalar(self, num_tokens: float, num_seqs: float, prefill_attn_work: float,
                     decode_kv_tokens: float, kv_read_tokens: float | None = None,
                     sequences: float | None = None) -> tuple[float, float, float]:
+        time_s = self._summed_scalar(num_tokens, num_seqs, prefill_attn_work,
+                                     decode_kv_tokens, kv_read_tokens)
+        if self._overlap_per_seq_s is not None:
+            host_s = self._const_s + self._overlap_per_seq_s * num_seqs
+            time_s = max(time_s - host_s, host_s)
+        _, flops, moved = self._roofline.step_scalar(num_tokens, num_seqs, prefill_attn_work,
+                                                     decode_kv_tokens)
+        return time_s, flops, moved
+
+    def _summed_scalar(self, num_tokens: float, num_seqs: float, prefill_attn_work: float,
+                       decode_kv_tokens: float, kv_read_tokens: float | None) -> float:
+        """A step's terms added up, the host time with them."""
         engine = self._prefill_step_s if prefill_attn_work > 0 else 0.0
         if self._packed:
             kv = (float(default_kv_read(num_tokens, num_seqs, decode_kv_tokens))
@@ -451,9 +490,7 @@ class CalibratedCostModel(CostModel):
                           self._prefill.scalar(prefill_attn_work),
                           self._decode.scalar(decode_kv_tokens), self._head.scalar(num_seqs),
                           engine)
-        _, flops, moved = self._roofline.step_scalar(num_tokens, num_seqs, prefill_attn_work,
-                                                     decode_kv_tokens)
-        return time_s, flops, moved
+        return time_s
 
     def decode_run(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> DecodeRun:
         """A fast-forwarded decode run: its step times from ``decode_run_s``, its FLOPs and
@@ -471,12 +508,12 @@ class CalibratedCostModel(CostModel):
         fixed = self._decode_fixed_s.get(num_seqs)
         if fixed is None:
             n = float(num_seqs)
-            fixed = self._decode_fixed_s[num_seqs] = self.step_scalar(n, n, 0.0, 0.0, 0.0)[0]
+            fixed = self._decode_fixed_s[num_seqs] = self._summed_scalar(n, n, 0.0, 0.0, 0.0)
         kv = kv_tokens_first + np.arange(num_steps, dtype=np.float64) * float(num_seqs)
         out = fixed + self.num_layers * self._decode(kv)
         if self._packed:
             out = out + kv * self._per_key.scalar(float(num_seqs))
-        return out
+        return self._overlapped(out, float(num_seqs))
 
     # -- work for MFU / MBU --------------------------------------------------------------
     def work(self, shape: BatchShape) -> tuple[ArrayLike, ArrayLike]:
