@@ -26,10 +26,24 @@ the model's shapes on one tensor-parallel shard:
   sequences of s keys reads b·s, less what the kernel spends per sequence
   (fitted as α·b + β·keys + γ), which goes to the per-sequence overhead as
   ``fleetsim calibrate`` puts it;
+  For vLLM with FP8 weights, each GEMM input also pays for computing its FP8 scale at
+  run time (``dynamic_scales_s``): the database's quantize table, what a scale per token
+  costs over a fixed one (``KernelDb.activation_scales``). The quantisation itself is in
+  the FP8 GEMM rows already: AIConfigurator times vLLM's whole FP8 linear layer, which
+  quantises its bf16 input before the GEMM (on H100 the smallest FP8 GEMM is timed 2.1 us
+  over the bf16 one, the fixed-scale quantisation kernel's own time). vLLM 0.9 and 0.10
+  (the validated FP8 rows) do not fuse that quantisation into RMSNorm under their V1
+  engine (``PassConfig.enable_fusion`` defaults to ``not VLLM_USE_V1``), and their FP8
+  checkpoints scale activations at run time (``--quantization fp8``: one scale per
+  tensor; Meta's FP8 checkpoints: one per token), so the scales are a cost of every step;
 - ``lm_head`` by sequences: the vocabulary GEMM, in bf16 (quantised
   checkpoints keep it so);
 - ``tp_comm`` by tokens: two all-reduces of tokens x hidden bf16 elements
   per layer over ``tp`` GPUs (none at tp 1).
+
+The per-step and per-sequence host overheads (below) are fleetsim's old host defaults;
+the engine preset the pool runs (``profiles/engines.yaml``) replaces them with its own
+host time, added to the step or overlapped with it (``sim/cost/engine_host.py``).
 
 The database times attention at many (batch, length) pairs that give one
 work or key count; the table keeps their isotonic fit in log time, and the
@@ -61,6 +75,9 @@ MIN_PREFILL_TOKENS = 16         # shorter "prompts" are decode-like; not a prefi
 # batches of up to this many prompts (many short prompts at once cost more per unit of work)
 PREFILL_MAX_BATCH = 4
 SOURCE = "aiconfigurator"
+# (engine, weight dtype) whose FP8 GEMM inputs get scales computed at run time each step
+# (vLLM 0.9/0.10 FP8 serving; see the module's docstring)
+DYNAMIC_SCALES = {("vllm", "fp8")}
 DENSE_NOTE = ("dense = the layer's four GEMMs in the weight dtype plus its element-wise "
               "kernels (bytes / (HBM bandwidth x 0.8) + 3 us each, not timed in the database)")
 MOE_NOTE = ("dense = at each token count the MoE table times, the layer's attention GEMMs "
@@ -85,6 +102,12 @@ def elementwise_s(m: float, shard: ShardShape, hbm_bytes_per_s: float,
     return sum(m * e * ACT_BYTES / bw + ELEMENTWISE_LAUNCH_S for e in per_token)
 
 
+def dynamic_scales_s(m: float, gemms, scales) -> float:
+    """What computing the FP8 scales of the inputs of ``gemms`` ((n, k) each) at run time
+    costs for m tokens, from the database's curve (``KernelDb.activation_scales``)."""
+    return sum(scales.seconds(m, 1, k) for _, k in gemms)
+
+
 def layer_gemms(shard: ShardShape) -> dict[str, tuple[int, int]]:
     """(n, k) of each GEMM of one layer on one shard (x @ W with W of k x n)."""
     h, hd = shard.hidden, shard.head_dim
@@ -102,7 +125,7 @@ def moe_layer_gemms(shard: ShardShape) -> dict[str, tuple[int, int]]:
 
 
 def _moe_dense_points(shape: ModelShape, shard: ShardShape, db: KernelDb, gemm, head_gemm,
-                      dtype: str, hbm_bytes_per_s: float):
+                      dtype: str, hbm_bytes_per_s: float, scales=None):
     """The dense term of a mixture-of-experts layer at each token count the MoE table
     times, and that table's rows."""
     try:
@@ -114,7 +137,8 @@ def _moe_dense_points(shape: ModelShape, shard: ShardShape, db: KernelDb, gemm, 
     router_n, router_k = gemms.pop("router")
     points = [(float(m), sum(gemm.seconds(m, n, k) for n, k in gemms.values())
                + head_gemm.seconds(m, router_n, router_k) + float(t)
-               + elementwise_s(m, shard, hbm_bytes_per_s, mlp_activation=False))
+               + elementwise_s(m, shard, hbm_bytes_per_s, mlp_activation=False)
+               + (dynamic_scales_s(m, gemms.values(), scales) if scales else 0.0))
               for m, t in zip(moe.tokens, moe.seconds)]
     return points, moe
 
@@ -144,14 +168,18 @@ def build(shape: ModelShape, hardware: str, tp: int, engine: str, dtype: str,
     gemm = db.gemm_curves(dtype)
     head_gemm = db.gemm_curves("bf16") if dtype != "bf16" else gemm
     ms = gemm.m_grid()
+    found = db.activation_scales() if (engine, dtype) in DYNAMIC_SCALES else None
+    scales, scales_label = found if found else (None, None)
     moe = None
     if shape.num_experts > 1:
         dense_pts, moe = _moe_dense_points(shape, shard, db, gemm, head_gemm, dtype,
-                                           hbm_bytes_per_s)
+                                           hbm_bytes_per_s, scales)
     else:
         shapes = layer_gemms(shard)
         dense_pts = [(m, sum(gemm.seconds(m, n, k) for n, k in shapes.values())
-                      + elementwise_s(m, shard, hbm_bytes_per_s)) for m in ms]
+                      + elementwise_s(m, shard, hbm_bytes_per_s)
+                      + (dynamic_scales_s(m, shapes.values(), scales) if scales else 0.0))
+                     for m in ms]
     vocab = math.ceil(shape.vocab_size / tp)
     head_pts = [(m, head_gemm.seconds(m, vocab, shard.hidden)) for m in head_gemm.m_grid()]
     b, s, t, prefill_kernel = db.attention("context", shard.heads, shard.kv_heads,
@@ -186,6 +214,9 @@ def build(shape: ModelShape, hardware: str, tp: int, engine: str, dtype: str,
                                                     else 0),
                "attention_prefill": prefill_kernel,
                "attention_decode": decode_kernel, "allreduce": comm_kernel}
+    if (engine, dtype) in DYNAMIC_SCALES:
+        # None: the database has no quantize table for this GPU and engine
+        kernels["activation_scales"] = scales_label
     if moe is not None:
         kernels["moe"] = moe.describe()
     return {
@@ -202,7 +233,10 @@ def build(shape: ModelShape, hardware: str, tp: int, engine: str, dtype: str,
                  "hidden bf16 elements. The simulator multiplies the layer terms by the "
                  "layer count and adds lm_head and the overhead. The overhead (host time per "
                  "step and per sequence) is not a kernel and not in the database: these are "
-                 "fleetsim's roofline defaults. fit_error: the tables against every database "
+                 "fleetsim's roofline defaults"
+                 + ("; dense includes computing the FP8 activation scales at run time "
+                    "(source.kernels.activation_scales)" if scales else "")
+                 + ". fit_error: the tables against every database "
                  "point they were built from; held_back_error: refitted without every fourth "
                  "x, on those."),
         "tables": {term: table_rows(tables[term]) for term in TERMS},

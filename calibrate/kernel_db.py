@@ -13,6 +13,10 @@ kernels timed on real GPUs under vLLM, SGLang and TensorRT-LLM, laid out as
   each of ``batch_size`` sequences holding ``isl + step`` keys;
 - ``comm/<engine>/.../custom_allreduce_perf.parquet``: one all-reduce over
   ``num_gpus`` GPUs of ``message_size`` bf16 elements (not bytes);
+- ``quantize/<engine>/.../computescale_perf.parquet``: ``m``, ``k``, ``latency``: what
+  quantising an (m x k) bf16 activation to FP8 with a scale computed per token costs over
+  quantising it with a fixed scale (two timings of vLLM's ``scaled_fp8_quant``, one less
+  the other);
 - ``moe/<engine>/.../moe_perf.parquet``: one layer's fused mixture-of-experts op
   (routing, both expert GEMMs and their activation) for ``num_tokens`` tokens
   (before routing), by ``hidden_size``, ``inter_size`` (one expert's full
@@ -233,6 +237,32 @@ class KernelDb:
         return (rows["message_size"].to_numpy(np.float64),
                 rows["latency"].to_numpy(np.float64) * MS, kernel)
 
+
+    def activation_scales(self) -> tuple["GemmCurves", str] | None:
+        """What computing FP8 activation scales at run time (one scale per token) costs over
+        quantising with a fixed scale, for one GEMM input of m tokens by k: the database's
+        ``quantize/<engine>/<version>/computescale_perf.parquet`` (the newest version up to
+        this engine version's, else the oldest), read as a GEMM curve of n = 1 (by m, and
+        log-linear in k between the widths timed); with a label naming it, or None where the
+        database has no such table. The quantisation with a fixed scale itself is not here:
+        the FP8 GEMM rows hold it (the collector times vLLM's whole linear layer)."""
+        have = [p.parent.name for p in (self.root / self.gpu / "quantize" / self.engine).glob(
+            "*/computescale_perf.parquet")]
+        if not have:
+            return None
+        older = [v for v in have if _version_key(v) <= _version_key(self.version)]
+        version = max(older, key=_version_key) if older else min(have, key=_version_key)
+        df = self._table("quantize", "computescale_perf.parquet", version)
+        rows = df[df["quant_dtype"] == "fp8"] if "quant_dtype" in df else df
+        if rows.empty:
+            return None
+        curves = {}
+        for k, g in rows.groupby("k"):
+            # the table is a difference of two timings: one at or below zero is read as none
+            points = zip(g["m"].to_numpy(np.float64),
+                         np.maximum(g["latency"].to_numpy(np.float64), 0.0) * MS)
+            curves[(1, int(k))] = [list(p) for p in make_table_raw(list(points))]
+        return GemmCurves(curves), f"{version} {_main_kernel(rows)}"
 
     def moe_versions(self) -> list[str]:
         """Versions with an MoE table: this engine version's first, then older ones newest
