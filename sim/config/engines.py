@@ -96,6 +96,9 @@ class EngineVersion(StrictModel):
         description="Seconds from a step's end to its token at the client")
     kv_admission: Sourced[Literal["on_demand", "whole_prompt", "guaranteed_no_evict"]] = \
         Field(description="The continuous scheduler's default KV admission")
+    prefill_only_steps: Sourced[bool] = Field(
+        description="The continuous scheduler's default: true, a step that prefills runs "
+                    "no decode (the running decodes wait for it); false, they share it")
 
 
 class EngineEntry(StrictModel):
@@ -132,6 +135,7 @@ class EnginePreset:
     front_end_per_prompt_token_s: float
     token_hop_s: float
     kv_admission: str
+    prefill_only_steps: bool = False
 
     @property
     def label(self) -> str:
@@ -179,15 +183,19 @@ def resolve(ref: str, inline: dict[str, EngineEntry] | None = None) -> EnginePre
         join_after_next=preset.join.value == "after_next", multi_step=preset.multi_step.value,
         front_end_constant_s=preset.front_end_constant_s.value,
         front_end_per_prompt_token_s=preset.front_end_per_prompt_token_s.value,
-        token_hop_s=preset.token_hop_s.value, kv_admission=preset.kv_admission.value)
+        token_hop_s=preset.token_hop_s.value, kv_admission=preset.kv_admission.value,
+        prefill_only_steps=preset.prefill_only_steps.value)
 
 
 def with_engine_admission(preset: EnginePreset, scheduler_cfg):
-    """The scheduler's settings with the engine's KV admission where they leave it unset
-    (``kv_admission: null``, the default of the continuous scheduler)."""
+    """The scheduler's settings with the engine's KV admission and prefill-only steps
+    where they leave them unset (``null``, the continuous scheduler's default)."""
+    update = {}
     if getattr(scheduler_cfg, "kv_admission", "") is None:
-        return scheduler_cfg.model_copy(update={"kv_admission": preset.kv_admission})
-    return scheduler_cfg
+        update["kv_admission"] = preset.kv_admission
+    if getattr(scheduler_cfg, "prefill_only_steps", "") is None:
+        update["prefill_only_steps"] = preset.prefill_only_steps
+    return scheduler_cfg.model_copy(update=update) if update else scheduler_cfg
 
 
 @dataclass(frozen=True)

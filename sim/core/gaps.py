@@ -124,6 +124,21 @@ class GapHistogram:
         if len(runs) > _MAX_PENDING:
             self._bin_runs()
 
+    def add_steps_after_first(self, step_end_s, num_steps: int, count: int) -> None:
+        """``add_steps`` of steps 2 .. ``num_steps`` of a run (its first step's gaps were
+        counted otherwise: a decoder that waited out a prefill-only step)."""
+        if num_steps < 2:
+            return
+        if type(step_end_s) is LinearStepEnds:
+            self._runs += (step_end_s.first + step_end_s.slope, step_end_s.slope,
+                           num_steps - 1, count)
+            if len(self._runs) > _MAX_PENDING:
+                self._bin_runs()
+            return
+        start = step_end_s[0]
+        self.add_steps([step_end_s[i] - start for i in range(1, num_steps)], num_steps - 1,
+                       count)
+
     def _bin_runs(self) -> None:
         """Put the pending runs of linear steps in the bins, most (those within one bin)
         at once."""

@@ -78,6 +78,12 @@ class BatchLimits(StrictModel):
                           "hold its whole prompt and output beside every running "
                           "request's, so none is ever preempted; unset: the pool's "
                           "engine's")
+    prefill_only_steps: bool | None = Field(
+        None, description="true: a step that prefills runs no decode, the running decodes "
+                          "wait for it (vLLM V0's default scheduler, without chunked "
+                          "prefill; SGLang unless --enable-mixed-chunk); false: prefill "
+                          "chunks and decodes share a step (vLLM V1, TensorRT-LLM's "
+                          "in-flight batching); unset: the pool's engine's")
 
     @model_validator(mode="after")
     def _check_limits(self) -> "BatchLimits":
@@ -108,12 +114,13 @@ class ContinuousConfig(BatchLimits):
 
 
 class _Plan:
-    __slots__ = ("prefill", "num_decode", "fast_forward")
+    __slots__ = ("prefill", "num_decode", "fast_forward", "paused")
 
-    def __init__(self, prefill, num_decode, fast_forward):
+    def __init__(self, prefill, num_decode, fast_forward, paused=False):
         self.prefill: list[tuple[Request, int]] = prefill
         self.num_decode: int = num_decode
         self.fast_forward: bool = fast_forward
+        self.paused: bool = paused          # a prefill-only step: the decoders wait
 
 
 _NO_PREFILL: list[tuple[Request, int]] = []      # the payload of decode-only segments; never mutated
@@ -122,7 +129,8 @@ _NO_PREFILL: list[tuple[Request, int]] = []      # the payload of decode-only se
 class ContinuousScheduler(Scheduler):
     __slots__ = ("cfg", "cohort", "prefilling", "step", "_next_seq", "_now_s", "_chunk_cap",
                  "_segments_done", "_planned_blocks", "_gap_seg", "_gap_max", "order",
-                 "_no_evict", "_whole_prompt", "_reserved_blocks", "_reservations", "_exact")
+                 "_no_evict", "_whole_prompt", "_reserved_blocks", "_reservations", "_exact",
+                 "_prefill_only", "_paused_seg", "_pauses")
 
     def __init__(self, cfg: BatchLimits, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -150,6 +158,12 @@ class ContinuousScheduler(Scheduler):
         self._reservations: dict[int, int] = {}        # request id -> blocks promised
         # the scheduling policy: waiting order, victims, decoders' blocks (ordering.py)
         self.order = ORDERS[cfg.policy](self)
+        # prefill-only steps (``prefill_only_steps``): the segment planned as one, and
+        # the pauses the decoders sat through since they last advanced, each [segment
+        # number, seconds, decoders measured that waited from it on]
+        self._prefill_only = bool(getattr(cfg, "prefill_only_steps", False))
+        self._paused_seg: Segment | None = None
+        self._pauses: list[list] = []
 
     # -- what a scheduler built on this step provides ------------------------------------
     @staticmethod
@@ -194,6 +208,8 @@ class ContinuousScheduler(Scheduler):
         self._planned_blocks = (-1, 0)
         self._reserved_blocks = 0
         self._reservations.clear()
+        self._paused_seg = None
+        self._pauses.clear()
 
     def _release(self, req: Request) -> None:
         """Give back what guaranteed_no_evict promised ``req`` (it finished or left)."""
@@ -267,9 +283,23 @@ class ContinuousScheduler(Scheduler):
         return True
 
     def _schedule(self, now_s: float) -> tuple[_Plan, bool]:
+        if self._prefill_only and (self.prefilling or self.waiting):
+            # prefill first, the decoders waiting (vLLM V0, SGLang without mixed chunks);
+            # with nothing to prefill, a decode step
+            plan, preempted = self._plan_step(now_s, decoders=False)
+            if plan.prefill:
+                return plan, preempted
+        return self._plan_step(now_s, decoders=True)
+
+    def _plan_step(self, now_s: float, decoders: bool) -> tuple[_Plan, bool]:
+        """The next step: the decoders' tokens and what prefill fits beside them, or
+        (``decoders`` False) prefill alone."""
         self._now_s = now_s
-        preempted, stopped = self._allocate_decode_step()
-        num_decode = len(self.cohort.members)
+        if decoders:
+            preempted, stopped = self._allocate_decode_step()
+            num_decode = len(self.cohort.members)
+        else:
+            preempted, stopped, num_decode = False, False, 0
         budget = self.cfg.max_num_batched_tokens - self._decode_tokens(num_decode)
         prefill: list[tuple[Request, int]] = []
         i = 0
@@ -280,6 +310,10 @@ class ContinuousScheduler(Scheduler):
                 preempted = True
                 victim = self.order.victim()
                 if victim.seq in self.cohort.members:     # a decoder: it had its KV
+                    if not decoders:                      # (not in this step)
+                        self._preempt(victim)
+                        preempted = True
+                        continue
                     budget += self._unschedule_decoder(victim)
                     num_decode -= 1
                     continue
@@ -328,7 +362,7 @@ class ContinuousScheduler(Scheduler):
                 admitted = True
         fast = (not prefill and not preempted and not admitted and num_decode > 0
                 and not self._exact)
-        return _Plan(prefill, num_decode, fast), preempted
+        return _Plan(prefill, num_decode, fast, paused=not decoders), preempted
 
     def next_segment(self, now_s: float) -> Segment | None:
         cohort = self.cohort
@@ -346,7 +380,7 @@ class ContinuousScheduler(Scheduler):
             return self._fast_forward(plan.num_decode)
         num_tokens = float(plan.num_decode)
         prefill_work = 0.0
-        decode_kv = float(self.cohort.kv_tokens_at(self.step + 1))
+        decode_kv = float(self.cohort.kv_tokens_at(self.step + 1)) if plan.num_decode else 0.0
         kv_read = decode_kv
         for req, n in plan.prefill:
             num_tokens += n
@@ -360,7 +394,10 @@ class ContinuousScheduler(Scheduler):
         time_s, flops, moved = self.cost.step_scalar(
             num_tokens, float(num_seqs), prefill_work, decode_kv, kv_read)
         time_s += self.wake_s(now_s)
-        return Segment.single_step(time_s, num_seqs, num_tokens, flops, moved, plan.prefill)
+        seg = Segment.single_step(time_s, num_seqs, num_tokens, flops, moved, plan.prefill)
+        if plan.paused:
+            self._paused_seg = seg
+        return seg
 
     def _fast_forward(self, n: int) -> Segment:
         """Plan every identical decode step of the ``n`` decoders up to a finish or
@@ -419,6 +456,9 @@ class ContinuousScheduler(Scheduler):
                        end_s: float) -> None:
         prefill: list[tuple[Request, int]] = seg.payload      # the step's prefill chunks
         cohort = self.cohort
+        if seg is self._paused_seg:
+            self._finish_paused_step(seg, prefill, end_s)
+            return
         if num_steps > 1:
             # fast-forwarded decode: step 1's blocks are held, the rest now
             end_step = self.step + num_steps
@@ -433,20 +473,71 @@ class ContinuousScheduler(Scheduler):
         self._segments_done += 1
         longest = seg.step_end_s[0] if num_steps == 1 else seg.max_step_s(num_steps)
         gap_max, gap_seg = self._gap_max, self._gap_seg
+        waited = self._after_pauses(seg, num_steps) if self._pauses else 0
         while gap_max and gap_max[-1] <= longest:
             gap_seg.pop()
             gap_max.pop()
         gap_seg.append(self._segments_done)
         gap_max.append(longest)
-        if cohort.num_measured:
+        if cohort.num_measured > waited:
             # every decoder had a token before these steps: one gap each per step
-            self.gaps.add_steps(seg.step_end_s, num_steps, cohort.num_measured)
+            self.gaps.add_steps(seg.step_end_s, num_steps, cohort.num_measured - waited)
         finished = cohort.pop_finished(self.step)
         for req in finished:
             self._stop_decoding(req, end_s)
             cohort.remove(req, self.step)
         self._apply_prefill(prefill, end_s, finished)
         self._complete_all(finished, end_s)
+
+    def _finish_paused_step(self, seg: Segment, prefill: list[tuple[Request, int]],
+                            end_s: float) -> None:
+        """A prefill-only step ended: the decoders did not advance (``self.step`` counts
+        their steps) and their next gap grows by it; its prefill chunks are applied."""
+        self._paused_seg = None
+        self._segments_done += 1
+        waited = sum(p[2] for p in self._pauses)
+        for pause in self._pauses:
+            pause[1] += seg.step_end_s[0]
+        self._pauses.append([self._segments_done, seg.step_end_s[0],
+                             max(self.cohort.num_measured - waited, 0)])
+        finished: list[Request] = []
+        self._apply_prefill(prefill, end_s, finished)
+        self._complete_all(finished, end_s)
+
+    def _after_pauses(self, seg: Segment, num_steps: int) -> int:
+        """The decoders advance again after prefill-only steps: a decoder's first gap
+        is this step plus every pause since its last token. Its longest gap (``_gap_max``,
+        by the segment it waited from) and the pooled gaps take them; the pooled count
+        of this step is then only of the decoders that did not wait (those that joined
+        in the last pause), the rest added here, steps after the first as usual; returns
+        how many measured decoders it counted. A decoder preempted at this step's
+        allocation had waited too: the newest waiters go first (vLLM's victims)."""
+        first = seg.step_end_s[0]
+        gap_max, gap_seg = self._gap_max, self._gap_seg
+        measured = self.cohort.num_measured
+        waited = 0
+        groups = []
+        for seg_no, carry_s, count in self._pauses:
+            value = carry_s + first
+            while gap_max and gap_max[-1] <= value:
+                gap_seg.pop()
+                gap_max.pop()
+            gap_seg.append(seg_no)        # counts for the decoders that joined before it
+            gap_max.append(value)
+            groups.append((value, count))
+            waited += count
+        self._pauses.clear()
+        over = max(waited - measured, 0)
+        gaps = self.gaps
+        for value, count in reversed(groups):
+            take = min(count, over)
+            over -= take
+            if count - take:
+                gaps.add(value, count - take)
+        paused = min(waited, measured)
+        if paused and num_steps > 1:
+            gaps.add_steps_after_first(seg.step_end_s, num_steps, paused)
+        return paused
 
     def _complete_all(self, finished: list[Request], end_s: float) -> None:
         """Complete the requests a step finished, in admission order, as vLLM frees them."""

@@ -162,3 +162,56 @@ def test_fast_forward_equals_step_by_step_on_every_engine_version(engine):
     assert fast.first_token_s.to_numpy() == pytest.approx(exact.first_token_s.to_numpy(),
                                                           abs=1e-9)
     assert fast.finish_s.to_numpy() == pytest.approx(exact.finish_s.to_numpy(), abs=1e-9)
+
+
+def test_theory_a_prefill_only_step_pauses_the_running_decodes(tmp_path, monkeypatch):
+    """``prefill_only_steps`` (vLLM V0 without chunked prefill, SGLang): a step that
+    prefills runs no decode. A (t = 0, 4 tokens) prefills in [0, 10] (token 1 at 10) and
+    decodes in [10, 20] (token 2). B (t = 15 ms, 3 tokens) arrives during that step and
+    prefills alone in [20, 30] (its token 1 at 30): A waits. Both decode in [30, 40] and
+    [40, 50]: A's tokens 3 and 4 at 40 and 50, B's 2 and 3. A: TTFT 10 ms, TPOT
+    (50 - 10) / 3, longest gap 20 ms (waiting out B's prefill); B: TTFT 15, TPOT 10,
+    finish 50. The pooled gaps: A's 10, 20, 10 and B's 10, 10."""
+    rows = [(0.0, 16, 4), (0.015, 16, 3)]
+    table = _run(tmp_path, monkeypatch, rows, prefill_only_steps=True)
+    assert _times(table, 0) == pytest.approx((0.010, 0.040 / 3, 0.050), abs=EXACT)
+    assert _times(table, 1) == pytest.approx((0.015, 0.010, 0.050), abs=EXACT)
+    assert table.iloc[0].max_itl_s == pytest.approx(0.020, abs=EXACT)
+    assert table.iloc[1].max_itl_s == pytest.approx(0.010, abs=EXACT)
+    # the same requests with prefill and decode sharing a step: B's prefill rides with
+    # A's third token in [20, 30], and nobody waits
+    mixed = _run(tmp_path, monkeypatch, rows, prefill_only_steps=False)
+    assert _times(mixed, 0) == pytest.approx((0.010, 0.010, 0.040), abs=EXACT)
+    assert mixed.iloc[0].max_itl_s == pytest.approx(0.010, abs=EXACT)
+
+
+def test_theory_pooled_gaps_count_the_wait_of_each_decoder_once(tmp_path, monkeypatch):
+    """As above, the pooled gaps of both requests: A's 10, 20, 10 ms and B's 10, 10:
+    five gaps, mean 12 ms, the longest 20 ms; two prefill-only steps in a row (B and C
+    arriving during A's second step, each prefilled alone: [20, 30] and [30, 40]) make A's
+    wait 30 ms and B's 10 ms, C's first gap a plain step."""
+    constant_steps(monkeypatch, STEP_S)
+    stream = trace_stream(tmp_path / "t.csv", [(0.0, 16, 4), (0.015, 16, 3)])
+    pool = make_pool(engine="toy", front_end=0,
+                     scheduler={"type": "continuous", "max_num_batched_tokens": 16,
+                                "max_num_seqs": 16})
+    res = sim.run(make_scenario(stream=stream, pool=pool, duration=1.0,
+                                engines={"toy": toy_engine(prefill_only_steps=True)}))
+    itl = res.summary["latency_s"]["itl"]
+    assert itl["max"] == pytest.approx(0.020, abs=EXACT)
+    assert itl["mean"] == pytest.approx(0.012, abs=EXACT)
+    # B and C both arrive during A's second step; the 16-token budget prefills one a step
+    stream = trace_stream(tmp_path / "t3.csv", [(0.0, 16, 4), (0.012, 16, 3), (0.015, 16, 2)])
+    res = sim.run(make_scenario(stream=stream, pool=pool, duration=1.0,
+                                engines={"toy": toy_engine(prefill_only_steps=True)}))
+    table = res.requests.sort_values("arrival_s").reset_index(drop=True)
+    # A: tokens at 10, 20, (B's and C's prefills) 50, 60; B: 30, (C's prefill) 50, 60;
+    # C: 40, 50
+    assert _times(table, 0) == pytest.approx((0.010, 0.050 / 3, 0.060), abs=EXACT)
+    assert _times(table, 1) == pytest.approx((0.030 - 0.012, 0.015, 0.060), abs=EXACT)
+    assert _times(table, 2) == pytest.approx((0.040 - 0.015, 0.010, 0.050), abs=EXACT)
+    assert list(table.max_itl_s) == pytest.approx([0.030, 0.020, 0.010], abs=EXACT)
+    itl = res.summary["latency_s"]["itl"]
+    # gaps: A 10, 30, 10; B 20, 10; C 10: six, 90 ms in all
+    assert itl["max"] == pytest.approx(0.030, abs=EXACT)
+    assert itl["mean"] == pytest.approx(0.090 / 6, abs=EXACT)
