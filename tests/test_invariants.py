@@ -45,8 +45,9 @@ def lengths(max_value: int):
         small,
         small.map(lambda v: {"type": "fixed", "value": v}),
         st.tuples(small, small).map(lambda t: {"type": "uniform", "low": min(t), "high": max(t)}),
+        # (a mean of 3 or more: the median stays above the least length, 1, at cv 2)
         st.builds(lambda m, cv: {"type": "lognormal", "mean": m, "cv": cv, "max": max_value},
-                  st.integers(1, max_value), st.sampled_from([0.3, 1.0, 2.0])),
+                  st.integers(3, max_value), st.sampled_from([0.3, 1.0, 2.0])),
         st.builds(lambda m: {"type": "exponential", "mean": m, "max": max_value},
                   st.integers(1, max_value)),
     )
@@ -64,7 +65,8 @@ def schedulers(draw, kind: str):
            "max_num_seqs": draw(st.integers(1, 32)),
            "chunked_prefill": draw(st.booleans()),
            "policy": draw(st.sampled_from(["fcfs", "priority"])),
-           "exact_steps": draw(st.booleans())}
+           "exact_steps": draw(st.booleans()),
+           "prefill_only_steps": draw(st.booleans())}
     caps = [c for c in (16, 128, 512) if c < cfg["max_num_batched_tokens"]]
     if cfg["chunked_prefill"] and draw(st.booleans()):
         cfg["long_prefill_token_threshold"] = draw(st.sampled_from(caps))

@@ -447,6 +447,8 @@ class ContinuousScheduler(Scheduler):
     def kv_used_blocks_during(self, seg: Segment, steps_done: int) -> int:
         """During a fast-forward the step in progress holds the blocks it was
         allocated at its start, as it would when stepping one at a time."""
+        if seg is self._paused_seg:
+            return self.kv.num_used_blocks      # the decoders wait: no blocks for them
         in_progress = min(steps_done + 1, seg.num_steps)
         return (self.kv.num_used_blocks + self.cohort.blocks_at(self.step + in_progress)
                 - self.cohort.blocks_held)
