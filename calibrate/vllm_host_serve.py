@@ -54,7 +54,10 @@ PREFILL_TOKENS = (128, 512, 2048)
 PROMPT_TOKENS = 32          # each decoding request's prompt
 DECODE_STEPS = 3            # logged decode steps per grid point and repetition
 BLOCK_SIZE = 16             # vLLM's GPU default (the stub has no CPU attention to refuse it)
-NUM_BLOCKS = 8192
+# twice what the largest grid point holds at once (256 x 4 blocks + a 2048-token prompt):
+# the unlogged first pass churns more than this many blocks, so every logged step runs
+# with the free queue full of cached blocks, allocation evicting them, as on a warm server
+NUM_BLOCKS = 2048
 VOCAB_SIZE = 32000
 # Llama-3-8B's shape: only its layer count and KV heads reach the host code (KV specs)
 MODEL = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
@@ -182,14 +185,14 @@ def stub_executor_class(vocab_size: int, seed: int):
     return StubExecutor
 
 
-def make_engine(model_dir: Path, seed: int):
+def make_engine(model_dir: Path, seed: int, num_blocks: int):
     from vllm import EngineArgs
     from vllm.v1.engine.llm_engine import LLMEngine
     executor = stub_executor_class(VOCAB_SIZE, seed)
     args = EngineArgs(
         model=str(model_dir), tokenizer=str(model_dir), dtype="bfloat16",
         max_model_len=MAX_MODEL_LEN, block_size=BLOCK_SIZE,
-        num_gpu_blocks_override=NUM_BLOCKS,
+        num_gpu_blocks_override=num_blocks,
         # every grid step fits the budget whole: D admitted together, a prefill beside D
         max_num_batched_tokens=max(PROMPT_TOKENS * max(DECODES),
                                    max(PREFILL_TOKENS) + max(DECODES)),
@@ -357,12 +360,12 @@ def cpu_model() -> str:
             f"{os.cpu_count()} CPUs)")
 
 
-def record(log_path: Path, reps: int, seed: int) -> None:
+def record(log_path: Path, reps: int, seed: int, num_blocks: int = NUM_BLOCKS) -> None:
     import vllm
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="fleetsim-vllm-host-") as work:
         build_model_dir(Path(work))
-        engine = make_engine(Path(work), seed)
+        engine = make_engine(Path(work), seed, num_blocks)
         timers = Timers(engine)
         clock_read_s = _thread_time_cost_s()
         driver = Driver(engine, timers, seed, clock_read_s)
@@ -384,7 +387,8 @@ def record(log_path: Path, reps: int, seed: int) -> None:
               "loadavg_after": [round(x, 2) for x in os.getloadavg()],
               "reps": reps, "seed": seed, "thread_time_call_s": round(clock_read_s, ROUND), "decodes": list(DECODES),
               "prefill_tokens": list(PREFILL_TOKENS), "prompt_tokens_per_decode": PROMPT_TOKENS,
-              "decode_steps": DECODE_STEPS, "block_size": BLOCK_SIZE, "model": MODEL,
+              "decode_steps": DECODE_STEPS, "block_size": BLOCK_SIZE,
+              "num_blocks": num_blocks, "model": MODEL,
               "executor": "stub (one random token per request, no forward)",
               "tokenizer": f"byte-level BPE, {VOCAB_SIZE} tokens, trained on vLLM's sources"}
     tmp = log_path.with_suffix(".part")
@@ -400,11 +404,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("log")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-blocks", type=int, default=NUM_BLOCKS)
     args = parser.parse_args(argv)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
-    record(Path(args.log), args.reps, args.seed)
+    record(Path(args.log), args.reps, args.seed, args.num_blocks)
     return 0
 
 
