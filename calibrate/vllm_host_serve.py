@@ -344,6 +344,9 @@ class Driver:
 
 
 def cpu_model() -> str:
+    """The CPU's name with its family, model and stepping (``calibrate.timing.device_name``
+    gives the name alone, which in this machine's virtual CPU is just "AMD EPYC"; this
+    script runs outside the package, in the vLLM environment)."""
     try:
         info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
