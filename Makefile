@@ -8,7 +8,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: demo test browser bench validate validate-gpu validate-vllm vllm-recorded vllm gpu-profiles roofline-fit clean install
+.PHONY: demo test browser bench validate validate-gpu validate-vllm vllm-recorded vllm-host vllm gpu-profiles roofline-fit clean install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +49,8 @@ bench: $(DEV_STAMP)
 
 # timed: the README's validation tables, fleetsim against real engines serving on this
 # CPU: transformers (about 20 minutes), then vLLM (validate-vllm, about 25 minutes, its
-# environment built first). Both run; fails when a figure of either misses its target.
+# environment built first), then vLLM's host time per step (vllm-host, about 2 minutes).
+# All run; fails when a figure of either validation misses its target.
 # Run it alone on a quiet machine.
 VALIDATION := light saturated long-prompts single
 validate: $(DEV_STAMP) $(VLLM_STAMP)
@@ -57,6 +58,7 @@ validate: $(DEV_STAMP) $(VLLM_STAMP)
 	$(VENV)/bin/fleetsim validate $(VALIDATION:%=scenarios/validate/%.yaml) \
 		--out results/validate --force --strict || status=1; \
 	$(MAKE) validate-vllm || status=1; \
+	$(MAKE) vllm-host || status=1; \
 	exit $$status
 
 # the README's GPU validation table: fleetsim on published results of real engines on real
@@ -109,6 +111,16 @@ validate-vllm: $(DEV_STAMP) $(VLLM_STAMP)
 # validate-vllm run
 vllm-recorded: $(DEV_STAMP)
 	$(PY) -m calibrate.vllm_engine ship results/validate-vllm tests/data/vllm-recorded
+
+# vLLM V1's host time per step on this CPU (README, "vLLM V1's host time per step"): vLLM's
+# engine with a stub in place of the model forward over a grid of batch and prompt sizes,
+# then c0 + c1*B + c2*prompt_tokens fitted per stage; about 2 minutes. Timed: run it alone.
+# VLLM_HOST_OUT=tests/data/vllm-host refreshes the log and fit the tests read.
+VLLM_HOST_OUT ?= results/vllm-host
+vllm-host: $(DEV_STAMP) $(VLLM_STAMP)
+	$(PY) -m calibrate.vllm_host record --out $(VLLM_HOST_OUT)/vllm_host_log.jsonl
+	$(PY) -m calibrate.vllm_host fit $(VLLM_HOST_OUT)/vllm_host_log.jsonl \
+		--out $(VLLM_HOST_OUT)/vllm_host_fit.yaml
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) results build dist *.egg-info
