@@ -181,8 +181,8 @@ def test_a_preset_file_with_a_value_without_a_source_is_refused_at_its_line(tmp_
     from sim.config.paths import data_dir
     text = (data_dir("profiles") / engines.ENGINES_FILE).read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
-    at = next(i for i, line in enumerate(lines) if "host_per_seq_s: {value: 3.5e-6" in line)
-    lines[at] = "        host_per_seq_s: {value: 3.5e-6}\n"
+    at = next(i for i, line in enumerate(lines) if "host_per_seq_s: {value: 3.56e-6" in line)
+    lines[at] = "        host_per_seq_s: {value: 3.56e-6}\n"
     path = tmp_path / "engines.yaml"
     path.write_text("".join(lines), encoding="utf-8")
     with pytest.raises(ScenarioError) as exc:
