@@ -146,8 +146,8 @@ class EnginePreset:
 def load_presets(path: Path) -> EnginesFile:
     """The presets of ``path``; a value that is missing, negative or without a source
     is a ``ScenarioError`` naming the file, line and field."""
-    from sim.config.yamlio import load_model
-    return load_model(path, EnginesFile, kind="engine presets")
+    from sim.config.yamlio import load_model_fast
+    return load_model_fast(path, EnginesFile, kind="engine presets")
 
 
 @lru_cache(maxsize=None)

@@ -256,6 +256,20 @@ def load_model(path: pathlib.Path, model: type[pydantic.BaseModel], *,
                                     root_model=model) from None
 
 
+def load_model_fast(path: pathlib.Path, model: type[pydantic.BaseModel], *,
+                    kind: str = "profile") -> Any:
+    """``load_model`` for a file that is read on every run and is almost always valid
+    (a shipped preset table): parsed with libyaml and validated at once; only a file
+    that fails is read again with line tracking, for the located error."""
+    try:
+        data = yaml.load(_read_text(path, str(path)), Loader=_DATA_LOADER)
+        if isinstance(data, dict):
+            return model.model_validate(data)
+    except (yaml.YAMLError, pydantic.ValidationError):
+        pass
+    return load_model(path, model, kind=kind)
+
+
 def _check_kind(loader: yaml.SafeLoader, node: Node, expected: list[str], file: str,
                 kind: str) -> None:
     """Refuse a top-level mapping none of whose keys is expected, naming none of them."""
