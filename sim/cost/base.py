@@ -167,6 +167,35 @@ class CostModel(ABC):
         return np.asarray(self.step_time_s(shape), dtype=np.float64)
 
 
+class InnerTerms:
+    """The step terms (one layer, one shard) of a model that wraps another
+    (``self.inner``), as the inner model gives them; put before ``CostModel`` in a
+    wrapper's bases."""
+
+    inner: CostModel
+
+    def dense_s(self, num_tokens: ArrayLike) -> ArrayLike:
+        return self.inner.dense_s(num_tokens)
+
+    def attn_prefill_s(self, prefill_attn_work: ArrayLike) -> ArrayLike:
+        return self.inner.attn_prefill_s(prefill_attn_work)
+
+    def attn_decode_s(self, decode_kv_tokens: ArrayLike) -> ArrayLike:
+        return self.inner.attn_decode_s(decode_kv_tokens)
+
+    def tp_comm_s(self, num_tokens: ArrayLike) -> ArrayLike:
+        return self.inner.tp_comm_s(num_tokens)
+
+    def lm_head_s(self, num_seqs: ArrayLike) -> ArrayLike:
+        return self.inner.lm_head_s(num_seqs)
+
+    def engine_s(self, shape: BatchShape) -> ArrayLike:
+        return self.inner.engine_s(shape)
+
+    def engine_host_s(self, shape: BatchShape) -> ArrayLike:
+        return self.inner.engine_host_s(shape)
+
+
 class DecodeRun:
     """Cumulative step ends and linear work of a fast-forwarded decode run."""
 

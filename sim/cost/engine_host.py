@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.cost.base import CostModel, DecodeRun
+from sim.cost.base import CostModel, DecodeRun, InnerTerms
 from sim.cost.shape import ArrayLike, BatchShape
 from sim.cost.steps import LinearStepEnds, StepEnds
 
 
-class EngineHostCost(CostModel):
+class EngineHostCost(InnerTerms, CostModel):
     def __init__(self, inner: CostModel, host_constant_s: float, host_per_seq_s: float,
                  overlap: bool, multi_step: int = 1) -> None:
         self.inner = inner
@@ -67,26 +67,8 @@ class EngineHostCost(CostModel):
     def overhead_s(self, num_seqs: ArrayLike) -> ArrayLike:
         return self.inner.overhead_s(num_seqs) - (self._own_c + self._own_s * num_seqs)
 
-    def dense_s(self, num_tokens: ArrayLike) -> ArrayLike:
-        return self.inner.dense_s(num_tokens)
-
-    def attn_prefill_s(self, prefill_attn_work: ArrayLike) -> ArrayLike:
-        return self.inner.attn_prefill_s(prefill_attn_work)
-
-    def attn_decode_s(self, decode_kv_tokens: ArrayLike) -> ArrayLike:
-        return self.inner.attn_decode_s(decode_kv_tokens)
-
-    def tp_comm_s(self, num_tokens: ArrayLike) -> ArrayLike:
-        return self.inner.tp_comm_s(num_tokens)
-
-    def lm_head_s(self, num_seqs: ArrayLike) -> ArrayLike:
-        return self.inner.lm_head_s(num_seqs)
-
     def work(self, shape: BatchShape):
         return self.inner.work(shape)
-
-    def engine_s(self, shape: BatchShape) -> ArrayLike:
-        return self.inner.engine_s(shape)
 
     def decode_work(self, num_seqs: int, kv_tokens_first: float
                     ) -> tuple[float, float, float, float]:

@@ -71,7 +71,7 @@ import math
 import numpy as np
 
 from sim.config.specs import HardwareSpec, ModelSpec
-from sim.cost.base import CostModel
+from sim.cost.base import CostModel, InnerTerms
 from sim.cost.roofline import ACTIVATION_BYTES, FITTED
 from sim.cost.shape import ArrayLike, BatchShape
 
@@ -104,7 +104,7 @@ def crosses_node(stage: int, tp: int, gpus_per_node: int) -> bool:
     return stage // k != (stage + 1) // k
 
 
-class PipelineCostModel(CostModel):
+class PipelineCostModel(InnerTerms, CostModel):
     """Step times of ``pp`` stages around an ``inner`` model of the whole layer stack on
     one stage's ``tp`` GPUs (the module docstring gives the equations)."""
 
@@ -152,29 +152,9 @@ class PipelineCostModel(CostModel):
         return self.inner.peak_bytes_per_s_per_gpu
 
     # -- the inner model's terms (one layer, one shard), as they are ---------------------
+    # (the other terms are the inner model's: InnerTerms)
     def overhead_s(self, num_seqs: ArrayLike) -> ArrayLike:
         return self.inner.overhead_s(num_seqs)
-
-    def dense_s(self, num_tokens: ArrayLike) -> ArrayLike:
-        return self.inner.dense_s(num_tokens)
-
-    def attn_prefill_s(self, prefill_attn_work: ArrayLike) -> ArrayLike:
-        return self.inner.attn_prefill_s(prefill_attn_work)
-
-    def attn_decode_s(self, decode_kv_tokens: ArrayLike) -> ArrayLike:
-        return self.inner.attn_decode_s(decode_kv_tokens)
-
-    def tp_comm_s(self, num_tokens: ArrayLike) -> ArrayLike:
-        return self.inner.tp_comm_s(num_tokens)
-
-    def lm_head_s(self, num_seqs: ArrayLike) -> ArrayLike:
-        return self.inner.lm_head_s(num_seqs)
-
-    def engine_s(self, shape: BatchShape) -> ArrayLike:
-        return self.inner.engine_s(shape)
-
-    def engine_host_s(self, shape: BatchShape) -> ArrayLike:
-        return self.inner.engine_host_s(shape)
 
     # -- the pipeline ----------------------------------------------------------------
     def micro_batches(self, num_seqs: ArrayLike) -> ArrayLike:
