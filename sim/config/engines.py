@@ -187,7 +187,7 @@ def resolve(ref: str, inline: dict[str, EngineEntry] | None = None) -> EnginePre
         prefill_only_steps=preset.prefill_only_steps.value)
 
 
-def with_engine_admission(preset: EnginePreset, scheduler_cfg):
+def with_engine_scheduling(preset: EnginePreset, scheduler_cfg):
     """The scheduler's settings with the engine's KV admission and prefill-only steps
     where they leave them unset (``null``, the continuous scheduler's default)."""
     update = {}

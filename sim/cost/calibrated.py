@@ -412,12 +412,13 @@ class CalibratedCostModel(CostModel):
         """A profile of GPU kernel tables: its overhead's constant and ``host_per_seq_s``
         are host time, which an engine preset replaces (the tables time GPU work only).
         A profile timed on this machine (CPU) or on a whole engine keeps its own."""
-        terms = getattr(self, "_host_terms", None)
-        if terms is not None:
-            return terms                         # an engine's, in place of the profile's
+        if self._host_terms is not None:
+            return self._host_terms              # an engine's, in place of the profile's
         return self._const_s, self._host_per_seq_s, not self._host_named or self.measures_engine
 
-    # the engine's host time per step, overlapped with the GPU step (``with_engine_host``)
+    # an engine's host terms in place of the profile's, and whether that host time is
+    # overlapped with the GPU step (``with_engine_host``)
+    _host_terms: tuple[float, float, bool] | None = None
     _host_overlap = False
     _overlap_c_s = _overlap_per_seq_s = 0.0
 

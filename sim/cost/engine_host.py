@@ -50,10 +50,6 @@ class EngineHostCost(InnerTerms, CostModel):
     def label(self) -> str:
         return self.inner.label
 
-    def host_s(self, num_seqs: ArrayLike) -> ArrayLike:
-        """The engine's host seconds of a step of ``num_seqs`` sequences."""
-        return self._c + self._s * num_seqs
-
     def host_terms(self) -> tuple[float, float, bool]:
         return self._c, self._s, True
 

@@ -312,7 +312,6 @@ class ContinuousScheduler(Scheduler):
                 if victim.seq in self.cohort.members:     # a decoder: it had its KV
                     if not decoders:                      # (not in this step)
                         self._preempt(victim)
-                        preempted = True
                         continue
                     budget += self._unschedule_decoder(victim)
                     num_decode -= 1
