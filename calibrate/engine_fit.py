@@ -192,6 +192,20 @@ def predicted_seconds(profile: dict, engine: dict | None, rows: StepRows) -> np.
     return float(engine.get(MODEL_SCALE, 1.0)) * base + engine_seconds(engine, rows)
 
 
+def scaled_engine(engine: dict, factor: float) -> dict:
+    """``engine`` for a machine ``factor`` times slower: every term of the prediction
+    (the profile's scale, the scalars, the per-key table) times ``factor``, so that each
+    step's predicted time is ``factor`` times its own."""
+    sig = lambda c: float(f"{float(c) * factor:.4g}")
+    out = dict(engine)
+    out[MODEL_SCALE] = sig(engine.get(MODEL_SCALE, 1.0))
+    for k in ENGINE_SCALARS:
+        if k in engine:
+            out[k] = sig(engine[k])
+    out[PER_KEY] = [[q, sig(c)] for q, c in engine.get(PER_KEY) or []]
+    return out
+
+
 def step_errors(profile: dict, engine: dict | None, rows: StepRows) -> np.ndarray:
     """Relative error (predicted − measured) / measured of each step."""
     return (predicted_seconds(profile, engine, rows) - rows.seconds) / rows.seconds

@@ -30,6 +30,9 @@ def missed_targets(row: dict) -> list[str]:
     t = row.get("timing")
     if t is None:
         return missed
+    why = unsteady(row)
+    if why:
+        missed.append(f"machine unsteady ({why}): not fit to publish")
     for key, target in TIMING_TARGETS.items():
         err = t["errors"][key]
         if target is not None and not abs(err) <= target:       # NaN misses too
@@ -40,9 +43,27 @@ def missed_targets(row: dict) -> list[str]:
     return missed
 
 
-# how far vLLM's workload steps may run from the grid's fit (median of measured / fitted)
-# before the run's timing is said to measure the machine rather than fleetsim
+# how far vLLM's workload steps may run from the grid's fit (median of measured / fitted,
+# the fit at the machine's speed the sentinels measured at each step), and how far the
+# machine's speed may range within the workload, before the run's timing is said to
+# measure the machine rather than fleetsim
 STEADY_MACHINE = 0.10
+
+
+def unsteady(row: dict) -> str | None:
+    """Why a timed workload's row measures the machine rather than fleetsim, or None."""
+    t = row.get("timing")
+    if t is None:
+        return None
+    ratio = t["fit"].get("workload_step_ratio")
+    machine = t["fit"].get("machine") or {}
+    why = []
+    if ratio is not None and abs(ratio - 1.0) > STEADY_MACHINE:
+        why.append(f"workload steps x{ratio:.2f} the fit")
+    spread = machine.get("workload_spread")
+    if spread is not None and spread > STEADY_MACHINE:
+        why.append(f"machine speed ranged {100 * spread:.0f}% within the workload")
+    return "; ".join(why) or None
 
 
 def write_report(rows: list[dict], out: Path) -> str:
@@ -65,8 +86,8 @@ def write_report(rows: list[dict], out: Path) -> str:
         lines += ["", "| workload | " + " | ".join(
             f"{v} vLLM / fleetsim (err)" for v in names.values())
             + " | preemptions | prefix-cache tokens | held-back step error "
-            "| workload steps / fit |",
-            "|---" * (len(names) + 5) + "|"]
+            "| machine speed (sentinels) | workload steps / fit |",
+            "|---" * (len(names) + 6) + "|"]
         drifted = []
         for r in timed:
             t = r["timing"]
@@ -80,19 +101,29 @@ def write_report(rows: list[dict], out: Path) -> str:
             p, c = t["totals"]["preemptions"], t["totals"]["cached_tokens"]
             held = t["fit"]["held_back_step_error"]["median"]
             ratio = t["fit"].get("workload_step_ratio")
-            if ratio is not None and abs(ratio - 1.0) > STEADY_MACHINE:
-                drifted.append(f"{r['workload']} (x{ratio:.2f})")
+            machine = t["fit"].get("machine")
+            speed = "n/a" if not machine else \
+                f"x{machine['workload_speed']:.2f} (range {100 * machine['workload_spread']:.0f}%)"
+            why = unsteady(r)
+            if why:
+                drifted.append(f"{r['workload']} ({why})")
             lines.append(f"| {r['workload']} | " + " | ".join(cells) + f" | {p[0]} / {p[1]} | "
                          f"{c[0]} / {c[1]} | {'n/a' if held is None else f'{100 * held:.1f}%'} "
-                         f"| {'n/a' if ratio is None else f'x{ratio:.2f}'} |")
+                         f"| {speed} | {'n/a' if ratio is None else f'x{ratio:.2f}'} |")
         lines.append("")
         if drifted:
             lines.append(
-                f"the machine's speed changed between the calibration grid and the workload "
-                f"(vLLM's workload steps took more than {100 * STEADY_MACHINE:.0f}% more or "
-                f"less time than the fit, made on the grid minutes before, gives those same "
-                f"steps): {', '.join(drifted)}. Those rows' timing measures the machine, "
-                f"not fleetsim: serve them again on a quiet machine")
+                f"not fit to publish: the machine's speed changed in a way the sentinels do "
+                f"not account for (vLLM's workload steps more than {100 * STEADY_MACHINE:.0f}% "
+                f"from the grid's fit at the speed the sentinels measured, or the machine's "
+                f"speed ranging more than {100 * STEADY_MACHINE:.0f}% within the workload): "
+                f"{', '.join(drifted)}. Those rows' timing measures the machine, not "
+                f"fleetsim: serve them again on a quieter machine")
+        else:
+            lines.append(
+                f"every timed workload steady within {100 * STEADY_MACHINE:.0f}% (its steps "
+                f"against the grid's fit at the machine's measured speed, and the machine's "
+                f"speed within it): fit to publish")
         lines.append("latencies in ms; vLLM / fleetsim; targets: TTFT p50, TPOT p50 and "
                      "throughput within 10%, TTFT p90 within 20%, totals within 5%")
     text = "\n".join(lines) + "\n"

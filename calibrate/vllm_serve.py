@@ -20,6 +20,13 @@ steps of each new batch shape run many times slower), then, every other run afte
 idle pause, with its steps logged apart: the step-time terms are fitted on them, never on the
 workload.
 
+Between steps, about every ``Sentinel.EVERY_S`` of the engine's time, a sentinel runs: a
+fixed piece of the model's own dense work (its layers' matrix products at a decode's and a
+prefill chunk's rows, in plain torch on the engine's threads), timed. Its times during the
+grid and during the workload say how the machine's speed moved between them and within
+each, without looking at the engine's steps; the clock the log keeps stops while it runs,
+so the workload's arrivals and steps are timed as if it had not run.
+
 The log (JSON) holds, per request: when it was added, its first token and finish on
 this process's clock, vLLM's own first-token latency, preemptions and prompt tokens
 served from the prefix cache; per step: its start and end, the requests added just
@@ -110,9 +117,75 @@ class StepLog:
         return {"seqs": seqs, "preempted": preempted}
 
 
-def _drive(engine, steplog: StepLog, requests: list[dict]) -> tuple[list[dict], dict]:
+# the clock the log keeps (a test may replace it)
+clock = time.perf_counter
+
+
+class Sentinel:
+    """A fixed piece of the model's dense work, timed between engine steps: every layer's
+    four matrix products at ``DECODE_ROWS`` rows (weights read once, as a decode step reads
+    them) and one layer's at ``PREFILL_ROWS`` (compute-bound, as a prefill chunk). Random
+    weights of the model's shapes and dtype, built once and warmed up; it runs on the
+    engine's own torch threads. ``log`` holds one record per run: the phase, how many
+    steps of that phase were logged before it, and its seconds."""
+
+    EVERY_S = 0.5
+    DECODE_ROWS = 8
+    PREFILL_ROWS = 64
+    WARMUP = 5
+
+    def __init__(self, shape: dict, dtype: str, seed: int) -> None:
+        import torch
+        gen = torch.Generator().manual_seed(seed + 7919)
+        dt = getattr(torch, dtype)
+        h, f = shape["hidden_size"], shape["ffn_size"]
+        q = shape["num_heads"] * shape["head_dim"]
+        kv = shape["num_kv_heads"] * shape["head_dim"]
+        layer = ((q + 2 * kv, h), (h, q), (2 * f, h), (h, f))       # (out, in) each
+        rand = lambda *dims: (torch.randn(*dims, generator=gen) * 0.02).to(dt)
+        self.weights = [rand(o, i) for _ in range(shape["num_layers"]) for o, i in layer]
+        self.decode_in = [rand(self.DECODE_ROWS, i) for _, i in layer]
+        self.prefill_in = [rand(self.PREFILL_ROWS, i) for _, i in layer]
+        self.torch = torch
+        self.log: list[dict] = []
+        self.phase = "calibration"
+        self.steps_before = 0          # steps of this phase logged before the current drive
+        self.busy_s = 0.0              # the engine's step time since the last run
+        for _ in range(self.WARMUP):   # oneDNN builds its kernels on first use
+            self._work()
+
+    def _work(self) -> tuple[float, float]:
+        linear = self.torch.nn.functional.linear
+        with self.torch.inference_mode():
+            t0 = clock()
+            for i, w in enumerate(self.weights):
+                linear(self.decode_in[i % 4], w)
+            t1 = clock()
+            for i, w in enumerate(self.weights[:4]):
+                linear(self.prefill_in[i], w)
+            t2 = clock()
+        return t1 - t0, t2 - t1
+
+    def due(self) -> bool:
+        """The engine has stepped ``EVERY_S`` since the last run (across drives)."""
+        return self.busy_s >= self.EVERY_S
+
+    def run(self, steps_logged: int) -> float:
+        """Run and log it; its seconds (the log's clock stops for them)."""
+        self.busy_s = 0.0
+        start = clock()
+        decode_s, prefill_s = self._work()
+        self.log.append({"phase": self.phase, "after_step": self.steps_before + steps_logged,
+                         "seconds": decode_s + prefill_s, "decode_s": decode_s,
+                         "prefill_s": prefill_s})
+        return clock() - start
+
+
+def _drive(engine, steplog: StepLog, requests: list[dict],
+           sentinel: Sentinel | None = None) -> tuple[list[dict], dict]:
     """Serve ``requests`` (arrival_s from now) until the engine is empty: the steps it ran
-    and a record per request, times from the call."""
+    and a record per request, times from the call. With a ``sentinel``, it runs between
+    steps each time the engine has stepped ``Sentinel.EVERY_S``, with the clock stopped."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
     pending = sorted(requests, key=lambda r: (r["arrival_s"], str(r["id"])))
@@ -122,9 +195,14 @@ def _drive(engine, steplog: StepLog, requests: list[dict]) -> tuple[list[dict], 
             for r in pending}
     steps: list[dict] = []
     i = 0
-    t0 = time.perf_counter()
+    t0 = clock()
+    busy = False                   # the last pass ran a step
     while i < len(pending) or engine.has_unfinished_requests():
-        now = time.perf_counter() - t0
+        # between two steps of a busy engine only (a step after an idle engine keeps the
+        # idle gap the grid timed)
+        if sentinel is not None and busy and sentinel.due():
+            t0 += sentinel.run(len(steps))       # the clock stops while it runs
+        now = clock() - t0
         added = []
         while i < len(pending) and pending[i]["arrival_s"] <= now:
             r = pending[i]
@@ -132,16 +210,20 @@ def _drive(engine, steplog: StepLog, requests: list[dict]) -> tuple[list[dict], 
                                     ignore_eos=True, temperature=0.0, detokenize=False)
             engine.add_request(r["id"], TokensPrompt(prompt_token_ids=r["prompt"]), params,
                                priority=r.get("priority", 0))
-            reqs[r["id"]]["arrival_s"] = time.perf_counter() - t0
+            reqs[r["id"]]["arrival_s"] = clock() - t0
             added.append(r["id"])
             i += 1
         if not engine.has_unfinished_requests():
-            time.sleep(max(0.0, pending[i]["arrival_s"] - (time.perf_counter() - t0)))
+            busy = False
+            time.sleep(max(0.0, pending[i]["arrival_s"] - (clock() - t0)))
             continue
-        start = time.perf_counter() - t0
+        start = clock() - t0
         steplog.pending = None
         outputs = engine.step()
-        end = time.perf_counter() - t0
+        end = clock() - t0
+        busy = True
+        if sentinel is not None:
+            sentinel.busy_s += end - start
         if steplog.pending is not None and steplog.pending["seqs"]:
             steps.append({"start_s": start, "end_s": end, "added": added, **steplog.pending})
         elif added and steps:
@@ -177,6 +259,7 @@ def serve(plan: dict, log_path: Path) -> dict:
     rng = random.Random(plan.get("seed", 0))
     vocab = plan["model"]["vocab_size"]
     calibration = []
+    sentinel = Sentinel(plan["model"], plan["dtype"], plan.get("seed", 0))
     # a pass over the grid first, not logged: the engine's first steps of each new shape
     # run many times slower (oneDNN builds its kernels on first use)
     for g, run in enumerate(plan.get("calibration", [])):
@@ -194,16 +277,18 @@ def serve(plan: dict, log_path: Path) -> dict:
         # the engine's idle time before this run's clock starts (its steps' times count
         # from that start): the first step's idle is this plus its own start
         idle_before_s = time.perf_counter() - last_end
-        run_steps, _ = _drive(engine, steplog, reqs)
+        sentinel.steps_before = len(calibration)
+        run_steps, _ = _drive(engine, steplog, reqs, sentinel)
         last_end = time.perf_counter()
         calibration += [{"run": g, "idle_before_s": idle_before_s, **st} for st in run_steps]
     time.sleep(IDLE_PAUSES_S[-1])
-    steps, reqs = _drive(engine, steplog, plan["requests"])
+    sentinel.phase, sentinel.steps_before, sentinel.busy_s = "workload", 0, 0.0
+    steps, reqs = _drive(engine, steplog, plan["requests"], sentinel)
     import torch
     import transformers
     import vllm
     return {"format": FORMAT, "version": VERSION, "requests": list(reqs.values()),
-            "steps": steps, "calibration": calibration,
+            "steps": steps, "calibration": calibration, "sentinels": sentinel.log,
             "meta": {"vllm": vllm.__version__, "torch": torch.__version__,
                      "transformers": transformers.__version__,
                      "threads": torch.get_num_threads()}}

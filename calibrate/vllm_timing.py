@@ -1,37 +1,46 @@
 """Timing against vLLM: its step terms fitted on the calibration grid it served (never on
 the workload), written into a profile for the ``vllm`` engine on this CPU, and fleetsim
-with that profile against what vLLM measured on the workload."""
+with that profile against what vLLM measured on the workload.
+
+A run whose log has sentinels (``calibrate.vllm_sentinel``) is normalised for the
+machine's speed: the grid's steps are fitted at the grid's reference speed, and fleetsim
+runs the workload at the speed its sentinels measured."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
 
 from calibrate import vllm_schedule
 from calibrate.vllm_report import TIMING_TARGETS
+from calibrate.vllm_sentinel import MachineSpeed, machine_speed
 
-def _engine_step(st: dict, idle_before_s: float):
+def _engine_step(st: dict, idle_before_s: float, speed: float = 1.0):
     """A logged vLLM step as the fit reads it: (new tokens, context, is prefill) per
     sequence; a sequence decodes when it computes its one last known token past its
-    prompt."""
+    prompt. Its time divided by ``speed`` (the machine's, against the reference)."""
     from calibrate.records import EngineStep
     seqs = tuple((int(q["new"]), int(q["computed"]),
                   not (q["new"] == 1 and q["computed"] == q["known"] - 1
                        and q["computed"] >= q["prompt"])) for q in st["seqs"])
-    return EngineStep(float(st["start_s"]), float(st["end_s"]), seqs, idle_before_s)
+    start = float(st["start_s"])
+    return EngineStep(start, start + (float(st["end_s"]) - start) / speed, seqs,
+                      idle_before_s)
 
 
-def _calibration_steps(log: dict) -> list:
-    """The calibration grid's steps as the fit reads them, each tagged with its run; a
-    run's first step follows the idle time logged before the run (back to back with the
-    run before, or after a pause)."""
+def _calibration_steps(log: dict, speed: MachineSpeed | None = None) -> list:
+    """The calibration grid's steps as the fit reads them, each tagged with its run (at
+    the reference speed, given the run's ``speed``); a run's first step follows the idle
+    time logged before the run (back to back with the run before, or after a pause)."""
     out, prev_end, prev_run = [], None, None
-    for st in log.get("calibration", ()):
+    for i, st in enumerate(log.get("calibration", ())):
         if st["run"] != prev_run:
             idle = float(st.get("idle_before_s", math.inf)) + st["start_s"]
         else:
             idle = st["start_s"] - prev_end
-        out.append((int(st["run"]), _engine_step(st, idle)))
+        local = 1.0 if speed is None else float(speed.calibration[i])
+        out.append((int(st["run"]), _engine_step(st, idle, local)))
         prev_end, prev_run = st["end_s"], st["run"]
     return out
 
@@ -47,11 +56,13 @@ def _workload_steps(log: dict) -> list:
     return out
 
 
-def workload_step_ratio(profile: dict, fit, log: dict) -> float | None:
+def workload_step_ratio(profile: dict, fit, log: dict,
+                        speed: MachineSpeed | None = None) -> float | None:
     """Median over the workload's own steps of vLLM's measured time over the fit's
-    prediction for that step: about 1 when the machine ran the workload at the speed it
-    ran the calibration grid minutes before. Nothing is fitted on it: it says whether the
-    timing comparison measures fleetsim or the machine's drift."""
+    prediction for that step (times the machine's speed at that step, given the run's
+    ``speed``): about 1 when the machine ran the workload as the grid, normalised by the
+    sentinels, says it would. Nothing is fitted on it: it says whether the timing
+    comparison measures fleetsim or a change in the machine the sentinels missed."""
     import numpy as np
 
     from calibrate.engine_fit import StepRows, predicted_seconds
@@ -59,7 +70,9 @@ def workload_step_ratio(profile: dict, fit, log: dict) -> float | None:
     if not steps:
         return None
     rows = StepRows.from_steps(steps)
-    return float(np.median(rows.seconds / predicted_seconds(profile, fit.engine, rows)))
+    local = 1.0 if speed is None else speed.workload
+    return float(np.median(rows.seconds / (predicted_seconds(profile, fit.engine, rows)
+                                           * local)))
 
 
 def timing(folder: Path, log=print, out: Path | None = None) -> dict:
@@ -69,7 +82,7 @@ def timing(folder: Path, log=print, out: Path | None = None) -> dict:
     import sim
     import yaml
 
-    from calibrate.engine_fit import fit_continuous
+    from calibrate.engine_fit import fit_continuous, scaled_engine
     from calibrate.records import ContinuousLimits
     from calibrate.validate import engine_profile, figures
     from calibrate.vllm_engine import PLAN_NAME, VllmError, log_file
@@ -82,13 +95,18 @@ def timing(folder: Path, log=print, out: Path | None = None) -> dict:
                               e["block_size"], e["num_blocks"])
     # vLLM's paged attention reads each sequence's own keys: the profile's per-sequence
     # attention tables hold (a packed fit held back a larger error on every workload's grid)
-    fit = fit_continuous(plan_data["profile"], limits, _calibration_steps(log_data),
+    speed = machine_speed(log_data)
+    fit = fit_continuous(plan_data["profile"], limits, _calibration_steps(log_data, speed),
                          log=lambda m: log(f"{plan_data['scenario']}: {m}"), packed=False)
     work = (out or folder) / "fleetsim"
     work.mkdir(parents=True, exist_ok=True)
     profile_path = work / "vllm-profile.yaml"
-    engine_profile(plan_data["profile"], fit, "vllm", log_data["meta"].get("vllm"), limits,
-                   profile_path, version_key="vllm_version")
+    # fleetsim runs the workload at the machine's speed during it (the grid's fit is at
+    # the grid's reference speed)
+    run_fit = fit if speed is None else dataclasses.replace(
+        fit, engine=scaled_engine(fit.engine, speed.workload_factor))
+    engine_profile(plan_data["profile"], run_fit, "vllm", log_data["meta"].get("vllm"),
+                   limits, profile_path, version_key="vllm_version")
     raw = json.loads(json.dumps(plan_data["scenario_yaml"]))
     (name, pool), = raw["pools"].items()
     pool["cost_model"] = {"type": "calibrated", "profile": profile_path.name}
@@ -123,4 +141,5 @@ def timing(folder: Path, log=print, out: Path | None = None) -> dict:
             "fit": {"held_back_step_error": fit.held_back, "step_error": fit.all_steps,
                     "steps": len(fit.rows),
                     "workload_step_ratio": workload_step_ratio(plan_data["profile"], fit,
-                                                               log_data)}}
+                                                               log_data, speed),
+                    "machine": None if speed is None else speed.summary()}}

@@ -197,7 +197,7 @@ def test_validate_from_recorded_vllm_runs(tmp_path):
     # the shipped runs were made on a steady machine: vLLM's workload steps ran at the
     # speed its calibration grid's fit gives them, and the report flags none
     assert all(0.9 <= r["timing"]["fit"]["workload_step_ratio"] <= 1.1 for r in rows)
-    assert "the machine's speed changed" not in res.stdout
+    assert "not fit to publish" not in res.stdout
     bad = _cli("validate", "--engine", "vllm", "--from-logs", str(tmp_path / "missing"))
     assert bad.returncode == 2 and "not a folder of recorded vLLM runs" in bad.stderr
 
@@ -242,7 +242,8 @@ def test_the_report_names_the_rows_a_drifting_machine_timed(tmp_path):
         row["timing"]["fit"]["workload_step_ratio"] = ratio
     text = vllm_report.write_report(timed, tmp_path)
     names = [r["workload"] for r in timed]
-    note = next(line for line in text.splitlines() if "the machine's speed changed" in line)
-    assert f"{names[0]} (x1.31)" in note and f"{names[2]} (x0.85)" in note
+    note = next(line for line in text.splitlines() if "not fit to publish" in line)
+    assert f"{names[0]} (workload steps x1.31 the fit)" in note
+    assert f"{names[2]} (workload steps x0.85 the fit)" in note
     assert names[1] not in note
     assert "| x0.95 |" in text
