@@ -1117,6 +1117,43 @@ CASES += [
          10, f"{STREAM}.arrival", ["`block_tokens:` is the length of the blocks a Mooncake"]),
 ]
 
+# Compressed inputs read by what they hold, and numbers written as text: a gzip of a few
+# MB that inflates to a row and a billion blank lines is refused in its first block, a
+# gzip of repeated text before it is inflated whole; a token count in quotes is text
+def _gzip(data: bytes) -> bytes:
+    import gzip
+    return gzip.compress(data, compresslevel=9, mtime=0)
+
+
+CASES += [
+    Case("a-gzip-trace-of-blank-lines", trace_stream("t.csv.gz"), None, None,
+         ["holds more than 1,000,000 blank lines among its first", "not a CSV of numbers"],
+         where="t.csv.gz",
+         files={"t.csv.gz": _gzip(TRACE_HEADER.encode() + b"0,10,5\n" + b"\n" * 3_000_000)}),
+    Case("a-csv-trace-of-blank-lines", trace_stream("t.csv"), None, None,
+         ["holds more than 1,000,000 blank lines"], where="t.csv",
+         files={"t.csv": TRACE_HEADER + "0,10,5\n" + " \r\n" * 1_100_000}),
+    Case("a-jsonl-gzip-trace-of-blank-lines", edit((POISSON_LINES,
+         "      arrival: {type: trace, path: m.jsonl.gz, format: mooncake}\n")), None, None,
+         ["holds more than 1,000,000 blank lines",
+          "not a row of a JSON-lines trace"], where="m.jsonl.gz",
+         files={"m.jsonl.gz": _gzip(MOONCAKE_ROW.encode() + b"\n" * 3_000_000)}),
+    Case("a-gzip-trace-of-repeated-rows", trace_stream("t.csv.gz"), None, None,
+         ["decompresses to more than", "over 100 times its", "repeated text, not a trace"],
+         where="t.csv.gz",
+         files={"t.csv.gz": _gzip(TRACE_HEADER.encode() + b"0,10,5\n" * 12_000_000)}),
+    Case("a-jsonl-token-count-in-quotes", MOONCAKE, 2, None,
+         ["field 'input_length': not a JSON number (got str; write it without quotes)"],
+         where="m.jsonl",
+         files={"m.jsonl": MOONCAKE_ROW + '{"timestamp": 1, "input_length": "1_000", '
+                                          '"output_length": 5}\n'}),
+    Case("a-token-count-in-quotes", edit(("value: 50}", 'value: "1_000"}')), 12,
+         f"{STREAM}.output_tokens.value",
+         ["expected a number, got the text '1_000': write it without quotes"]),
+    Case("a-count-in-quotes", edit(("    replicas: 1\n", '    replicas: "3"\n')), 22,
+         "pools.main.replicas", ["expected a number, got the text '3'"]),
+]
+
 assert len(CASES) >= 30
 assert len({c.id for c in CASES}) == len(CASES)
 

@@ -11,8 +11,8 @@ import unicodedata
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
-                      PlainSerializer, Strict, StringConstraints, ValidationError,
-                      model_validator)
+                      PlainSerializer, PlainValidator, Strict, StringConstraints,
+                      ValidationError, WrapValidator, model_validator)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from sim.config import units
@@ -34,12 +34,26 @@ class StrictModel(BaseModel):
             return data
         errors = []
         for key, value in data.items():
-            if not isinstance(value, (bool, dict, list)):
+            if not isinstance(value, (bool, dict, list, str)):
                 continue
             field = cls.model_fields.get(key) if isinstance(key, str) else None
             if field is None:
                 field = next((f for f in cls.model_fields.values() if f.alias == key), None)
-            if field is None or _takes_bool(field.annotation):
+            if field is None:
+                continue
+            if isinstance(value, str):
+                # pydantic's lax mode reads "1_000" and "32" as numbers: a count or a
+                # number without units is written as a number
+                if _reads_as_number(value) and _plain_number(field.annotation, field.metadata):
+                    errors.append(_text_for_number((key,), value))
+                continue
+            if isinstance(value, (dict, list)):
+                inner = _items_type(field.annotation)
+                if inner is not None and _plain_number(inner):
+                    items = value.items() if isinstance(value, dict) else enumerate(value)
+                    errors += [_text_for_number((key, k), v) for k, v in items
+                               if isinstance(v, str) and _reads_as_number(v)]
+            if _takes_bool(field.annotation):
                 continue
             if isinstance(value, bool):
                 errors.append(_not_a_flag((key,), value))
@@ -58,6 +72,50 @@ def _not_a_flag(loc: tuple, value: bool) -> InitErrorDetails:
     return InitErrorDetails(type=PydanticCustomError(
         "not_a_flag", "expected a number or a setting, got {value}: true and false are for "
         "yes/no fields only", {"value": str(value).lower()}), loc=loc, input=value)
+
+
+def _text_for_number(loc: tuple, value: str) -> InitErrorDetails:
+    return InitErrorDetails(type=PydanticCustomError(
+        "text_for_number", "expected a number, got the text {value}: write it without "
+        "quotes (and without _ or ,)", {"value": repr(value[:40])}), loc=loc, input=value)
+
+
+def _reads_as_number(text: str) -> bool:
+    """Text pydantic's lax mode would take for a number ("32", "1_000", " 4.5 "); other
+    text gets pydantic's own error beside the rest of the block's."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+_PARSERS = (BeforeValidator, PlainValidator, WrapValidator)
+
+
+def _parses_text(metadata) -> bool:
+    """Whether validators in ``metadata`` read text (a unit parser such as "30s"), other
+    than the check that refuses true and false."""
+    return any(isinstance(m, _PARSERS) and getattr(m, "func", None) is not _not_bool
+               for m in metadata)
+
+
+def _plain_number(annotation, metadata=()) -> bool:
+    """True if a field of this type holds a number and reads no text: an int or a float
+    (or an optional one) with no parser of units."""
+    if _parses_text(metadata):
+        return False
+    while get_origin(annotation) is Annotated:
+        args = get_args(annotation)
+        if _parses_text(args[1:]):
+            return False
+        annotation = args[0]
+    if annotation is int or annotation is float:
+        return True
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        return bool(args) and all(_plain_number(a) for a in args)
+    return False
 
 
 def _strip(annotation):

@@ -13,6 +13,7 @@ import csv
 import difflib
 import gzip
 import io
+import os
 import pathlib
 import warnings
 import zlib
@@ -65,15 +66,35 @@ def _csv_problem_line(exc: Exception) -> Optional[int]:
 MAX_CSV_LINE_BYTES = 64 * 2**10
 # Rows read from one file: each column is kept as float64 beside a line number
 MAX_CSV_ROWS = 50_000_000
+# Blank (or blank-looking) lines one file may hold: a trace has a few at most, and a file
+# of millions of them (a gzip of a few MB can hold billions) is not a trace
+MAX_BLANK_LINES = 1_000_000
+# A gzip trace may decompress to this many times its own size (or to MIN_GZIP_CAP_BYTES,
+# whichever is more): traces of numbers compress 3-10 times; a file past it is repeated
+# text, refused before it is inflated whole
+MAX_GZIP_RATIO = 100
+MIN_GZIP_CAP_BYTES = 64 * 2**20
 _SCAN_BLOCK_BYTES = 16 * 2**20
 _CHUNK_ROWS = 1_000_000
 
 
-class _Capped(io.RawIOBase):
-    """A decompressed stream that refuses to grow past ``cap`` bytes (a gzip bomb)."""
+def _size(nbytes: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{int(nbytes)} bytes"
 
-    def __init__(self, inner, path: pathlib.Path, cap: int) -> None:
-        self._inner, self._path, self._cap, self._seen = inner, path, cap, 0
+
+class _Capped(io.RawIOBase):
+    """A decompressed stream that refuses to grow past ``cap`` bytes (a gzip bomb): the
+    smaller of ``MAX_DATA_BYTES`` and ``MAX_GZIP_RATIO`` times the compressed size (at least
+    ``MIN_GZIP_CAP_BYTES``)."""
+
+    def __init__(self, inner, path: pathlib.Path, compressed_bytes: int) -> None:
+        self._inner, self._path, self._seen = inner, path, 0
+        self._compressed = compressed_bytes
+        self._cap = min(MAX_DATA_BYTES, max(MIN_GZIP_CAP_BYTES,
+                                            MAX_GZIP_RATIO * compressed_bytes))
 
     def readable(self) -> bool:
         return True
@@ -86,8 +107,13 @@ class _Capped(io.RawIOBase):
                                                 "*.gz must be gzip-compressed)") from None
         self._seen += len(data)
         if self._seen > self._cap:
-            raise WorkloadDataError(self._path, f"decompresses to more than "
-                                                f"{self._cap // 2**30} GiB")
+            if self._cap == MAX_DATA_BYTES:
+                raise WorkloadDataError(self._path, f"decompresses to more than "
+                                                    f"{_size(self._cap)}")
+            raise WorkloadDataError(
+                self._path, f"decompresses to more than {_size(self._cap)}, over "
+                            f"{MAX_GZIP_RATIO} times its {_size(self._compressed)}: repeated "
+                            f"text, not a trace (traces compress 3-10 times)")
         buffer[:len(data)] = data
         return len(data)
 
@@ -102,16 +128,38 @@ def open_data(path: pathlib.Path):
     raw = open_regular(path, max_bytes=MAX_DATA_BYTES)
     if pathlib.Path(path).suffix.lower() != ".gz":
         return raw
+    compressed = os.fstat(raw.fileno()).st_size
     return io.BufferedReader(_Capped(gzip.GzipFile(fileobj=raw), pathlib.Path(path),
-                                     MAX_DATA_BYTES))
+                                     compressed))
+
+
+_SPACE = np.zeros(256, dtype=bool)
+_SPACE[list(b" \t\r\x0b\x0c")] = True
+
+
+def _blank_lines(data: np.ndarray, ends: np.ndarray, since_newline: int) -> int:
+    """How many lines that end in ``data`` (at the newlines ``ends``) are empty or hold one
+    or two spaces (a carriage return, a tab); the first began ``since_newline`` bytes
+    before ``data``. Longer lines of spaces are not counted (they cost as much as a row)."""
+    length = np.diff(ends, prepend=-1 - since_newline) - 1
+    blank = length == 0
+    for width in (1, 2):
+        short = np.flatnonzero((length == width) & (ends >= width))
+        if short.size:
+            ok = np.ones(short.size, dtype=bool)
+            for back in range(1, width + 1):
+                ok &= _SPACE[data[ends[short] - back]]
+            blank[short] = ok
+    return int(blank.sum())
 
 
 def scan_text(path: pathlib.Path, kind: str = "a CSV of numbers") -> bool:
-    """Refuse a file with NUL bytes or a line over MAX_CSV_LINE_BYTES before pandas reads it
-    (a 2 GB file of one line would be held whole, several times over); ``kind`` says what
-    such a line is not. Returns whether the file holds a double quote (a quoted field may
-    span lines)."""
-    line, since_newline, quoted = 1, 0, False
+    """Refuse a file with NUL bytes, a line over MAX_CSV_LINE_BYTES or more than
+    MAX_BLANK_LINES blank lines before pandas reads it (a 2 GB file of one line would be
+    held whole, several times over; billions of blank lines would be walked one by one);
+    ``kind`` says what such a file is not. Returns whether the file holds a double quote (a
+    quoted field may span lines)."""
+    line, since_newline, quoted, blank = 1, 0, False, 0
     with open_data(path) as fh:
         while block := fh.read(_SCAN_BLOCK_BYTES):
             quoted = quoted or b'"' in block
@@ -119,10 +167,16 @@ def scan_text(path: pathlib.Path, kind: str = "a CSV of numbers") -> bool:
                 at = block.index(b"\0")
                 raise WorkloadDataError(path, "holds NUL bytes: not a text file",
                                         line=line + block.count(b"\n", 0, at))
-            ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+            data = np.frombuffer(block, dtype=np.uint8)
+            ends = np.flatnonzero(data == 10)
             if ends.size == 0:
                 since_newline += len(block)
             else:
+                blank += _blank_lines(data, ends, since_newline)
+                if blank > MAX_BLANK_LINES:
+                    raise WorkloadDataError(
+                        path, f"holds more than {MAX_BLANK_LINES:,} blank lines among its "
+                              f"first {line + ends.size - 1:,}: not {kind}; remove them")
                 gaps = np.diff(ends, prepend=-1 - since_newline) - 1
                 longest = int(np.argmax(gaps))
                 if gaps[longest] > MAX_CSV_LINE_BYTES:

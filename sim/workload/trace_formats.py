@@ -195,11 +195,18 @@ def read_jsonl_fields(path: pathlib.Path, fields: tuple[str, ...],
                     value = row.get(field)
                     if field not in row:
                         raise WorkloadDataError(path, f"field {field!r}: missing", line=number)
+                    if type(value) not in (int, float):
+                        # a string ("1_000", "1e3") or a bool is not a JSON number
+                        raise WorkloadDataError(
+                            path, f"field {field!r}: not a JSON number (got "
+                                  f"{type(value).__name__ if value is not None else 'null'}"
+                                  f"{'; write it without quotes' if isinstance(value, str) else ''})",
+                            line=number)
                     try:
                         number_value = float(value)     # an int too large for a float fails
-                    except (TypeError, ValueError, OverflowError):
+                    except OverflowError:
                         number_value = math.nan
-                    if isinstance(value, bool) or not math.isfinite(number_value):
+                    if not math.isfinite(number_value):
                         raise WorkloadDataError(path, f"field {field!r}: not a finite number",
                                                 line=number)
                     out[field].append(number_value)

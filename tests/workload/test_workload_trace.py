@@ -405,3 +405,44 @@ def test_mooncake_hash_ids_are_read_checked_and_share_exactly_the_common_blocks(
              b'"hash_ids": [1, 2, 3]}\n', r"m\.jsonl:5: field 'hash_ids': 3 blocks of 512")]:
         with pytest.raises(WorkloadDataError, match=message):
             _load(tmp_path, "m.jsonl", text + broken, format="mooncake")
+
+
+def test_a_gzip_bomb_is_refused_by_what_its_first_blocks_hold(tmp_path, monkeypatch):
+    """A small gzip that inflates to a row and tens of millions of blank lines is refused
+    from its first block (a 1.75 GiB one was walked line by line for minutes, or counted
+    as rows and refused after 44 s); one of a row repeated until it is past 100 times its
+    size is refused at that point, not inflated whole. Bytes inflated are counted, not
+    time."""
+    import gzip
+
+    from sim.workload import trace
+    inflated = []
+    real = trace._Capped.readinto
+
+    def counting(self, buffer):
+        n = real(self, buffer)
+        inflated.append(n)
+        return n
+    monkeypatch.setattr(trace._Capped, "readinto", counting)
+    blank = tmp_path / "b.csv.gz"
+    blank.write_bytes(gzip.compress(HEADER.encode() + b"0,1,1\n" + b"\n" * 60_000_000))
+    with pytest.raises(WorkloadDataError, match="more than 1,000,000 blank lines"):
+        trace.read_csv_columns(blank, ("timestamp",))
+    assert sum(inflated) <= 2 * trace._SCAN_BLOCK_BYTES
+    inflated.clear()
+    rows = tmp_path / "r.csv.gz"
+    rows.write_bytes(gzip.compress(HEADER.encode() + b"0,1,1\n" * 20_000_000, 9))
+    cap = max(trace.MIN_GZIP_CAP_BYTES, trace.MAX_GZIP_RATIO * rows.stat().st_size)
+    assert cap < 120_000_000                # the whole file would inflate to 120 MB
+    with pytest.raises(WorkloadDataError, match="over 100 times its"):
+        trace.read_csv_columns(rows, ("timestamp",))
+    assert sum(inflated) <= cap + trace._SCAN_BLOCK_BYTES
+
+
+def test_a_few_blank_lines_are_still_skipped(tmp_path):
+    """Blank lines below the bound are rows of nothing, as before."""
+    from sim.workload import trace
+    path = tmp_path / "t.csv"
+    path.write_text(HEADER + "0,1,1\n\n \r\n2,3,4\n\n", encoding="utf-8")
+    values, lines = trace.read_csv_columns(path, ("timestamp", "prompt_tokens"))
+    assert values["prompt_tokens"].tolist() == [1, 3] and lines.tolist() == [2, 5]
