@@ -1106,6 +1106,14 @@ CASES += [
                "      arrival: {type: closed, concurrency: 2, requests: 10}\n"
                "      sessions: {turns: 3}\n")), 7, STREAM,
          ["conversations start at a poisson or gamma stream's arrivals"]),
+    Case("sessions-whose-first-turn-never-fits",
+         after_team("sessions: {turns: 3, first_prompt_tokens: {type: fixed, value: 5000}, "
+                    "max_context_tokens: 4000}"), 9,
+         f"{STREAM}.sessions.max_context_tokens",
+         ["every conversation would end before its first turn", "at least 5,050 tokens"]),
+    Case("a-workload-that-draws-no-request",
+         edit(("rate: 2/s}", "rate: 0.0005/s}")), 6, "workload.streams",
+         ["no stream draws a request over the run (20 s", "every figure would be empty"]),
     Case("sessions-with-a-tiny-context-window",
          after_team("sessions: {turns: 3, max_context_tokens: 1}"), 9,
          f"{STREAM}.sessions.max_context_tokens", ["greater than or equal to 2"]),
@@ -1150,6 +1158,15 @@ CASES += [
     Case("a-token-count-in-quotes", edit(("value: 50}", 'value: "1_000"}')), 12,
          f"{STREAM}.output_tokens.value",
          ["expected a number, got the text '1_000': write it without quotes"]),
+    Case("sizing-an-empty-hardware-list", append_to_pool("    sizing: {hardware: []}\n"), 27,
+         "pools.main.sizing.hardware", ["an empty list: size would have nothing to try",
+                                        "leave the field out for the pool's own setting"]),
+    Case("sizing-an-empty-tp-list", append_to_pool("    sizing: {tp: [], max_replicas: 4}\n"),
+         27, "pools.main.sizing.tp", ["an empty list"]),
+    Case("a-served-model-for-no-team", edit(("gateway:\n", "gateway:\n  models:\n"
+                                              "    llama-3.1-8b: {pools: {main: 1.0}, "
+                                              "teams: []}\n")), 15,
+         "gateway.models.llama-3.1-8b.teams", ["at least 1 item"]),
     Case("a-count-in-quotes", edit(("    replicas: 1\n", '    replicas: "3"\n')), 22,
          "pools.main.replicas", ["expected a number, got the text '3'"]),
 ]

@@ -82,10 +82,12 @@ class ServedModelConfig(StrictModel):
     quality: float | None = Field(None, ge=0, le=1, description="Quality score of this variant")
     weight_dtype: DType | None = Field(
         None, description="Quantisation of this variant; its pools must use it")
-    hardware: list[Name] | None = Field(None, description="GPU kinds it may run on")
+    hardware: list[Name] | None = Field(None, min_length=1,
+                                        description="GPU kinds it may run on (unset: any)")
     min_tp: int | None = Field(None, gt=0, description="Fewest GPUs per replica it needs")
     min_gpu_memory: Bytes | None = Field(None, description="Least memory per GPU it needs")
-    teams: list[Name] | None = Field(None, description="Only these teams may call it")
+    teams: list[Name] | None = Field(None, min_length=1,
+                                     description="Only these teams may call it (unset: any)")
     usd_per_million_input_tokens: float = Field(
         0.0, ge=0, le=1_000_000, description="Price charged to budgets (at most $1,000,000)")
     usd_per_million_output_tokens: float = Field(

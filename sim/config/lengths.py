@@ -247,8 +247,15 @@ def prompt_range(stream) -> tuple[int | None, int | None]:
 
 
 def least_request(stream) -> int | None:
-    """The fewest tokens (prefix + prompt + output) one of ``stream``'s requests has."""
+    """The fewest tokens (prefix + prompt + output) one of ``stream``'s requests has; for
+    conversations, their first turn's (its message is ``first_prompt_tokens`` when given,
+    and no later turn is sent without it)."""
     if stream.prompt_tokens is None or stream.output_tokens is None:
         return None
     prompt, output = prompt_range(stream)[0], shortest(stream.output_tokens)
+    sessions = getattr(stream, "sessions", None)
+    if sessions is not None and sessions.first_prompt_tokens is not None:
+        first = shortest(sessions.first_prompt_tokens)
+        prefix = stream.prefix.tokens if stream.prefix is not None else 0
+        prompt = None if first is None else first + prefix
     return None if prompt is None or output is None else prompt + output

@@ -88,6 +88,9 @@ class SizingOptions(StrictModel):
     @field_validator("hardware", "tp", "pp", "weight_dtype", "kv_dtype")
     @classmethod
     def _each_once(cls, values):
+        if values is not None and not values:
+            raise ValueError("an empty list: size would have nothing to try; list at least "
+                             "one, or leave the field out for the pool's own setting")
         if values is not None:
             keys = [str(v).lower() for v in values]
             twice = next((v for v, k in zip(values, keys) if keys.count(k) > 1), None)

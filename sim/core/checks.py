@@ -134,7 +134,10 @@ def check_request_count(scenario: Scenario, arrivals: RequestArrivals) -> None:
     ``max_requests`` and this machine's memory, before anything is built for them."""
     n = len(arrivals)
     if n == 0:
-        return
+        raise RunRefused(("workload", "streams"), (
+            f"no stream draws a request over the run ({scenario.duration:g} s; its rates, "
+            "its traces' timestamps, its conversations' context windows): every figure "
+            "would be empty; raise a rate, lengthen the run or widen the context window"))
     counts = np.bincount(arrivals.stream_index, minlength=len(arrivals.stream_names))
     top = int(np.argmax(counts))
     where = ("workload", "streams", arrivals.stream_names[top])
