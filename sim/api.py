@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pydantic
@@ -186,11 +186,14 @@ def prepare(scenario: Scenario) -> Simulation:
 
 
 def run(scenario: Scenario, *, progress: ProgressFn | None = None,
-        watch: Watch | None = None) -> Results:
+        watch: Watch | None = None, notice: Callable[[str], None] | None = None) -> Results:
     """Simulate ``scenario`` and return its tables and summary (``watch``: a test asked
-    every so often that may end the run early, see :meth:`Simulation.run`)."""
+    every so often that may end the run early, see :meth:`Simulation.run`; ``notice``: told
+    a long run's estimated cost before it starts, see :mod:`sim.core.work`)."""
     t0 = time.perf_counter()
     simulation = prepare(scenario)
+    if notice is not None and simulation.work_notice is not None:
+        notice(simulation.work_notice)
     setup_s = time.perf_counter() - t0
     try:
         simulation.run(progress, watch)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from sim.config.inputs import shown
@@ -110,7 +111,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     sweep = _read_sweep(args.sweep) if args.sweep else None
     progress = Progress() if not args.quiet else None
     try:
-        results = sim.run(scenario, progress=progress)
+        results = sim.run(scenario, progress=progress, notice=None if args.quiet else
+                          lambda text: print(text, file=sys.stderr, flush=True))
     finally:
         if progress is not None:
             progress.close()

@@ -29,6 +29,7 @@ from sim.core.fleet import pool_parts
 from sim.core.pool import Pool
 from sim.core.request import Request, Status
 from sim.core.wakeup import call_after, events_scheduled
+from sim.core.work import REFUSED_PAUSE_S, check_work
 from sim.gateway.routes import Escalate, HandOff
 from sim.gateway.service import Gateway
 from sim.output.accounts import RunAccount
@@ -39,7 +40,6 @@ ProgressFn = Callable[[float, float], None]
 # (every this many simulated seconds, ask this whether to give the run up)
 Watch = tuple[float, Callable[["Simulation"], bool]]
 GC_YOUNG_THRESHOLD = 100_000      # allocations between collections of the youngest generation
-REFUSED_PAUSE_S = 0.01            # a closed-loop client's pause after a refusal (a round trip)
 
 
 class Simulation:
@@ -55,6 +55,9 @@ class Simulation:
             scenario.workload, scenario.duration, workload_seq, base_dir,
             max_requests=scenario.max_requests)
         check_request_count(scenario, self.arrivals)
+        # what the run will cost: a known storm of refusals refused, a long run's notice
+        self.work_notice = check_work(scenario, self.arrivals.stream_index,
+                                      self.arrivals.stream_names)
         pool_rngs = [np.random.default_rng(s) for s in pools_seq.spawn(len(resolved.pools))]
         team_weights = {t: cfg.weight for t, cfg in scenario.gateway.teams.items()}
         self.pools: dict[str, Pool] = {

@@ -153,3 +153,60 @@ def test_clients_without_a_count_stop_at_max_requests_with_a_located_error():
     with pytest.raises(sim.ScenarioError, match="more than max_requests = 1,500") as err:
         sim.run(make_scenario(stream=stream, duration=3600.0, max_requests=1500))
     assert err.value.field == "workload.streams.s.arrival"
+
+
+def _open_ended(concurrency: int, **extra) -> dict:
+    stream = closed(concurrency, 1, **extra)
+    stream["arrival"].pop("requests")
+    return stream
+
+
+@pytest.mark.parametrize("gateway, stream_extra, reason", [
+    ({"keys": {"good": {"team": "a"}}}, {"api_key": "nope"}, "is not one of gateway.keys"),
+    ({"keys": {"old": {"team": "a", "revoked_at": 0}}}, {"api_key": "old"}, "is revoked"),
+    ({"models": {"llama-3.1-8b": {"pools": {"p": 1.0}, "teams": ["b"]}}},
+     {"team": "a", "model": "llama-3.1-8b"}, "may not call model"),
+])
+def test_a_storm_of_refusals_is_refused_before_the_run_with_its_estimate(gateway, stream_extra,
+                                                                         reason):
+    """A closed loop the gateway refuses whatever happens (an unknown or revoked key, a
+    model its team may not call) sends a request per client every 10 ms for its whole
+    window: 40 clients for an hour are 14,400,000 requests, past max_requests, refused
+    with the estimate before anything is drawn past the first wave (it ran for minutes)."""
+    from sim.core.checks import RunRefused
+    from sim.core.simulation import Simulation
+    from sim.config.resolve import resolve
+    scenario = make_scenario(stream={**_open_ended(40), **stream_extra}, duration=3600.0,
+                             gateway=gateway, max_requests=10_000_000)
+    resolved, _ = resolve(scenario)
+    with pytest.raises(RunRefused, match=r"about 14,400,000 requests: every request is "
+                                         rf"refused \(.*{reason}.*\).*past max_requests"):
+        Simulation(resolved, ".")
+    # the same clients with a key the gateway knows: allowed (their count is unknown)
+    ok = make_scenario(stream=_open_ended(40), duration=3600.0, max_requests=10_000_000)
+    assert Simulation(resolve(ok)[0], ".").work_notice is None
+
+
+def test_a_long_run_says_its_estimate_before_it_starts(monkeypatch):
+    """A run estimated past NOTICE_REQUESTS says how many requests and a rough time,
+    before its first event (the largest closed loop on one small replica ran half a
+    minute before anything was said)."""
+    from sim.core import work
+    monkeypatch.setattr(work, "NOTICE_REQUESTS", 500)
+    told: list[str] = []
+    seen_before_run: list[bool] = []
+
+    def notice(text):
+        told.append(text)
+
+    def watch(simulation):
+        seen_before_run.append(bool(told))
+        return True                          # end the run at the first look
+    sim.run(make_scenario(stream=_open_ended(600), duration=3600.0), notice=notice,
+            watch=(1.0, watch))
+    assert len(told) == 1 and seen_before_run == [True]
+    assert "at least 600 requests to simulate" in told[0]
+    assert "600 clients" in told[0] and " us a request" in told[0]
+    told.clear()
+    sim.run(make_scenario(stream=closed(4, 40), duration=3600.0), notice=notice)
+    assert told == []                         # a short run says nothing
