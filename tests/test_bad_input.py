@@ -970,6 +970,10 @@ CASES += [
         "      max_num_batched_tokens: 8192\n", "      max_num_batched_tokens: 8192\n"
         "      long_prefill_token_threshold: 100000\n")), 23, "pools.main.scheduler",
          ["would never cap a chunk"]),
+    Case("max-new-tokens-for-an-admission-that-never-reads-it", edit((
+        "      max_num_batched_tokens: 8192\n", "      max_num_batched_tokens: 8192\n"
+        "      max_new_tokens: 1024\n")), 26, "pools.main.scheduler.max_new_tokens",
+         ["admits on_demand (engine vllm)", "kv_admission: estimated_output"]),
     Case("front-end-of-an-hour", append_to_pool("    front_end: 1h\n"), 27,
          "pools.main.front_end", ["less than or equal to 60"]),
     Case("ngram-proposer-of-a-minute", edit((

@@ -94,7 +94,8 @@ class EngineVersion(StrictModel):
         description="Front-end seconds per prompt token (tokenising)")
     token_hop_s: Sourced[NonNegativeFloat] = Field(
         description="Seconds from a step's end to its token at the client")
-    kv_admission: Sourced[Literal["on_demand", "whole_prompt", "guaranteed_no_evict"]] = \
+    kv_admission: Sourced[Literal["on_demand", "whole_prompt", "guaranteed_no_evict",
+                                  "estimated_output"]] = \
         Field(description="The continuous scheduler's default KV admission")
     prefill_only_steps: Sourced[bool] = Field(
         description="The continuous scheduler's default: true, a step that prefills runs "

@@ -76,6 +76,13 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
     if isinstance(engine, str):
         problems.append((here + ("engine",), engine))
         return None
+    admission = getattr(pool.scheduler, "kv_admission", None) or engine.kv_admission
+    if getattr(pool.scheduler, "max_new_tokens", None) is not None and \
+            admission != "estimated_output":
+        problems.append((here + ("scheduler", "max_new_tokens"), f"max_new_tokens is the "
+                         f"cap kv_admission estimated_output reserves room for; this pool "
+                         f"admits {admission} (engine {pool.engine}), which never reads it: "
+                         f"remove it or set kv_admission: estimated_output"))
     model = profiles.find_model(pool.model, scenario.models)
     hw = profiles.find_hardware(pool.hardware, scenario.hardware)
     if model is None:

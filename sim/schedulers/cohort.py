@@ -35,7 +35,7 @@ _SEQ_MASK = (1 << SEQ_BITS) - 1
 
 class DecodeCohort:
     __slots__ = ("bs", "members", "sum_base", "sum_quot", "residues", "sum_prefix_blocks",
-                 "blocks_held", "_finish_heap", "_last_heap", "_last_heap_slack",
+                 "blocks_held", "sum_output_base", "_finish_heap", "_last_heap", "_last_heap_slack",
                  "measured_from_s", "num_measured")
 
     def __init__(self, block_size_tokens: int, measured_from_s: float = 0.0) -> None:
@@ -50,6 +50,7 @@ class DecodeCohort:
         self.residues = [0] * block_size_tokens     # count of decode_base % bs
         self.sum_prefix_blocks = 0                  # blocks members hold via the prefix cache
         self.blocks_held = 0                        # KV blocks owned by the cohort (private)
+        self.sum_output_base = 0                    # Σ output_base
         self._finish_heap: list[int] = []              # finish step << SEQ_BITS | seq
         self._last_heap: list[int] = []                # -seq, for the latest admitted
         self._last_heap_slack = 64                     # stale entries kept before a rebuild
@@ -86,6 +87,10 @@ class DecodeCohort:
         """Σ (decode_base + step): the context every member attends over."""
         return self.sum_base + len(self.members) * step
 
+    def output_tokens_at(self, step: int) -> int:
+        """Σ (output_base + step): the output tokens the members have generated."""
+        return self.sum_output_base + len(self.members) * step
+
     def next_finish_step(self) -> int | None:
         heap = self._finish_heap
         while heap and heap[0] & _SEQ_MASK not in self.members:
@@ -101,6 +106,7 @@ class DecodeCohort:
         self.members[req.seq] = req
         if req.arrival_s >= self.measured_from_s:
             self.num_measured += 1
+        self.sum_output_base += req.output_base
         self.sum_base += base
         self.sum_quot += base // self.bs
         self.residues[base % self.bs] += 1
@@ -124,6 +130,7 @@ class DecodeCohort:
         if req.arrival_s >= self.measured_from_s:
             self.num_measured -= 1
         base = req.decode_base
+        self.sum_output_base -= req.output_base
         self.sum_base -= base
         self.sum_quot -= base // self.bs
         self.residues[base % self.bs] -= 1

@@ -45,6 +45,7 @@ from sim.core.request import Request
 from sim.schedulers.base import Scheduler, Segment
 from sim.schedulers.cohort import DecodeCohort
 from sim.schedulers.ordering import ORDERS
+from sim.schedulers.output_estimate import OutputEstimate
 
 
 class BatchLimits(StrictModel):
@@ -66,10 +67,15 @@ class BatchLimits(StrictModel):
     priority_aging: PositiveSeconds | None = Field(
         None, description="Starvation guard for the priority policy: a waiting request "
                           "gains one priority level per this much waiting")
-    kv_admission: Literal["on_demand", "whole_prompt", "guaranteed_no_evict"] | None = Field(
-        None, description="on_demand (vLLM before its full-prompt gate, SGLang): KV "
+    kv_admission: Literal["on_demand", "whole_prompt", "guaranteed_no_evict",
+                          "estimated_output"] | None = Field(
+        None, description="on_demand (vLLM before its full-prompt gate): KV "
                           "blocks are taken as tokens are computed and a request is "
-                          "preempted when they run out; whole_prompt (vLLM 0.32's "
+                          "preempted when they run out; estimated_output (SGLang's "
+                          "PrefillAdder): the same, but a waiting request is admitted only "
+                          "when the free KV holds its prompt and output to come beside a "
+                          "share (SGLang's new_token_ratio) of every running request's "
+                          "output to come (schedulers/output_estimate.py); whole_prompt (vLLM 0.32's "
                           "scheduler_reserve_full_isl, on by default there): the same, but "
                           "a waiting request is admitted only when the free blocks hold "
                           "its whole prompt (less its prefix-cache hit), not only its "
@@ -78,6 +84,10 @@ class BatchLimits(StrictModel):
                           "hold its whole prompt and output beside every running "
                           "request's, so none is ever preempted; unset: the pool's "
                           "engine's")
+    max_new_tokens: PositiveInt | None = Field(
+        None, description="The clients' cap on a request's output tokens (their max_tokens), "
+                          "which kv_admission estimated_output reserves room for; unset: "
+                          "4,096, SGLang's estimate of an uncapped request")
     prefill_only_steps: bool | None = Field(
         None, description="true: a step that prefills runs no decode, the running decodes "
                           "wait for it (vLLM V0's default scheduler, without chunked "
@@ -130,7 +140,7 @@ class ContinuousScheduler(Scheduler):
     __slots__ = ("cfg", "cohort", "prefilling", "step", "_next_seq", "_now_s", "_chunk_cap",
                  "_segments_done", "_planned_blocks", "_gap_seg", "_gap_max", "order",
                  "_no_evict", "_whole_prompt", "_reserved_blocks", "_reservations", "_exact",
-                 "_prefill_only", "_paused_seg", "_pauses")
+                 "_prefill_only", "_paused_seg", "_pauses", "_estimate")
 
     def __init__(self, cfg: BatchLimits, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -156,6 +166,9 @@ class ContinuousScheduler(Scheduler):
         self._whole_prompt = cfg.kv_admission == "whole_prompt"
         self._reserved_blocks = 0
         self._reservations: dict[int, int] = {}        # request id -> blocks promised
+        # estimated_output: the new-token ratio and its admission test (output_estimate.py)
+        self._estimate = (OutputEstimate(getattr(cfg, "max_new_tokens", None))
+                          if cfg.kv_admission == "estimated_output" else None)
         # the scheduling policy: waiting order, victims, decoders' blocks (ordering.py)
         self.order = ORDERS[cfg.policy](self)
         # prefill-only steps (``prefill_only_steps``): the segment planned as one, and
@@ -210,6 +223,8 @@ class ContinuousScheduler(Scheduler):
         self._reservations.clear()
         self._paused_seg = None
         self._pauses.clear()
+        if self._estimate is not None:
+            self._estimate = OutputEstimate(self._estimate.max_new_tokens)
 
     def _release(self, req: Request) -> None:
         """Give back what guaranteed_no_evict promised ``req`` (it finished or left)."""
@@ -231,6 +246,23 @@ class ContinuousScheduler(Scheduler):
         need = blocks_for(tokens, kv.block_size_tokens) - hit + (
             kv.pinned_by(req, hit) if hit else 0)
         return need <= kv.num_free_blocks
+
+    def _estimate_fits(self, pending_tokens: int, num_admitted: int) -> bool:
+        """estimated_output: whether the waiting head's need, beside ``pending_tokens``
+        (the needs of the ``num_admitted`` admitted this step, the tail of the prefilling
+        ones), is below the free KV less every running request's reserve (a prefilling
+        one's also holds its prompt still to compute)."""
+        est, step, kv = self._estimate, self.step, self.kv
+        prefilling = self.prefilling[:len(self.prefilling) - num_admitted]
+        num_running = len(self.cohort) + len(prefilling)
+        output = self.cohort.output_tokens_at(step) + sum(r.num_output_tokens
+                                                          for r in prefilling)
+        reserve = est.reserve_tokens(step, num_running, output) + sum(
+            r.num_tokens - r.num_computed_tokens for r in prefilling)
+        head = self.waiting[0]
+        need = est.need_tokens(head.num_tokens - head.num_computed_tokens,
+                               head.num_output_tokens)
+        return need + pending_tokens < kv.num_free_blocks * kv.block_size_tokens - reserve
 
     # -- planning -------------------------------------------------------------------
     def _running(self, req: Request) -> bool:
@@ -254,6 +286,9 @@ class ContinuousScheduler(Scheduler):
         if self._no_evict:
             self._release(victim)
         self.requeue(victim)
+        if self._estimate is not None:
+            self._estimate.retracted(self.step, len(self.cohort),
+                                     self.cohort.output_tokens_at(self.step))
 
     def _allocate_decode_step(self) -> tuple[bool, bool]:
         """Blocks for one more token of every decoder; returns (preempted,
@@ -333,6 +368,9 @@ class ContinuousScheduler(Scheduler):
                 continue
             break
         admitted = False
+        estimate, pending_tokens, num_admitted = self._estimate, 0, 0
+        if estimate is not None and not self.num_running:
+            estimate.idle(self.step)
         if not preempted:
             max_seqs, members = self.cfg.max_num_seqs, self.cohort.members
             while (self.waiting and budget > 0
@@ -341,6 +379,9 @@ class ContinuousScheduler(Scheduler):
                 if self._no_evict and need is None:
                     break
                 if self._whole_prompt and not self._head_prompt_fits():
+                    break
+                if estimate is not None and self.num_running and \
+                        not self._estimate_fits(pending_tokens, num_admitted):
                     break
                 head = self.admit_head(budget, self.cfg.chunked_prefill, self._chunk_cap,
                                        now_s)
@@ -359,6 +400,10 @@ class ContinuousScheduler(Scheduler):
                     self.kv.register_prefix(req, req.num_computed_tokens + num_new)
                 budget -= num_new
                 admitted = True
+                if estimate is not None:
+                    pending_tokens += estimate.need_tokens(
+                        req.num_tokens - req.num_computed_tokens, req.num_output_tokens)
+                    num_admitted += 1
         fast = (not prefill and not preempted and not admitted and num_decode > 0
                 and not self._exact)
         return _Plan(prefill, num_decode, fast, paused=not decoders), preempted

@@ -185,6 +185,10 @@ class Decoders:
             self._in_order = True
         return list(self.members.values())
 
+    def output_tokens_at(self, step: int) -> int:
+        """The output tokens the members have generated (each keeps its own count)."""
+        return sum(r.num_output_tokens for r in self.members.values())
+
     def last(self) -> Request:
         """The member admitted last."""
         return self.members[max(self.members)]

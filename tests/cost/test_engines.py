@@ -64,13 +64,17 @@ def test_trtllm_admits_only_what_can_finish_unless_the_scheduler_says_otherwise(
     no_evict = _max_running(_kv_tight("vllm", kv_admission="guaranteed_no_evict"))
     assert no_evict < on_demand
     assert _max_running(_kv_tight("trtllm")) == no_evict
-    assert _max_running(_kv_tight("sglang")) == on_demand
+    # SGLang admits against an estimate of the running requests' output to come
+    sglang = _max_running(_kv_tight("sglang"))
+    assert sglang < _max_running(_kv_tight("sglang", kv_admission="on_demand"))
+    assert sglang == _max_running(_kv_tight("sglang", kv_admission="estimated_output"))
     assert _max_running(_kv_tight("trtllm", kv_admission="on_demand")) == on_demand
     # an engine set by an override (fleetsim run --set, sweeps) brings its admission too
     swapped = with_values(_kv_tight("vllm"), {"pools.p.engine": "trtllm"})
     assert _max_running(swapped) == no_evict
     assert {v.kv_admission.value for e in engines.shipped().values()
-            for v in e.versions.values()} == {"on_demand", "guaranteed_no_evict"}
+            for v in e.versions.values()} == {"on_demand", "guaranteed_no_evict",
+                                              "estimated_output"}
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])

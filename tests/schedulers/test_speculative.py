@@ -512,3 +512,22 @@ def test_pooled_itl_counts_a_verify_pass_as_one_gap_however_many_tokens_it_bring
     assert sched.gaps.sum_s == pytest.approx(verify_steps_s.sum(), rel=1e-12)
     assert sched.gaps.percentile(50) == pytest.approx(np.percentile(verify_steps_s, 50),
                                                       rel=0.005)
+
+
+def test_estimated_output_admission_counts_speculative_decoders_output():
+    """SGLang's admission under speculative decoding: the decoders' output (each its own
+    count) enters the reserve; a tight cache then runs every request without preemption."""
+    import numpy as np
+    sched = make_spec(num_blocks=64, rng=np.random.default_rng(1), max_num_seqs=64,
+                      kv_admission="estimated_output", max_new_tokens=256)
+    reqs = requests(12, 100, 200)
+    for r in reqs:
+        sched.add(r)
+    for _ in range(5_000):
+        seg = sched.next_segment(0.0)
+        if seg is None:
+            break
+        sched.finish_segment(seg, seg.num_steps, 0.0, seg.duration_s)
+    assert all(r.done for r in reqs)
+    assert sum(r.preemptions for r in reqs) == 0
+    assert sched.cohort.output_tokens_at(sched.step) == 0      # nobody left decoding
