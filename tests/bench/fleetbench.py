@@ -23,6 +23,9 @@ def main() -> None:
     ap.add_argument("--duration", type=float)
     ap.add_argument("--exact", action="store_true")
     ap.add_argument("--save", help="write the request table here (parquet)")
+    ap.add_argument("--cost-model", choices=("scenario", "roofline"), default="scenario",
+                    help="the scenario's own cost model (the default path: measured "
+                         "kernels where a profile exists) or the roofline, for comparison")
     args = ap.parse_args()
 
     base = sim.load_scenario(args.scenario)
@@ -34,6 +37,8 @@ def main() -> None:
             pool["replicas"] = args.replicas
         if pool["scheduler"]["type"] == "continuous":
             pool["scheduler"]["exact_steps"] = args.exact
+        if args.cost_model == "roofline":
+            pool["cost_model"] = {"type": "roofline"}
     if args.rate:
         stream = next(iter(data["workload"]["streams"].values()))
         stream["arrival"]["rate"] = {"type": "constant", "value": args.rate}
@@ -58,6 +63,7 @@ def main() -> None:
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         "ttft_p50_s": results.summary["latency_s"]["ttft"]["p50"],
         "busy_frac": next(iter(results.summary["pools"].values()))["busy_frac"],
+        "cost_model": next(iter(results.summary["pools"].values())).get("cost_model"),
     }))
 
 

@@ -47,9 +47,17 @@ def test_bench_fleet_scaling(capsys):
                      "busy_frac": round(m["busy_frac"], 3)})
         assert m["requests"] > 0
     table = pd.DataFrame(rows).set_index("replicas")
+    # the roofline beside the default path, on the same requests (64 replicas, 1 hour)
+    roof = run("bench-fleet.yaml", "--replicas", "64", "--rate", str(RATE_PER_REPLICA * 64),
+               "--duration", "3600", "--cost-model", "roofline")
     with capsys.disabled():
-        print("\n\nbench-fleet: Llama-3.1-70B TP4 on H100, ~70% load, chat lengths")
+        print("\n\nbench-fleet: Llama-3.1-70B TP4 on H100, ~70% load, chat lengths; the "
+              "default cost model (measured kernels)")
         print(table.to_string())
+        print(f"the roofline, 64 replicas: {roof['sim_wall_s']:.1f} s wall for "
+              f"{roof['requests']:,} requests ({1e6 * roof['sim_wall_s'] / roof['requests']:.1f}"
+              f" us a request); the default path takes x"
+              f"{table.loc[64].wall_s / roof['sim_wall_s']:.2f} its time")
         at64, at512 = table.loc[64], table.loc[512]
         print("wall_s: the simulation (sim.run's event loop and set-up); with_tables_s: "
               "all of sim.run, the result tables and summary included")
