@@ -280,6 +280,13 @@ class SpeculativeScheduler(ContinuousScheduler):
     def _decode_tokens(self, num_decode: int) -> int:
         return sum(item.num_new for item in self._verify)
 
+    def _plan_step(self, now_s: float, decoders: bool):
+        if not decoders:
+            # a prefill-only step (prefill_only_steps): no verify pass; the last step's
+            # would otherwise be run again, for decoders that may have finished
+            self._verify = []
+        return super()._plan_step(now_s, decoders)
+
     def _unschedule_decoder(self, victim: Request) -> int:
         """Preempt decoder ``victim``; the tokens of its verify pass, if it had one this
         step, go back to the budget."""

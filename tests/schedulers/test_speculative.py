@@ -207,8 +207,11 @@ def test_high_load_slowdown_against_continuous():
 # -- KV accounting and the token budget ---------------------------------------------------------
 @pytest.mark.parametrize("policy", [{}, {"policy": "priority"},
                                     {"long_prefill_token_threshold": 5},
-                                    {"policy": "priority", "long_prefill_token_threshold": 5}],
-                         ids=["fcfs", "priority", "chunk-cap", "priority-chunk-cap"])
+                                    {"policy": "priority", "long_prefill_token_threshold": 5},
+                                    {"prefill_only_steps": True},
+                                    {"prefill_only_steps": True, "policy": "priority"}],
+                         ids=["fcfs", "priority", "chunk-cap", "priority-chunk-cap",
+                              "prefill-only", "prefill-only-priority"])
 def test_kv_accounting_with_preemption_and_a_tight_budget(policy):
     """On a cache too small for the load (preemptions happen) and a 12-token
     budget (drafts get cut): during every step each scheduled sequence holds
