@@ -411,7 +411,9 @@ def _size_autoscaled(args: argparse.Namespace, scenario, slos, confidence, out,
     from sim.planning.autoscaled import (autoscaled_fleet, autoscaled_size,
                                          autoscaled_trials, search_plan)
 
-    _refuse_beside(args, "--autoscaled", ("--max-rate", "--report", "--workers"))
+    _refuse_beside(args, "--autoscaled", ("--max-rate", "--report"))
+    from sim.planning.runner import DaskSchedulerError
+    check_executor(args)
     pools = args.pool or [p for p in scenario.pools
                           if getattr(scenario.pools[p].autoscaler, "type", None) == "target"]
     if not pools:
@@ -428,8 +430,18 @@ def _size_autoscaled(args: argparse.Namespace, scenario, slos, confidence, out,
         counter = TrialCounter(line)
         for i, pool in enumerate(pools):
             counter.most_after = sum(most[i + 1:])
-            table, per_team = autoscaled_size(scenario, pool, slos, confidence=confidence,
-                                              counter=counter)
+
+            def ended(done: int, total: int, pool=pool) -> None:
+                if line is not None and done < total:
+                    line(f"pool {pool}: {done} of {total} targets searched side by side",
+                         done, total - done, "target")
+            try:
+                table, per_team = autoscaled_size(
+                    scenario, pool, slos, confidence=confidence, counter=counter,
+                    executor=args.executor, workers=args.workers, scheduler=args.scheduler,
+                    ended=ended)
+            except DaskSchedulerError as exc:
+                raise ScenarioError(str(exc), field="--scheduler") from None
             tables.append(table)
             teams[pool] = per_team
     import pandas as pd

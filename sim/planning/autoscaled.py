@@ -27,6 +27,7 @@ from sim.config.slos import Slo
 from sim.output.slo import margins
 from sim.planning.overrides import with_values
 from sim.planning.progress import TrialCounter
+from sim.planning.runner import map_tasks, scenario_from_payload, scenario_payload
 from sim.planning.size import (NARROWER_COUNTS, bisection_steps, configured_option, fewest,
                                option_source, refuse_over_budget, replica_cap, sizing_field,
                                sizing_floor, verdict)
@@ -125,44 +126,73 @@ def _row(pool: str, target: float, floor: int | None, bound: int | None,
             **trial.estimate, **{f"margin_{k}": v for k, v in margin.items()}}
 
 
+def _search_target(scenario: Scenario, pool: str, slos: list[Slo], target: float,
+                   low: int, cap: int, confidence: Confidence | None,
+                   counter: TrialCounter | None = None, after: int = 0
+                   ) -> tuple[dict, int, dict | None]:
+    """One target's two bisections: its row, the simulations they ran, and the summary of
+    its row's trial when feasible. A trial is given up as soon as an SLO is missed for
+    good (:mod:`sim.planning.hopeless`): only its verdict is used."""
+    trials: dict[tuple[int, int], Verdict] = {}
+    per_target = autoscaled_trials(1, low, cap)
+    option = configured_option(scenario.pools[pool])    # each row names the pool in full
+    named = {**option, **option_source(scenario, pool, option)}
+
+    def meets(floor: int, bound: int) -> bool:
+        if (floor, bound) not in trials:
+            if counter is not None:
+                counter.start(f"pool {pool} autoscaler target {target:g}, "
+                              f"min_replicas {floor}, max_replicas {bound}",
+                              per_target - len(trials) + after)
+            scn = with_values(scenario, bounds_values(scenario, pool, target, floor, bound))
+            trials[(floor, bound)] = verdict(scn, pool, slos, confidence, give_up=True)
+        return trials[(floor, bound)].ok
+
+    floor = _lowest(low, cap, lambda f: meets(f, cap))
+    bound = None if floor is None else _lowest(max(floor, 1), cap, lambda m: meets(floor, m))
+    runs = sum(v.replications for v in trials.values())
+    shown = trials.get((floor, bound), trials[(low, cap)])
+    row = _row(pool, target, floor, bound, shown, slos, named)
+    return row, runs, (shown.first.summary if bound is not None else None)
+
+
+def _target_task(payload) -> tuple[dict, int, dict | None]:
+    """A worker's share: one target's search (module level, for worker processes)."""
+    scenario_data, pool, slos, target, low, cap, confidence = payload
+    return _search_target(scenario_from_payload(scenario_data), pool, slos, target, low,
+                          cap, confidence)
+
+
 def autoscaled_size(scenario: Scenario, pool: str, slos: list[Slo], *,
                     confidence: Confidence | None = None,
-                    counter: TrialCounter | None = None
+                    counter: TrialCounter | None = None, executor: str = "local",
+                    workers: int = 1, scheduler: str | None = None,
+                    ended: Callable[[int, int], None] | None = None
                     ) -> tuple[pd.DataFrame, dict | None]:
     """One row per target tried (its lowest floor and fewest ``max_replicas`` meeting the
     SLOs, the run's replicas and cost per hour and per day, the SLO figures; ``chosen``
     marks the cheapest feasible), and the chosen row's cost per day by team (None when no
     target meets the SLOs within the cap). ``counter`` is told of each trial as it
     starts, with the most the search may still run (two bisections a target, as
-    :func:`check_autoscaled_budget` counts them)."""
+    :func:`check_autoscaled_budget` counts them). With ``workers`` processes (or on Dask,
+    ``executor``) the targets are searched side by side (``ended``: told as each ends);
+    each target's search is the same wherever it runs, so the table is too."""
     tried, low, cap = search_plan(scenario, pool, confidence)
-    rows, runs, chosen_summary = [], 0, {}
     per_target = autoscaled_trials(1, low, cap)
-    option = configured_option(scenario.pools[pool])    # each row names the pool in full
-    named = {**option, **option_source(scenario, pool, option)}
-    for i, target in enumerate(tried):
-        trials: dict[tuple[int, int], Verdict] = {}
-        after = (len(tried) - i - 1) * per_target
-
-        def meets(floor: int, bound: int) -> bool:
-            if (floor, bound) not in trials:
-                if counter is not None:
-                    counter.start(f"pool {pool} autoscaler target {target:g}, "
-                                  f"min_replicas {floor}, max_replicas {bound}",
-                                  per_target - len(trials) + after)
-                scn = with_values(scenario, bounds_values(scenario, pool, target, floor,
-                                                          bound))
-                trials[(floor, bound)] = verdict(scn, pool, slos, confidence)
-            return trials[(floor, bound)].ok
-
-        floor = _lowest(low, cap, lambda f: meets(f, cap))
-        bound = None if floor is None else _lowest(max(floor, 1), cap,
-                                                   lambda m: meets(floor, m))
-        runs += sum(v.replications for v in trials.values())
-        shown = trials.get((floor, bound), trials[(low, cap)])
-        rows.append(_row(pool, target, floor, bound, shown, slos, named))
-        if bound is not None:
-            chosen_summary[len(rows) - 1] = shown.first.summary
+    if executor != "local" or min(workers, len(tried)) > 1:
+        payload = scenario_payload(scenario)
+        found = map_tasks(_target_task, [(payload, pool, slos, t, low, cap, confidence)
+                                         for t in tried],
+                          executor=executor, workers=workers, scheduler=scheduler,
+                          progress=ended)
+    else:
+        found = [_search_target(scenario, pool, slos, target, low, cap, confidence, counter,
+                                (len(tried) - i - 1) * per_target)
+                 for i, target in enumerate(tried)]
+    rows = [row for row, _, _ in found]
+    runs = sum(n for _, n, _ in found)
+    chosen_summary = {i: summary for i, (_, _, summary) in enumerate(found)
+                      if summary is not None}
     table = pd.DataFrame(rows)
     table["chosen"] = False
     feasible = table[table["feasible"]]

@@ -190,3 +190,27 @@ def test_every_pools_autoscaled_search_is_refused_before_any_pools_run(tmp_path,
                  "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "pools.q.sizing" in err and "simulations" in err
+
+
+def test_targets_searched_side_by_side_give_the_same_table():
+    """--workers: each target's search in its own process gives the table of one process,
+    row for row (trials that miss for good are given up in both alike)."""
+    import pandas as pd
+    short = with_values(diurnal(), {"duration": 90.0, "pools.p.sizing.max_replicas": 3})
+    table, teams = autoscaled_size(short, "p", SLOS)
+    side, side_teams = autoscaled_size(short, "p", SLOS, workers=2)
+    pd.testing.assert_frame_equal(side, table)
+    assert side_teams == teams
+
+
+def test_size_autoscaled_takes_workers(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    scenario = with_values(diurnal(), {"duration": 60.0, "pools.p.sizing.max_replicas": 2})
+    path.write_text(yaml.safe_dump(scenario.model_dump(mode="json")))
+    outs = []
+    for workers in ("1", "2"):
+        code = main(["size", str(path), "--slo", "ttft_p99=2s", "--autoscaled", "--quiet",
+                     "--workers", workers, "--out", str(tmp_path / f"o{workers}")])
+        assert code == 0
+        outs.append((tmp_path / f"o{workers}" / "size.json").read_text())
+    assert outs[0] == outs[1]
