@@ -134,7 +134,6 @@ class TableRunEnds:
         self._value = table.scalar
         self._x_run = kv_first                # the keys of the run's first step
         self._last_step_s = None
-        self._memo = (-1, 0.0)                # the end read last: (index, seconds)
         first_t = self._value(kv_first)
         first = (fixed_s + scale * first_t) + kv_first * per_key_s
         lead = 0
@@ -151,6 +150,7 @@ class TableRunEnds:
         keys = m * self._x0 + kv_per_step * (m * (m - 1) / 2.0)
         self.last_s = (lead * floor_s if lead else 0.0) + (
             m * fixed_s + scale * total + per_key_s * keys)
+        self._memo = (n - 1, self.last_s)          # the end read last: (index, seconds)
 
     # -- building ------------------------------------------------------------------------
     def _steps_below(self, floor_s: float) -> int:
