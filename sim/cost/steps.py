@@ -9,6 +9,18 @@ import math
 from bisect import bisect_left, bisect_right
 
 
+def count_true(before, lo: int, hi: int) -> int:
+    """The first i in [lo, hi] where ``before(i)`` is false, ``before`` being true up
+    to some point and false from it on (bisection): how many ends lie before a time."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if before(mid):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 class StepEnds(list):
     """Cumulative end offsets of a segment's steps: a list of floats (built from
     a list, ``np.cumsum(...).tolist()`` for an array), so indexing and ``len``
@@ -86,11 +98,4 @@ class LinearStepEnds:
                 k += 1
             else:
                 return k
-        lo, hi = 0, n                 # ends are increasing: binary search
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if before(mid):
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return count_true(before, 0, n)   # ends are increasing: binary search

@@ -31,6 +31,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 
+from sim.cost.steps import count_true
+
 # B_2j/(2j)! for j = 1..4, and |B_10|/10!: the remainder's bound
 _BERNOULLI = (1.0 / 12.0, -1.0 / 720.0, 1.0 / 30240.0, -1.0 / 1209600.0)
 _BERNOULLI_NEXT = 1.0 / 47900160.0
@@ -301,10 +303,4 @@ class TableRunEnds:
                 return k
             if lo >= hi:
                 return lo
-        while lo < hi:                # ends increase: bisect what is left
-            mid = (lo + hi) // 2
-            if before(mid):
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return count_true(before, lo, hi)     # ends increase: bisect what is left
