@@ -61,11 +61,6 @@ def _bins_of(gaps_s: np.ndarray) -> np.ndarray:
     return k.astype(np.int64)
 
 
-def _step_lengths(step_end_s):
-    """Step i's length from a list of cumulative ends."""
-    return lambda i: step_end_s[i] - step_end_s[i - 1] if i else step_end_s[0]
-
-
 class GapHistogram:
     __slots__ = ("measured_from_s", "counts", "_sum_s", "_min_s", "_max_s", "_runs")
 
@@ -92,8 +87,8 @@ class GapHistogram:
 
     def add_steps(self, step_end_s, num_steps: int, count: int) -> None:
         """``count`` gaps of each of the first ``num_steps`` steps whose cumulative
-        ends are ``step_end_s`` (``LinearStepEnds`` or a list): step i lasts
-        end(i) − end(i − 1). Step lengths must not shrink along the run (a decode
+        ends are ``step_end_s`` (``sim.cost.steps``' kinds): step i lasts
+        ``step_s(i)``. Step lengths must not shrink along the run (a decode
         step reads one more KV token a sequence than the one before: every cost
         model's step grows with it); the steps in each bin are found at the bin's
         edges, so a run costs O(bins touched), not O(steps)."""
@@ -102,24 +97,9 @@ class GapHistogram:
             runs += (step_end_s[0], 0.0, 1, count)
         elif type(step_end_s) is LinearStepEnds:
             runs += (step_end_s.first, step_end_s.slope, num_steps, count)
-        else:                                 # measured steps: lengths from the ends
-            first = step_end_s[0]
-            end_s = step_end_s[num_steps - 1]
-            last = end_s - step_end_s[num_steps - 2]
-            self._sum_s += end_s * count
-            # bin_of, inlined: this runs once a fast-forward
-            k = int((_log(first) - _LOG_LOW) * _PER_LOG) if first > LOW_S else 0
-            edges = _EDGES_S
-            upper = edges[k + 1] if k + 1 < len(edges) else bin_edge_s(k + 1)
-            if last >= upper or (last < first and last < bin_edge_s(k)):
-                self._spread(first, last, count, _step_lengths(step_end_s), num_steps)
-                return
-            counts = self.counts
-            counts[k] = counts.get(k, 0) + num_steps * count
-            if first < self._min_s:
-                self._min_s = first
-            if last > self._max_s:
-                self._max_s = last
+        else:                                 # measured steps: each one's length
+            self._add_measured(step_end_s.step_s, num_steps, step_end_s[num_steps - 1],
+                               count)
             return
         if len(runs) > _MAX_PENDING:
             self._bin_runs()
@@ -135,9 +115,29 @@ class GapHistogram:
             if len(self._runs) > _MAX_PENDING:
                 self._bin_runs()
             return
-        start = step_end_s[0]
-        self.add_steps([step_end_s[i] - start for i in range(1, num_steps)], num_steps - 1,
-                       count)
+        step_s = step_end_s.step_s
+        self._add_measured(lambda i: step_s(i + 1), num_steps - 1,
+                           step_end_s[num_steps - 1] - step_end_s[0], count)
+
+    def _add_measured(self, length, num_steps: int, total_s: float, count: int) -> None:
+        """``count`` gaps of each of ``num_steps`` steps lasting ``length(i)`` (not
+        shrinking along the run), ``total_s`` in all."""
+        first = length(0)
+        last = length(num_steps - 1)
+        self._sum_s += total_s * count
+        # bin_of, inlined: this runs once a fast-forward
+        k = int((_log(first) - _LOG_LOW) * _PER_LOG) if first > LOW_S else 0
+        edges = _EDGES_S
+        upper = edges[k + 1] if k + 1 < len(edges) else bin_edge_s(k + 1)
+        if last >= upper or (last < first and last < bin_edge_s(k)):
+            self._spread(first, last, count, length, num_steps)
+            return
+        counts = self.counts
+        counts[k] = counts.get(k, 0) + num_steps * count
+        if first < self._min_s:
+            self._min_s = first
+        if last > self._max_s:
+            self._max_s = last
 
     def _bin_runs(self) -> None:
         """Put the pending runs of linear steps in the bins, most (those within one bin)

@@ -52,7 +52,7 @@ from sim.config.common import FilePath, StrictModel
 from sim.config.specs import HardwareSpec, ModelSpec
 from sim.cost import libm
 from sim.cost.base import CostModel, DecodeRun, step_sum
-from sim.cost.steps import StepEnds
+from sim.cost.table_steps import PowerPieces, TableRunEnds
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.cost.shape import ArrayLike, BatchShape, default_kv_read
 from sim.config.inputs import MAX_DOC_BYTES, DataFiles, InputFileError, read_bytes, shown
@@ -125,7 +125,7 @@ class CalibratedConfig(StrictModel):
 class Table:
     """A monotone [x, seconds] table, read in log-log space (vectorised and scalar)."""
 
-    __slots__ = ("xs", "ts", "_lx", "_lt", "_x_last", "_t_last", "_zero")
+    __slots__ = ("xs", "ts", "_lx", "_lt", "_x_last", "_t_last", "_zero", "_pieces")
 
     def __init__(self, rows: list[list[float]], where: str = "table") -> None:
         if not rows:
@@ -146,6 +146,17 @@ class Table:
         self._lt = [math.log(max(t, _MIN_SECONDS)) for t in ts]
         self._x_last = xs[-1]
         self._t_last = ts[-1]
+        # the power laws it is read as (``pieces``): constant below the first point, then
+        # between each two points, then in proportion to x past the last
+        slopes = [(t1 - t0) / (x1 - x0) for x0, x1, t0, t1 in
+                  zip(self._lx, self._lx[1:], self._lt, self._lt[1:])]
+        self._pieces = (PowerPieces([0.0], [0.0]) if self._zero else
+                        PowerPieces([0.0] + xs, [0.0] + slopes + [1.0]))
+
+    def pieces(self) -> PowerPieces:
+        """The power laws t ∝ x^s that ``scalar`` reads, where each starts: a decode run
+        sums them in closed form (``table_steps.py``)."""
+        return self._pieces
 
     def __call__(self, x: ArrayLike) -> ArrayLike:
         x = np.asarray(x, dtype=np.float64)
@@ -507,22 +518,26 @@ class CalibratedCostModel(CostModel):
         return time_s, flops, moved
 
     def decode_run(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> DecodeRun:
-        """A fast-forwarded decode run: its step times from ``decode_run_s``, its FLOPs and
-        bytes (linear in the keys read) from the roofline's closed form."""
-        ends = StepEnds(np.cumsum(self.decode_run_s(num_seqs, kv_tokens_first,
-                                                    num_steps)).tolist())
-        return DecodeRun(ends, float(ends[num_steps - 1]), float(num_seqs),
-                         *self.decode_work(num_seqs, kv_tokens_first))
+        """A fast-forwarded decode run in closed form (``TableRunEnds``: the decode
+        attention table summed piece by piece over the run), the steps as
+        ``decode_run_s`` prices them; its FLOPs and bytes (linear in the keys read) from
+        the roofline's closed form."""
+        n = float(num_seqs)
+        ends = TableRunEnds(self._decode, self._decode_fixed(num_seqs), float(self.num_layers),
+                            self._per_key.scalar(n) if self._packed else 0.0,
+                            kv_tokens_first, n, num_steps,
+                            self._overlap_c_s + self._overlap_per_seq_s * n
+                            if self._host_overlap else None)
+        return DecodeRun(ends, ends.last_s, n, *self.decode_work(num_seqs, kv_tokens_first))
 
     def decode_work(self, num_seqs: int, kv_tokens_first: float
                     ) -> tuple[float, float, float, float]:
         """The roofline's work counters (its closed form)."""
         return self._roofline.decode_work(num_seqs, kv_tokens_first)
 
-    def decode_run_s(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> np.ndarray:
-        """Times of a decode run's steps: every term but the keys read is the same each
-        step, so it is priced once per batch size and only the decode attention (and an
-        engine's per-key cost) is read per step, in one pass over the run."""
+    def _decode_fixed(self, num_seqs: int) -> float:
+        """A decode step's seconds but its keys' (decode attention, an engine's per-key
+        cost) and an overlapped host's: the same every step of a run, kept per batch size."""
         fixed = self._decode_fixed_s.get(num_seqs)
         if fixed is None:
             n = float(num_seqs)
@@ -532,6 +547,14 @@ class CalibratedCostModel(CostModel):
                                                                           0.0)[0]
             finally:
                 self._host_overlap = overlap
+        return fixed
+
+    def decode_run_s(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> np.ndarray:
+        """Times of a decode run's steps, each read from the tables (what ``decode_run``
+        sums in closed form): every term but the keys read is the same each step, so it
+        is priced once per batch size and only the decode attention (and an engine's
+        per-key cost) is read per step, in one pass over the run."""
+        fixed = self._decode_fixed(num_seqs)
         kv = kv_tokens_first + np.arange(num_steps, dtype=np.float64) * float(num_seqs)
         out = fixed + self.num_layers * self._decode(kv)
         if self._packed:

@@ -1,9 +1,24 @@
-"""Cumulative step end times of a segment: an array, or a closed form."""
+"""Cumulative step end times of a segment: an array, or a closed form.
+
+Every kind (``StepEnds``, ``LinearStepEnds``, ``table_steps.TableRunEnds``) gives ``len``,
+``[i]`` (step i's end from the segment's start), ``count_before``, ``step_s(i)`` (step
+i's length) and ``max_step_s(num_steps)``."""
 from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
 
+
+def count_true(before, lo: int, hi: int) -> int:
+    """The first i in [lo, hi] where ``before(i)`` is false, ``before`` being true up
+    to some point and false from it on (bisection): how many ends lie before a time."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if before(mid):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 class StepEnds(list):
@@ -16,6 +31,16 @@ class StepEnds(list):
     def count_before(self, elapsed_s: float, inclusive: bool) -> int:
         """Steps ending before ``elapsed_s`` (at or before it when ``inclusive``)."""
         return (bisect_right if inclusive else bisect_left)(self, elapsed_s)
+
+    def step_s(self, i: int) -> float:
+        return self[i] - self[i - 1] if i else self[0]
+
+    def max_step_s(self, num_steps: int) -> float:
+        longest, prev = 0.0, 0.0
+        for k in range(num_steps):
+            longest = max(longest, self[k] - prev)
+            prev = self[k]
+        return longest
 
 
 class LinearStepEnds:
@@ -39,6 +64,12 @@ class LinearStepEnds:
         if i < 0:
             i += self.n
         return (i + 1) * self.first + self.slope * (i * (i + 1) / 2.0)
+
+    def step_s(self, i: int) -> float:
+        return self.first + self.slope * i
+
+    def max_step_s(self, num_steps: int) -> float:
+        return max(self.first, self.first + self.slope * (num_steps - 1))
 
     def count_before(self, elapsed_s: float, inclusive: bool) -> int:
         """Steps ending before ``elapsed_s``: the root of the quadratic end(m - 1) = elapsed,
@@ -67,11 +98,4 @@ class LinearStepEnds:
                 k += 1
             else:
                 return k
-        lo, hi = 0, n                 # ends are increasing: binary search
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if before(mid):
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return count_true(before, 0, n)   # ends are increasing: binary search

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from sim.cost.base import IDLE_AFTER_S, CostModel
-from sim.cost.steps import LinearStepEnds, StepEnds  # noqa: F401 (re-exported)
+from sim.cost.steps import StepEnds
 from sim.core.gaps import GapHistogram
 from sim.core.kv import KvCacheManager
 from sim.core.request import Request
@@ -32,7 +32,8 @@ class Segment:
     """One or more engine iterations run back to back.
 
     ``step_end_s`` gives the cumulative end offset of each step from the
-    segment's start (``StepEnds``, ``LinearStepEnds`` or a list). Work (tokens, FLOPs, bytes) is linear in the step index,
+    segment's start (``StepEnds``, ``LinearStepEnds`` or ``TableRunEnds``).
+    Work (tokens, FLOPs, bytes) is linear in the step index,
     ``first + slope·i`` for step i, which holds for the identical decode
     steps of a fast-forward; a segment of unlike steps (a static batch) gives
     its per-step tokens and its totals instead.
@@ -89,14 +90,7 @@ class Segment:
 
     def max_step_s(self, num_steps: int) -> float:
         """Longest of the first ``num_steps`` steps."""
-        ends = self.step_end_s
-        if isinstance(ends, LinearStepEnds):
-            return max(ends.first, ends.first + ends.slope * (num_steps - 1))
-        longest, prev = 0.0, 0.0
-        for k in range(num_steps):
-            longest = max(longest, ends[k] - prev)
-            prev = ends[k]
-        return longest
+        return self.step_end_s.max_step_s(num_steps)
 
     def tokens_of_step(self, k: int) -> float:
         if self.step_tokens is not None:
