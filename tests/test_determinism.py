@@ -1,4 +1,4 @@
-"""Same scenario and seed, same bytes: summary.json and requests.csv do not
+"""Same scenario and seed, same bytes: summary.json and requests.parquet do not
 depend on the process, on Python's string hashing, or on anything but the
 scenario and its seed.
 
@@ -21,7 +21,7 @@ import sim
 from sim.output.outputs import write_outputs
 
 ROOT = Path(__file__).resolve().parent.parent
-COMPARED = ("summary.json", "requests.csv")
+COMPARED = ("summary.json", "requests.parquet")
 
 SCENARIO = """\
 name: determinism
@@ -172,7 +172,7 @@ def test_the_scenario_exercises_what_it_is_meant_to(reference):
     import io
 
     import pandas as pd
-    req = pd.read_csv(io.BytesIO(reference["requests.csv"]), keep_default_na=False)
+    req = pd.read_parquet(io.BytesIO(reference["requests.parquet"]))
     assert set(req["team"]) >= {"support", "search", "analytics"}
     assert set(req["pool"]) >= {"affinity", "random"}
     assert (req["reject_reason"] == "unauthorized").any()
@@ -213,7 +213,7 @@ def test_string_hashing_does_not_matter(scenario_path, reference, tmp_path):
 
 def test_a_different_seed_gives_different_requests(scenario_path, reference, tmp_path):
     other = _in_subprocess(scenario_path, tmp_path / "seed12", hash_seed="0", seed=12)
-    assert other["requests.csv"] != reference["requests.csv"]
+    assert other["requests.parquet"] != reference["requests.parquet"]
     assert other["summary.json"] != reference["summary.json"]
 
 

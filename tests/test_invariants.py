@@ -482,7 +482,7 @@ RETRY_CUT_OFF_BUG = (
     "a request that the gateway refused (429) and whose client retry is still pending when "
     "the run is cut off at duration + drain gets no row at all: Simulation.run marks only "
     "pool.open_requests() unfinished, so requests waiting in the gateway's retry backoff "
-    "vanish from requests.csv and summary.json's `arrived` (with drain 0, "
+    "vanish from requests.parquet and summary.json's `arrived` (with drain 0, "
     "_retry_cut_off(0) records 6 of the 34 arrivals; with the default drain all 34)")
 
 

@@ -99,6 +99,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.no_report and args.replications > 1:
         raise ScenarioError("--replications writes replications.json and no report: "
                             "--no-report does not go with it", field="--no-report")
+    if args.no_requests and args.csv:
+        raise ScenarioError("--csv copies the request table as CSV, which --no-requests "
+                            "leaves out: give one", field="--csv")
+    if args.replications > 1 and (args.no_requests or args.csv):
+        flag = "--no-requests" if args.no_requests else "--csv"
+        raise ScenarioError(f"--replications writes replications.json and no request "
+                            f"table: {flag} does not go with it", field=flag)
     if args.workers > 1 and args.replications == 1:
         raise ScenarioError("--workers runs replications side by side: give --replications "
                             "N as well", field="--workers")
@@ -117,7 +124,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if progress is not None:
             progress.close()
     written = write_outputs(results, out_dir, force=args.force, sweep=sweep, inputs=inputs,
-                            report=not args.no_report)
+                            report=not args.no_report, requests=not args.no_requests,
+                            csv=args.csv)
     if args.json:
         print(json.dumps(results.summary, indent=2))
     elif not args.quiet:
@@ -144,6 +152,12 @@ def add_run(sub) -> None:
     run.add_argument("--no-report", action="store_true",
                      help="write the data files only, without plots/ and report.html "
                           "(most of a small run's time beyond its simulation)")
+    run.add_argument("--csv", action="store_true",
+                     help="write requests.csv (and steps.csv with record_steps) beside "
+                          "their Parquet files: the same rows, four times the size")
+    run.add_argument("--no-requests", action="store_true",
+                     help="write no per-request table (summary.json, timeseries.csv and "
+                          "the report stay the same)")
     run.add_argument("--set", action="append", metavar="PATH=VALUE",
                      help="override a scenario field, e.g. pools.main.replicas=4")
     run.add_argument("--warmup", type=warmup_arg, help="leave out requests arriving before this")

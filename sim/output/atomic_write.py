@@ -49,8 +49,9 @@ def remove(path: Path) -> None:
 # What a killed run may have left in its temporary folder before its marker listed the
 # files (the marker is written first): the outputs of fleetsim's commands, by name
 _OUTPUT_NAMES = {"data", "summary.json", "requests.parquet", "requests.csv", "timeseries.csv",
-                 "steps.csv", "scenario.yaml", "report.html", "plots", "size.csv", "size.json",
-                 "max-rate.json", "replications.json", "replications.csv"}
+                 "steps.parquet", "steps.csv", "scenario.yaml", "report.html", "plots",
+                 "size.csv", "size.json", "max-rate.json", "replications.json",
+                 "replications.csv"}
 
 
 def _only_ours(folder: Path) -> bool:

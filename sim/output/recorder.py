@@ -84,12 +84,12 @@ class RequestField:
     dtype: str
     attr: str
     codes: str | None = None
-    in_table: bool = True       # a column of requests.csv (else read by the summary only)
+    in_table: bool = True       # a column of the request table (else read by the summary only)
 
 
 # The request row, declared once: the recorder's append, the columns' dtypes and the
 # results' decoding all follow this order (a column is added here, and in the output
-# contract's REQUEST_TABLE_COLUMNS where it belongs in requests.csv).
+# contract's REQUEST_TABLE_COLUMNS where it belongs in the request table).
 REQUEST_ROW = (
     RequestField("request_id", "int64", "request_id"),
     RequestField("stream", "int32", "stream_index"),     # decoded by the run's stream names
@@ -116,7 +116,7 @@ REQUEST_ROW = (
     RequestField("kv_transfer_s", "float64", "kv_transfer_s"),
     RequestField("api_key", "int32", "api_key", "keys"),
     RequestField("served_model", "int32", "served_model", "served"),
-    # work on an earlier pool (cost attribution only; not columns of requests.csv)
+    # work on an earlier pool (cost attribution only; not columns of the request table)
     RequestField("earlier_pool", "int32", "earlier_pool", "earlier_pools", in_table=False),
     RequestField("earlier_tokens", "int64", "earlier_tokens", in_table=False),
     RequestField("carried_tokens", "int64", "carried_tokens", in_table=False),

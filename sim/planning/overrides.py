@@ -153,7 +153,7 @@ def check_grid(varies: list[tuple[str, list[Any]]], fixed: Iterable[str] = ()) -
 
 # fields that change no result: a sweep over them would run one scenario many times
 NOT_VARIED = {"name": "the name labels the results", "description": "a description is text",
-              "record_steps": "recording steps writes steps.csv",
+              "record_steps": "recording steps writes steps.parquet",
               "max_requests": "a bound on the run's size",
               "sample_interval": "the time series' period"}
 

@@ -102,7 +102,7 @@ def test_allow_path_lets_a_trace_outside_be_read(tmp_path, capsys):
     code, text = cli(["run", str(scenario), "--out", str(out), "--quiet",
                       "--allow-path", str(data)], capsys)
     assert code == 0, text
-    assert len(pd.read_csv(out / "requests.csv")) == 2
+    assert len(pd.read_parquet(out / "requests.parquet")) == 2
 
 
 def test_a_link_in_the_scenario_folder_to_a_file_outside_is_refused(tmp_path, capsys):
@@ -292,7 +292,7 @@ def test_shipped_names_stay_valid(capsys):
 def test_a_formula_team_name_is_quoted_in_requests_csv(tmp_path, capsys):
     scenario = write_scenario(tmp_path, scenario_text(team="'=HYPERLINK(\"x\")'"))
     out = tmp_path / "out"
-    code, text = cli(["run", str(scenario), "--out", str(out), "--quiet"], capsys)
+    code, text = cli(["run", str(scenario), "--out", str(out), "--quiet", "--csv"], capsys)
     assert code == 0, text
     csv = pd.read_csv(out / "requests.csv")
     assert set(csv["team"]) == {"'=HYPERLINK(\"x\")"}

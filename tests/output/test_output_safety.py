@@ -68,7 +68,7 @@ def _small_outputs(monkeypatch):
     """A result folder of one file (plots and the page are slow and beside the point)."""
     import sim.output.outputs
 
-    def write_all(results, folder, sweep=None, report=True):
+    def write_all(results, folder, *args):
         path = folder / "summary.json"
         path.write_text(sim.output.outputs.summary_json(results.summary))
         return [path]
@@ -345,7 +345,7 @@ import sys, time
 import sim.output.outputs
 from sim.cli import main
 
-def slow(results, folder, sweep=None, report=True):
+def slow(results, folder, *args):
     (folder / "summary.json").write_text("{}")
     print("writing", flush=True)
     time.sleep(120)
@@ -377,7 +377,7 @@ def test_a_failed_write_leaves_nothing_and_exits_1(tmp_path, monkeypatch, capsys
 
     import sim.output.outputs
 
-    def full(results, folder, sweep=None, report=True):
+    def full(results, folder, *args):
         raise OSError(errno.ENOSPC, "No space left on device", str(folder / "summary.json"))
 
     monkeypatch.setattr(sim.output.outputs, "_write_all", full)
@@ -688,10 +688,10 @@ def test_a_folder_that_appears_during_the_run_exits_1_and_says_so(tmp_path, monk
     scenario = write_scenario(tmp_path)
     real_write_all = sim.output.outputs._write_all
 
-    def meanwhile(results, folder, sweep=None, report=True):
+    def meanwhile(results, folder, *args):
         out.mkdir()
         (out / "theirs.txt").write_text("x")
-        return real_write_all(results, folder, sweep, report)
+        return real_write_all(results, folder, *args)
 
     monkeypatch.setattr(sim.output.outputs, "_write_all", meanwhile)
     assert run_main(["run", str(scenario), "--out", str(out), "--quiet"]) == 1

@@ -76,7 +76,7 @@ def test_each_turn_is_sent_its_think_time_after_the_last_answer_and_hits_the_cac
 
 
 def test_the_request_table_names_each_requests_conversation_and_turn():
-    """``session`` and ``turn`` link a conversation's rows in requests.csv: turns 1..k of
+    """``session`` and ``turn`` link a conversation's rows in requests.parquet: turns 1..k of
     one (stream, session), each sent its think time after the previous one finished, its
     prompt the previous prompt and answer plus a message; other requests have -1."""
     two = {"chat": {**chat(), "team": "t"},
