@@ -649,13 +649,17 @@ def test_size_refuses_a_scenario_whose_streams_drew_no_request(tmp_path, capsys)
     for seed in range(20):          # 0.5 expected arrivals: most seeds draw none
         data = chat(duration=10, rate=0.05).model_dump(mode="json")
         data["seed"] = seed
-        if len(sim.run(Scenario.model_validate(data)).requests) == 0:
+        try:
+            sim.run(Scenario.model_validate(data))
+        except sim.ScenarioError as exc:      # a run that draws nothing is refused too
+            assert "no stream draws a request over the run" in str(exc)
             break
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(data))
     for extra in ([], ["--max-rate"]):
         assert main(["size", str(path), "--slo", "ttft_p99=1s", "--quiet", *extra]) == 2
-        assert "the streams drew no request in this run" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "no stream draws a request over the run" in err, err
 
 
 def test_max_rate_moves_the_load_by_its_step_and_takes_the_verdicts_at_hand(monkeypatch):
