@@ -6,6 +6,10 @@
     results.requests      # one row per request (pandas)
     results.timeseries    # one row per pool per sample
     results.summary       # what summary.json holds
+    results.write("results/quickstart")
+
+``with_overrides`` changes fields by dotted path; ``size``, ``sweep``, ``compare`` and
+``check`` are the planning commands (docs/python-api.md shows each).
 
 The names below are imported on first use (``import sim`` itself costs nothing, so the
 ``fleetsim`` command can set itself up before pydantic builds the scenario's models).
@@ -14,10 +18,13 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["load_scenario", "run", "with_overrides", "Results", "ScenarioError"]
+__all__ = ["load_scenario", "run", "with_overrides", "size", "sweep", "compare", "check",
+           "Results", "ScenarioError"]
 __version__ = "0.1.0"
 
 _HOMES = {"load_scenario": "sim.api", "run": "sim.api", "with_overrides": "sim.api",
+          "size": "sim.workflows", "sweep": "sim.workflows", "compare": "sim.workflows",
+          "check": "sim.workflows",
           "Results": "sim.output.results", "ScenarioError": "sim.config.errors"}
 
 

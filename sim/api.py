@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pydantic
 
@@ -143,24 +144,87 @@ def _check_data_files(scenario: Scenario, path: Path, line_map: LineMap) -> None
         raise ScenarioError.many(problems)
 
 
-def with_overrides(scenario: Scenario, *, seed: int | None = None,
-                   duration_s: float | None = None) -> Scenario:
-    """A copy with the run's seed or arrival window replaced (CLI flags)."""
+def with_overrides(scenario: Scenario, set: Mapping[str, Any] | None = None, *,
+                   seed: int | None = None, duration_s: float | None = None,
+                   **fields: Any) -> Scenario:
+    """A copy of ``scenario`` with fields replaced, checked as the file was.
+
+    ``seed`` and ``duration_s`` replace the run's seed and arrival window (the CLI's
+    ``--seed`` and ``--duration``). ``set`` (or keywords, ``**{"pools.main.replicas": 3}``)
+    maps dotted paths of the scenario's YAML keys to values, as ``fleetsim run --set
+    PATH=VALUE`` does: ``{"pools.main.replicas": 3, "workload.streams.chat.arrival.rate":
+    "4/s"}``. A value is what the file would hold (units as text: ``"4/s"``, ``"2s"``; a
+    block as a dict). A path that is not the scenario's, or a value its field refuses, is
+    a :class:`ScenarioError` naming the dotted field and the valid choices (a typo gets a
+    did-you-mean), and the whole scenario's checks run again (names that exist, pools
+    that fit), as for ``--set``.
+    """
     update = {}
     if seed is not None:
         update["seed"] = seed
     if duration_s is not None:
         update["duration"] = duration_s
-    if not update:
-        return scenario
+    if update:
+        try:
+            out = Scenario.model_validate({**scenario.model_dump(), **update})
+        except pydantic.ValidationError as exc:
+            err = exc.errors()[0]
+            raise ScenarioError(f"{err['msg']} (got {err.get('input')!r})",
+                                field="--" + ".".join(str(p) for p in err["loc"])) from None
+        out._source, out._allow_paths = scenario._source, scenario._allow_paths
+        out._flags = dict(scenario._flags)
+        scenario = out
+    dotted = _dotted(set, fields, given=update)
+    return _with_dotted(scenario, dotted) if dotted else scenario
+
+
+# how a run's refusal names a field given by :func:`with_overrides` (the CLI names its flag)
+OVERRIDES = "sim.with_overrides"
+
+
+def _dotted(given_set: Mapping[str, Any] | None, fields: dict[str, Any],
+            given: dict[str, Any]) -> dict[str, Any]:
+    """The dotted overrides of ``set`` and the keywords, each path once, none inside
+    another, none also given as ``seed=`` or ``duration_s=``."""
+    from sim.planning.overrides import nested_in
+    if given_set is not None and not isinstance(given_set, Mapping):
+        raise ScenarioError(f"set= takes a mapping of dotted paths to values, e.g. "
+                            f"{{'pools.main.replicas': 3}}, not a {type(given_set).__name__}",
+                            field="set")
+    dotted: dict[str, Any] = {}
+    keyword = {"seed": "seed=", "duration": "duration_s="}
+    for path, value in [*(given_set or {}).items(), *fields.items()]:
+        if not isinstance(path, str) or not path.strip(".").strip():
+            raise ScenarioError(f"{path!r}: a field is a dotted path of the scenario's "
+                                "keys, e.g. 'pools.main.replicas'", field="set")
+        if path in dotted:
+            raise ScenarioError("given twice (in set= and as a keyword); give it once",
+                                field=path)
+        if path in given:
+            raise ScenarioError(f"given as {keyword[path]} and as a dotted field; give "
+                                "one", field=path)
+        inner = nested_in(path, dotted)
+        if inner is not None:
+            raise ScenarioError(f"{path} and {inner}: one holds the other, and the outer "
+                                "value would replace the inner; give one", field=path)
+        dotted[path] = value
+    return dotted
+
+
+def _with_dotted(scenario: Scenario, dotted: dict[str, Any]) -> Scenario:
+    """:func:`sim.planning.overrides.with_values` (what ``--set`` runs), then the whole
+    scenario's checks; a problem on a field the overrides did not give says they made
+    it."""
+    from sim.planning.overrides import with_values
     try:
-        out = Scenario.model_validate({**scenario.model_dump(), **update})
-    except pydantic.ValidationError as exc:
-        err = exc.errors()[0]
-        raise ScenarioError(f"{err['msg']} (got {err.get('input')!r})",
-                            field="--" + ".".join(str(p) for p in err["loc"])) from None
-    out._source, out._allow_paths = scenario._source, scenario._allow_paths
-    out._flags = dict(scenario._flags)
+        out = cross_check(with_values(scenario, dotted))
+    except ScenarioError as exc:
+        raise ScenarioError.many([
+            p if given_by(dict.fromkeys(dotted, OVERRIDES), p.field or "") is not None
+            else Problem(f"with the overrides {', '.join(dotted)}: {p.message}",
+                         field=p.field)
+            for p in exc.problems]) from None
+    out._flags = {**scenario._flags, **dict.fromkeys(dotted, OVERRIDES)}
     return out
 
 
@@ -202,6 +266,20 @@ def run(scenario: Scenario, *, progress: ProgressFn | None = None,
     simulation.wall_s = time.perf_counter() - t0
     simulation.setup_s = setup_s
     return collect(simulation.account())
+
+
+def write_results(results: Results, folder: str | Path, *, force: bool = False,
+                  report: bool = True) -> list[Path]:
+    """:meth:`Results.write`: the files ``fleetsim run --out folder`` writes, by its writer
+    (:func:`sim.output.outputs.write_outputs`) and under its rules: an existing non-empty
+    ``folder`` is replaced only with ``force`` and only if fleetsim wrote it, never one
+    holding the scenario or a data file it read."""
+    from sim.output.outputs import write_outputs
+    scenario = results.scenario
+    inputs = [str(p) for p in data_files(scenario)]
+    if scenario._source is not None:
+        inputs.append(scenario._source)
+    return write_outputs(results, Path(folder), force=force, inputs=inputs, report=report)
 
 
 def refused(scenario: Scenario, exc: RunRefused) -> ScenarioError:

@@ -63,6 +63,14 @@ class Results:
         ``record_steps``."""
         return self.tables.steps.frame() if self.tables.steps is not None else None
 
+    def write(self, folder, *, force: bool = False, report: bool = True) -> list:
+        """Write the files ``fleetsim run --out folder`` writes (summary.json, the request
+        and time-series tables, scenario.yaml, and unless ``report=False`` the plots and
+        report.html) and return their paths. An existing non-empty ``folder`` is replaced
+        only with ``force`` and only if fleetsim wrote it; otherwise ScenarioError."""
+        from sim.api import write_results
+        return write_results(self, folder, force=force, report=report)
+
 
 def latencies(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Each request's ttft_s, tpot_s (NaN for one output token), e2e_s and queue_s from
