@@ -269,7 +269,8 @@ def run(scenario: Scenario, *, progress: ProgressFn | None = None,
 
 
 def write_results(results: Results, folder: str | Path, *, force: bool = False,
-                  report: bool = True) -> list[Path]:
+                  report: bool = True, requests: bool = True, csv: bool = False
+                  ) -> list[Path]:
     """:meth:`Results.write`: the files ``fleetsim run --out folder`` writes, by its writer
     (:func:`sim.output.outputs.write_outputs`) and under its rules: an existing non-empty
     ``folder`` is replaced only with ``force`` and only if fleetsim wrote it, never one
@@ -279,7 +280,8 @@ def write_results(results: Results, folder: str | Path, *, force: bool = False,
     inputs = [str(p) for p in data_files(scenario)]
     if scenario._source is not None:
         inputs.append(scenario._source)
-    return write_outputs(results, Path(folder), force=force, inputs=inputs, report=report)
+    return write_outputs(results, Path(folder), force=force, inputs=inputs, report=report,
+                         requests=requests, csv=csv)
 
 
 def refused(scenario: Scenario, exc: RunRefused) -> ScenarioError:

@@ -150,9 +150,16 @@ def test_results_write_writes_the_files_fleetsim_run_writes(tmp_path):
     assert sorted(cli) == sorted(api) and "report.html" in api and "summary.json" in api
     assert sorted(p.relative_to(tmp_path / "api").as_posix() for p in written) == \
         sorted(n for n in api if n != ".fleetsim-output")
-    for name in ("summary.json", "requests.csv", "timeseries.csv", "scenario.yaml",
-                 "requests.parquet"):
+    for name in ("summary.json", "timeseries.csv", "scenario.yaml", "requests.parquet"):
         assert cli[name] == api[name], name
+    # --csv and --no-requests as keywords
+    assert main(["run", "scenarios/quickstart.yaml", "--duration", "20s", "--quiet", "--csv",
+                 "--out", str(tmp_path / "cli-csv")]) == 0
+    sim.run(quickstart()).write(tmp_path / "api-csv", csv=True, report=False)
+    assert _files(tmp_path / "cli-csv")["requests.csv"] == \
+        _files(tmp_path / "api-csv")["requests.csv"]
+    sim.run(quickstart()).write(tmp_path / "none", requests=False, report=False)
+    assert not any(n.startswith("requests.") for n in _files(tmp_path / "none"))
 
 
 def test_results_write_refuses_a_folder_fleetsim_did_not_write(tmp_path):
