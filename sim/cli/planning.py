@@ -52,7 +52,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     write_file(out, csv_safe(table).to_csv(index=False))
     if args.report:
         from sim.output.report import build_sweep_report
-        write_file(Path(args.report), build_sweep_report(table, scenario.name))
+        write_file(Path(args.report), build_sweep_report(table, scenario.name,
+                                                                  scenario.slos))
     if not args.quiet:
         with_pd_options(lambda: print(table.to_string(index=False)))
         print(f"{len(table)} points -> {shown(out)}"

@@ -53,7 +53,7 @@ def new_figure(figsize: tuple[float, float]) -> Figure:
 
 # margins (inches) of a figure laid out by hand: room for numeric y tick labels and the y
 # label on the left, the x tick labels and label below; a twin y axis needs the right one
-MARGIN_LEFT_IN, MARGIN_BOTTOM_IN, MARGIN_TOP_IN = 0.9, 0.55, 0.2
+MARGIN_LEFT_IN, MARGIN_BOTTOM_IN, MARGIN_TOP_IN = 0.9, 0.55, 0.45
 MARGIN_RIGHT_IN, MARGIN_TWIN_IN = 0.25, 0.8
 
 
@@ -72,14 +72,77 @@ def fixed_figure(figsize: tuple[float, float], *, rows: int = 1, twin: bool = Fa
     return fig
 
 
-def log_x(ax) -> None:
-    """A log x axis whose tick labels are plain numbers (its default labels are mathtext,
-    which names are drawn without)."""
+def plain_tick(value: float, _pos=None) -> str:
+    """A log axis's tick label as a plain number: ``1,000``, ``20``, ``0.05``."""
+    return f"{value:,.0f}" if value >= 1 else f"{value:.6f}".rstrip("0").rstrip(".")
+
+
+def log_axis(ax, which: str = "x") -> None:
+    """A log ``which`` axis (``"x"`` or ``"y"``) whose tick labels are plain numbers (its
+    default labels are mathtext, which names are drawn without: they would show as
+    ``$\\mathdefault{10^{0}}$``)."""
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
-    ax.xaxis.set_minor_formatter(NullFormatter())
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    axis.set_major_formatter(FuncFormatter(plain_tick))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def log_x(ax) -> None:
+    """A log x axis whose tick labels are plain numbers."""
+    log_axis(ax, "x")
+
+
+HOUR_S = 3600.0
+# steps between hh:mm ticks (s): the smallest giving at most 8 ticks over the axis
+_CLOCK_STEPS_S = (600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+
+
+def hhmm(seconds: float, _pos=None) -> str:
+    """Seconds since the start as ``hh:mm`` (hours past 24 go on counting: ``30:00``)."""
+    minutes = int(round(abs(seconds) / 60.0))
+    return ("-" if seconds < 0 and minutes else "") + f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def time_axis(ax, span_s: float, label: str = "simulated time") -> None:
+    """The x axis of a chart over simulated time: seconds for a run of an hour or less,
+    ``hh:mm`` past an hour (a day in seconds reads 0-86,400)."""
+    if span_s <= HOUR_S:
+        ax.set_xlabel(f"{label} (s)")
+        return
+    from matplotlib.ticker import FuncFormatter, MultipleLocator
+
+    step = next((s for s in _CLOCK_STEPS_S if span_s / s <= 8), _CLOCK_STEPS_S[-1])
+    ax.xaxis.set_major_locator(MultipleLocator(step))
+    ax.xaxis.set_major_formatter(FuncFormatter(hhmm))
+    ax.set_xlim(0.0, span_s)
+    ax.set_xlabel(f"{label} (hh:mm)")
+
+
+def title(fig: Figure, name: str, what: str) -> None:
+    """``fig`` titled with the scenario's ``name`` and what it shows (a PNG is often read
+    away from its page)."""
+    fig.suptitle(f"{name}: {what}", fontsize="medium")
+
+
+def scenario_name(results) -> str:
+    return str(results.summary.get("scenario") or getattr(results.scenario, "name", "run"))
+
+
+def slo_targets(results, metric: str) -> list[tuple[str, float]]:
+    """The fleet-wide SLO targets (seconds) on ``metric`` (``ttft``, ``tpot``, ``e2e``...),
+    as ``(statistic, target)``: p50 ... p99 and mean."""
+    slos = getattr(results.scenario, "slos", None)
+    out = []
+    for stat in ("mean", "p50", "p90", "p95", "p99"):
+        target = getattr(slos, f"{metric}_{stat}", None)
+        if target is not None:
+            out.append((stat, float(target)))
+    return out
+
+
+SLO_STYLE = {"color": "0.25", "linewidth": 1.0, "linestyle": ":"}
 
 
 def note(ax, text: str) -> None:
