@@ -13,7 +13,10 @@ from sim.core.request import Status
 
 FIGSIZE = (7.0, 4.2)
 DPI = 110
-SAVE_KW = {"dpi": DPI, "format": "png", "metadata": {"Software": None}}
+# zlib's fastest level: the same pixels in files about a third larger, written in a
+# quarter of the time (encoding was a fifth of drawing the report)
+SAVE_KW = {"dpi": DPI, "format": "png", "metadata": {"Software": None},
+           "pil_kwargs": {"compress_level": 1}}
 MS = 1e3             # latencies are drawn in milliseconds (seconds in the data)
 
 
@@ -81,12 +84,15 @@ def log_axis(ax, which: str = "x") -> None:
     """A log ``which`` axis (``"x"`` or ``"y"``) whose tick labels are plain numbers (its
     default labels are mathtext, which names are drawn without: they would show as
     ``$\\mathdefault{10^{0}}$``)."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
     axis = ax.xaxis if which == "x" else ax.yaxis
     (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    # 1, 2 and 5 of each decade labelled (or every decade, past a handful), no unlabelled
+    # minor ticks: each tick is four artists to make and draw
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0), numticks=8))
     axis.set_major_formatter(FuncFormatter(plain_tick))
-    axis.set_minor_formatter(NullFormatter())
+    axis.set_minor_locator(NullLocator())
 
 
 def log_x(ax) -> None:
