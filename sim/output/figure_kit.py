@@ -80,7 +80,7 @@ def plain_tick(value: float, _pos=None) -> str:
     return f"{value:,.0f}" if value >= 1 else f"{value:.6f}".rstrip("0").rstrip(".")
 
 
-def log_axis(ax, which: str = "x") -> None:
+def log_axis(ax, which: str = "x", subs: tuple[float, ...] = (1.0, 2.0, 5.0)) -> None:
     """A log ``which`` axis (``"x"`` or ``"y"``) whose tick labels are plain numbers (its
     default labels are mathtext, which names are drawn without: they would show as
     ``$\\mathdefault{10^{0}}$``)."""
@@ -88,9 +88,9 @@ def log_axis(ax, which: str = "x") -> None:
 
     axis = ax.xaxis if which == "x" else ax.yaxis
     (ax.set_xscale if which == "x" else ax.set_yscale)("log")
-    # 1, 2 and 5 of each decade labelled (or every decade, past a handful), no unlabelled
-    # minor ticks: each tick is four artists to make and draw
-    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0), numticks=8))
+    # ``subs`` of each decade labelled (1, 2 and 5 by default; fewer past a handful), no
+    # unlabelled minor ticks: each tick is four artists to make and draw
+    axis.set_major_locator(LogLocator(subs=subs, numticks=8))
     axis.set_major_formatter(FuncFormatter(plain_tick))
     axis.set_minor_locator(NullLocator())
 
@@ -178,8 +178,10 @@ def busiest_teams(req: pd.DataFrame) -> list[str]:
 
 
 def png_bytes(fig: Figure, dpi: int = DPI) -> bytes:
-    """``fig`` (from :func:`new_figure`) laid out and drawn once, as a reproducible PNG; its
-    drawing state released."""
+    """``fig`` (from :func:`new_figure`) laid out and drawn once, as a reproducible PNG.
+    The figure is left as drawn: clearing it cleared each of its axes first (rebuilding
+    every axis and its ticks), a tenth of drawing the report, for a figure about to be
+    dropped."""
     import io
 
     buf = io.BytesIO()
@@ -189,5 +191,4 @@ def png_bytes(fig: Figure, dpi: int = DPI) -> bytes:
         warnings.filterwarnings("ignore", message="constrained_layout not applied",
                                 category=UserWarning)
         fig.savefig(buf, **{**SAVE_KW, "dpi": dpi})
-    fig.clear()
     return buf.getvalue()

@@ -62,7 +62,7 @@ def _png(fig: Figure | bytes, alt: str = "plot") -> str:
 
 def build_report(results, sweep=None, images: dict[str, bytes] | None = None) -> str:
     """The run's page; ``sweep`` (a ``fleetsim sweep`` table) adds its
-    throughput-against-latency curves; ``images``: the plots already drawn (by name in
+    latency curves; ``images``: the plots already drawn (by name in
     :data:`sim.output.plots.FIGURES`)."""
     from sim.output import plots
 
@@ -372,7 +372,7 @@ def _sweep_section(table, slos=None, name: str | None = None) -> list[str]:
         labels = [", ".join(f"{v}={row[v]}" for v in varied) for _, row in table.iterrows()]
         parts += ["<h2>Pareto views</h2>",
                   "<p>The points no other beats on both figures, joined and named.</p>",
-                  _png(pareto.pareto_figure(table, labels),
+                  _png(pareto.pareto_figure(table, labels, name),
                        "Pareto fronts of the sweep's points")]
     return parts
 

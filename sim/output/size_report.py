@@ -73,7 +73,7 @@ def build_size_report(table: pd.DataFrame, title: str, slos, fleet) -> str:
         parts += ["<h2>Options against each other</h2>",
                   "<p>The options no other beats on both figures, joined and named; the "
                   "dotted line is the SLOs' edge.</p>",
-                  _png(pareto.pareto_figure(feasible.reset_index(drop=True), keep),
+                  _png(pareto.pareto_figure(feasible.reset_index(drop=True), keep, title),
                        "Pareto fronts of the sizing options")]
     parts += ["<h2>Options</h2>",
               _table(shown, [[_cell(v) for v in row] for row in table[shown].values.tolist()]),

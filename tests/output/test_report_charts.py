@@ -191,3 +191,12 @@ def test_report_gives_each_teams_cost_per_hour_and_per_day(results):
     from sim.output.table import plain_number
     for team in s["teams"].values():
         assert plain_number(team["cost_usd"] / hours * 24.0) in _cells(page)
+
+
+def test_pareto_views_are_titled_with_the_scenario_name():
+    from sim.output import pareto
+    table = pd.DataFrame({"tokens_per_s_per_user": [10.0, 20.0], "output_tokens_per_s_per_gpu":
+                          [900.0, 500.0], "slo_margin_min": [0.1, 0.3],
+                          "cost_usd_per_h": [12.0, 30.0]})
+    fig = pareto.pareto_figure(table, ["a", "b"], "charts-run")
+    assert fig.get_suptitle().startswith("charts-run: ")
