@@ -177,6 +177,24 @@ def busiest_teams(req: pd.DataFrame) -> list[str]:
     return sorted(str(team) for team in counts.keys())
 
 
+# at most this many intervals between the ticks of a linear axis (matplotlib's default
+# fits as many as the axis has room for, nine on a 7-inch one): each tick is four artists
+# (two marks, a label, a grid line) to make, lay out and draw
+LINEAR_TICK_BINS = 6
+
+
+def few_ticks(fig: Figure) -> None:
+    """Each linear axis of ``fig`` ticked at round steps, at most :data:`LINEAR_TICK_BINS`
+    of them (axes given other ticks, log or hh:mm, are left as they are)."""
+    from matplotlib.ticker import AutoLocator
+
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            locator = axis.get_major_locator()
+            if type(locator) is AutoLocator:
+                locator.set_params(nbins=LINEAR_TICK_BINS)
+
+
 def png_bytes(fig: Figure, dpi: int = DPI) -> bytes:
     """``fig`` (from :func:`new_figure`) laid out and drawn once, as a reproducible PNG.
     The figure is left as drawn: clearing it cleared each of its axes first (rebuilding
@@ -185,6 +203,7 @@ def png_bytes(fig: Figure, dpi: int = DPI) -> bytes:
     import io
 
     buf = io.BytesIO()
+    few_ticks(fig)
     # a figure with hundreds of series may not fit its margins and is drawn as it is (a
     # warning would break ``--quiet``)
     with warnings.catch_warnings(), matplotlib.rc_context(PLAIN_TEXT):
