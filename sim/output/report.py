@@ -344,6 +344,9 @@ def sweep_figure(table, x: str | None = None, ys: tuple[str, ...] = SWEEP_Y, *, 
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
         ax.set_xlabel(x.replace("_", " "))
+        if x == SWEEP_X:
+            from matplotlib.ticker import StrMethodFormatter
+            ax.xaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))    # 20,000
         ax.set_ylabel(y[:-2].replace("_", " ").upper() + " (ms)")
         if (ms.to_numpy(dtype=np.float64) > 0).any():
             log_axis(ax, "y")   # points at 0 (none finished that fast) are left off
