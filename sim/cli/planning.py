@@ -52,7 +52,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     write_file(out, csv_safe(table).to_csv(index=False))
     if args.report:
         from sim.output.report import build_sweep_report
-        write_file(Path(args.report), build_sweep_report(table, scenario.name))
+        write_file(Path(args.report), build_sweep_report(table, scenario.name,
+                                                                  scenario.slos))
     if not args.quiet:
         with_pd_options(lambda: print(table.to_string(index=False)))
         print(f"{len(table)} points -> {shown(out)}"
@@ -184,8 +185,8 @@ def add_planning(sub) -> None:
     sweep_p.add_argument("--out", type=path_arg, help="CSV file for the table (default: results/<scenario "
                                        "name>-sweep.csv); replaces only an earlier sweep table")
     sweep_p.add_argument("--report", type=path_arg, metavar="HTML",
-                         help="also write a self-contained page with the throughput-against-"
-                              "latency curves")
+                         help="also write a self-contained page with the sweep's latency "
+                              "curves")
     sweep_p.add_argument("--quiet", action="store_true")
     add_allow_path(sweep_p)
     sweep_p.set_defaults(func=_cmd_sweep)

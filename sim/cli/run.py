@@ -166,7 +166,7 @@ def add_run(sub) -> None:
     run.add_argument("--workers", type=count_arg(MAX_WORKERS), default=1,
                      help="processes for replications (at most one per replication)")
     run.add_argument("--sweep", metavar="CSV", type=path_arg,
-                     help="a `fleetsim sweep` table whose throughput-against-latency curves "
-                          "report.html shows")
+                     help="a `fleetsim sweep` table whose latency curves report.html "
+                          "shows")
     add_allow_path(run)
     run.set_defaults(func=_cmd_run)

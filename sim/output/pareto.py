@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sim.output.figure_kit import new_figure, plain_text
+from sim.output.figure_kit import new_figure, plain_text, title
 
 # (x column, y column, x better higher, y better higher, x label, y label)
 VIEWS = (
@@ -53,11 +53,14 @@ def views(table: pd.DataFrame) -> list[tuple]:
 
 
 @plain_text
-def pareto_figure(table: pd.DataFrame, labels: list[str]) -> Figure:
+def pareto_figure(table: pd.DataFrame, labels: list[str], name: str | None = None) -> Figure:
     """Each view of ``table`` (one row per option, ``labels`` naming them) side by side:
-    every option a grey dot, the front joined and each of its options named."""
+    every option a grey dot, the front joined and each of its options named; titled with
+    the scenario's ``name`` when given."""
     shown = views(table)
     fig = new_figure((5.2 * max(len(shown), 1), 4.0))
+    if name is not None:
+        title(fig, name, "Pareto fronts of the options")
     for i, (xc, yc, x_hi, y_hi, x_label, y_label) in enumerate(shown):
         ax = fig.add_subplot(1, len(shown), i + 1)
         scale = 100.0 if xc == "slo_margin_min" else 1.0

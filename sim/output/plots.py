@@ -18,9 +18,10 @@ from matplotlib.figure import Figure
 
 from sim.core.request import Status
 from sim.output import plots_requests
-from sim.output.figure_kit import (FIGSIZE, MS, busiest_teams, colours, completed,
-                                   fixed_figure, log_x, new_figure, note, plain_text, png_bytes,
-                                   pools)
+from sim.output.figure_kit import (FIGSIZE, MS, SLO_STYLE, busiest_teams, colours,
+                                   completed, fixed_figure, log_axis, log_x, new_figure, note,
+                                   plain_text, png_bytes, pools, scenario_name, slo_targets,
+                                   time_axis, title)
 
 __all__ = ["FIGURES", "new_figure", "plain_text", "png_bytes", "render_all", "save_all"]
 
@@ -42,16 +43,37 @@ def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x[rank], (rank + 1) / len(x)
 
 
-def _cdf_figure(results, column: str, label: str) -> Figure:
-    """The CDF of ``column`` (seconds), drawn in milliseconds."""
+def _exceedance(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The share of ``values`` above each drawn value (1 - the CDF), through at most
+    :data:`CDF_POINTS` points; the largest (whose share is 0, off a log axis) is left off."""
+    x, below = _ecdf(values)
+    above = 1.0 - below
+    keep = above > 0
+    return x[keep], above[keep]
+
+
+# the statistic an SLO bounds, as the share of requests above its target it allows
+_SHARE_ABOVE = {"p50": 0.5, "p90": 0.1, "p95": 0.05, "p99": 0.01}
+
+
+def _cdf_figure(results, column: str, label: str, metric: str, what: str) -> Figure:
+    """The share of completed requests slower than x (1 - the CDF of ``column``, seconds,
+    drawn in milliseconds) on a log y axis, so the tail (p99, p99.9) takes as much of the
+    chart as the median; each fleet-wide SLO target on ``metric`` is a dotted line, and
+    the x axis reaches it."""
     fig = fixed_figure(FIGSIZE)
+    title(fig, scenario_name(results), what)
     ax = fig.add_subplot()
     ax.set_xlabel(label)
-    ax.set_ylabel("fraction of completed requests")
-    ax.set_ylim(0.0, 1.0)
+    ax.set_ylabel("share of completed requests slower")
     ax.grid(True, alpha=0.3)
     done = completed(results)
     done = done[np.isfinite(done[column].to_numpy(dtype=np.float64))] if len(done) else done
+    slos = slo_targets(results, metric)
+    for stat, target in slos:
+        ax.axvline(target * MS, **SLO_STYLE, label=f"SLO {metric.upper()} {stat}")
+        if stat in _SHARE_ABOVE:
+            ax.axhline(_SHARE_ABOVE[stat], color="0.6", linewidth=0.6, linestyle=":")
     if len(done) == 0:
         note(ax, "no completed requests")
         return fig
@@ -60,46 +82,61 @@ def _cdf_figure(results, column: str, label: str) -> Figure:
     colour = colours(names)
     for pool in names:
         v = done.loc[done["pool"].astype(str) == pool, column].to_numpy(dtype=np.float64) * MS
-        if len(v):
-            ax.step(*_ecdf(v), where="post", color=colour[pool], label=f"pool {pool}")
+        if len(v) > 1:
+            ax.step(*_exceedance(v), where="post", color=colour[pool], label=f"pool {pool}")
     teams = busiest_teams(done)
     if len(teams) > 1:
         for i, team in enumerate(teams):
             v = done.loc[done["team"].astype(str) == team, column].to_numpy(dtype=np.float64) * MS
-            ax.step(*_ecdf(v), where="post", linestyle="--", linewidth=1.0,
-                    color=f"C{(len(names) + i) % 10}", label=f"team {team}")
+            if len(v) > 1:
+                ax.step(*_exceedance(v), where="post", linestyle="--", linewidth=1.0,
+                        color=f"C{(len(names) + i) % 10}", label=f"team {team}")
 
-    positive = done[column].to_numpy(dtype=np.float64)
-    positive = positive[positive > 0]
+    values = done[column].to_numpy(dtype=np.float64)
+    log_axis(ax, "y", subs=(1.0,))     # 1, 0.1, 0.01: p90 and p99 on the decades
+    ax.set_ylim(min(0.5 / len(values), 0.01), 1.0)
+    positive = values[values > 0]
     if len(positive) and np.log10(positive.max() / positive.min()) > _LOG_DECADES:
         log_x(ax)
-    ax.legend(loc="lower right", fontsize="small")
+    elif slos:      # a linear axis from 0 that reaches the furthest target
+        reach = max(float(values.max()), max(t for _, t in slos)) * MS
+        ax.set_xlim(0.0, reach * 1.05)
+    if slos and ax.get_xscale() == "log":
+        lo, hi = ax.get_xlim()
+        ax.set_xlim(min(lo, min(t for _, t in slos) * MS / 1.2),
+                    max(hi, max(t for _, t in slos) * MS * 1.2))
+    ax.legend(loc="upper right", fontsize="small")
     return fig
 
 
 @plain_text
 def ttft_cdf_figure(results) -> Figure:
-    """Empirical CDF of time to first token, per pool (and per team if several)."""
-    return _cdf_figure(results, "ttft_s", "time to first token (ms)")
+    """Share of requests slower than each time to first token, per pool (and per team)."""
+    return _cdf_figure(results, "ttft_s", "time to first token (ms)", "ttft",
+                       "time to first token, share of requests slower")
 
 
 @plain_text
 def tpot_cdf_figure(results) -> Figure:
-    """Empirical CDF of time per output token, per pool (and per team if several)."""
-    return _cdf_figure(results, "tpot_s", "time per output token (ms)")
+    """Share of requests slower than each time per output token, per pool (and per team)."""
+    return _cdf_figure(results, "tpot_s", "time per output token (ms)", "tpot",
+                       "time per output token, share of requests slower")
 
 
 @plain_text
 def e2e_cdf_figure(results) -> Figure:
-    """Empirical CDF of end-to-end latency, per pool (and per team if several)."""
-    return _cdf_figure(results, "e2e_s", "end-to-end latency (ms)")
+    """Share of requests slower than each end-to-end latency, per pool (and per team)."""
+    return _cdf_figure(results, "e2e_s", "end-to-end latency (ms)", "e2e",
+                       "end-to-end latency, share of requests slower")
 
 
-def _timeseries_figure(results, panels: list[tuple[str, str, float]], *,
+def _timeseries_figure(results, panels: list[tuple[str, str, float]], what: str, *,
                        twin: bool = False) -> Figure:
-    """One stacked axis per ``(column, y label, scale)``, one line per pool."""
+    """One stacked axis per ``(column, y label, scale)``, one line per pool; titled
+    ``what``."""
     fig = fixed_figure((FIGSIZE[0], FIGSIZE[1] * (0.6 + 0.4 * len(panels))),
                        rows=len(panels), twin=twin)
+    title(fig, scenario_name(results), what)
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     ts = results.timeseries
     names = pools(results)
@@ -119,7 +156,7 @@ def _timeseries_figure(results, panels: list[tuple[str, str, float]], *,
         ax.set_ylim(bottom=0.0)  # after plotting, so the top still autoscales
         if ax is axes[0]:
             ax.legend(loc="upper right", fontsize="small")
-    axes[-1].set_xlabel("simulated time (s)")
+    time_axis(axes[-1], float(ts["time_s"].max()) if have else 0.0)
     return fig
 
 
@@ -127,14 +164,19 @@ def _timeseries_figure(results, panels: list[tuple[str, str, float]], *,
 def queue_figure(results) -> Figure:
     """Queued and running sequences over time, per pool."""
     return _timeseries_figure(results, [("queued", "queued requests", 1.0),
-                                        ("running", "running sequences", 1.0)])
+                                        ("running", "running sequences", 1.0)],
+                              "queued and running requests")
 
 
 @plain_text
 def kv_util_figure(results) -> Figure:
-    """KV-cache utilisation (% of blocks in use) over time, per pool."""
-    fig = _timeseries_figure(results, [("kv_util", "KV cache used (%)", 100.0)])
-    fig.axes[0].set_ylim(0.0, 100.0)
+    """KV-cache utilisation (% of blocks in use) and the GPUs' busy share (% of the
+    billed time computing) over time, per pool."""
+    fig = _timeseries_figure(results, [("kv_util", "KV cache used (%)", 100.0),
+                                       ("busy_frac", "GPU busy (%)", 100.0)],
+                             "KV cache use and GPU busy time")
+    for ax in fig.axes:
+        ax.set_ylim(0.0, 102.0)
     return fig
 
 
@@ -142,7 +184,8 @@ def kv_util_figure(results) -> Figure:
 def replicas_figure(results) -> Figure:
     """Replicas (billed and ready) per pool over time, against the arrival rate."""
     fig = _timeseries_figure(results, [("replicas", "replicas (billed)", 1.0),
-                                       ("ready", "replicas ready", 1.0)], twin=True)
+                                       ("ready", "replicas ready", 1.0)],
+                             "replicas against arrivals", twin=True)
     ax = fig.axes[0].twinx()
     req = results.requests
     interval = float(getattr(results.scenario, "sample_interval", 1.0))
@@ -163,13 +206,15 @@ def throughput_figure(results) -> Figure:
     """Output tokens per second and cost per hour (billed replicas at the pool's price),
     per pool over time."""
     return _timeseries_figure(results, [("tokens_per_s", "tokens per s", 1.0),
-                                        ("cost_usd_per_h", "cost (USD per hour)", 1.0)])
+                                        ("cost_usd_per_h", "cost (USD per hour)", 1.0)],
+                              "throughput and cost")
 
 
 @plain_text
 def teams_figure(results) -> Figure:
     """Per team: TTFT p50 and p99 of completed requests, cost, and rejections by reason."""
     fig = new_figure((FIGSIZE[0], FIGSIZE[1] * 1.8))
+    title(fig, scenario_name(results), "per team: TTFT, cost, rejections")
     top, middle, bottom = fig.subplots(3, 1)
     req = results.requests
     teams = busiest_teams(req) if len(req) else []
@@ -185,6 +230,9 @@ def teams_figure(results) -> Figure:
         top.bar(x + offset, [by_team.get(t, 0.0) * MS for t in teams], width=0.4,
                 label=f"TTFT {name}")
     top.set_ylabel("time to first token (ms)")
+    for stat, target in slo_targets(results, "ttft"):
+        if stat in ("p50", "p99"):
+            top.axhline(target * MS, **SLO_STYLE, label=f"SLO TTFT {stat}")
     top.legend(fontsize="small")
     cost = results.summary.get("teams", {})
     middle.bar(x, [cost.get(t, {}).get("cost_usd", 0.0) for t in teams], color="C2")

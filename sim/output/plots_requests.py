@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from sim.config.slos import targets
 from sim.core.request import Status
 from sim.output.figure_kit import (FIGSIZE, MS, completed, fixed_figure, log_x, note,
-                                   plain_text)
+                                   plain_text, scenario_name, time_axis, title)
 from sim.output.slo import judged, within_every_bound
 
 TIME_BINS = 60
@@ -72,6 +72,7 @@ def latency_over_time_figure(results) -> Figure:
     attained = attainment_over_time(results) if len(results.requests) else None
     rows = 3 if attained is not None else 2
     fig = fixed_figure((FIGSIZE[0], FIGSIZE[1] * (0.6 + 0.4 * rows)), rows=rows)
+    title(fig, scenario_name(results), "latency and SLO attainment over time")
     axes = fig.subplots(rows, 1, sharex=True, squeeze=False)[:, 0]
     table = percentiles_over_time(results) if len(results.requests) else None
     slo = results.scenario.slos
@@ -101,7 +102,8 @@ def latency_over_time_figure(results) -> Figure:
                        label="SLO attainment")
             ax.legend(loc="lower right", fontsize="small")
         ax.set_ylim(0.0, 102.0)
-    axes[-1].set_xlabel("arrival time (s)")
+    arrivals = results.requests["arrival_s"].to_numpy(dtype=np.float64)
+    time_axis(axes[-1], float(arrivals.max()) if len(arrivals) else 0.0, "arrival time")
     return fig
 
 
@@ -119,6 +121,7 @@ def lengths_figure(results) -> Figure:
     """Histograms of the prompt and output lengths (tokens) of the requests that arrived;
     output lengths of completed requests."""
     fig = fixed_figure((FIGSIZE[0], FIGSIZE[1] * 1.4), rows=2, gap_in=0.55)
+    title(fig, scenario_name(results), "prompt and output lengths")
     top, bottom = fig.subplots(2, 1)
     for ax, frame, column, label in ((top, results.requests, "prompt_tokens", "prompt tokens"),
                                      (bottom, completed(results), "output_tokens",

@@ -14,8 +14,10 @@ import re
 import yaml
 from matplotlib.figure import Figure
 
+from sim.output.figure_kit import SLO_STYLE, log_axis, title
 from sim.output.plots import new_figure, plain_text, png_bytes
 from sim.output.spans import pool_window
+from sim.output.table import plain_number
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;
@@ -38,7 +40,7 @@ def _fmt(value) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:,.4g}"
+        return plain_number(value)
     if isinstance(value, int):
         return f"{value:,}"
     return "-" if value is None else str(value)
@@ -60,7 +62,7 @@ def _png(fig: Figure | bytes, alt: str = "plot") -> str:
 
 def build_report(results, sweep=None, images: dict[str, bytes] | None = None) -> str:
     """The run's page; ``sweep`` (a ``fleetsim sweep`` table) adds its
-    throughput-against-latency curves; ``images``: the plots already drawn (by name in
+    latency curves; ``images``: the plots already drawn (by name in
     :data:`sim.output.plots.FIGURES`)."""
     from sim.output import plots
 
@@ -104,10 +106,13 @@ def build_report(results, sweep=None, images: dict[str, bytes] | None = None) ->
              f"<p class='note'>{GLOSSARY}</p>",
              "<h2>Teams</h2>",
              _table(["team", "requests", "completed", "rejected", "TTFT p99 (ms)",
-                     "output tokens", "cost (USD)"],
+                     "output tokens", "cost, whole run (USD)", "USD per hour", "USD per day"],
                     [[name, t["requests"], t["completed"], t["rejected"],
-                      _ms(t.get("ttft_p99_s")), t["output_tokens"], t["cost_usd"]]
+                      _ms(t.get("ttft_p99_s")), t["output_tokens"], t["cost_usd"],
+                      *per_hour_and_day(t["cost_usd"], s)]
                      for name, t in s["teams"].items()]),
+             "<p class='note'>A team's cost per hour and per day: its cost over the run, "
+             "at the run's rate (the run's cost over its simulated hours).</p>",
              "<h2>Latency</h2>",
              _png(images["ttft_cdf.png"], "CDF of time to first token"),
              _png(images["tpot_cdf.png"], "CDF of time per output token"),
@@ -125,7 +130,8 @@ def build_report(results, sweep=None, images: dict[str, bytes] | None = None) ->
              _png(images["kv_util.png"], "KV cache use over time"),
              "<h2>Per team: latency, cost, rejections</h2>",
              _png(images["teams.png"], "per team: TTFT, cost and rejections"),
-             *(_sweep_section(sweep) if sweep is not None else []),
+             *(_sweep_section(sweep, results.scenario.slos, s["scenario"])
+               if sweep is not None else []),
              "<h2>Scenario</h2>",
              f"<p>{_e(_provenance(results))}</p>",
              f"<pre>{_e(_scenario_text(results.scenario))}</pre></body></html>"]
@@ -142,6 +148,18 @@ GLOSSARY = ("Every pool figure is over the run's active span (first arrival to l
             "used over the GPUs' peak FLOP/s; MBU: bytes moved over peak memory bandwidth (a "
             "decode-heavy pool is bandwidth-bound: high MBU, low MFU); KV cache used: the "
             "mean share of the KV blocks holding tokens.")
+
+
+HOURS_PER_DAY = 24.0
+
+
+def per_hour_and_day(usd: float | None, summary: dict) -> tuple[float | None, float | None]:
+    """``usd`` spent over the run (``summary``'s, simulated until ``end_s``) as USD per
+    hour and per day at the run's rate; None for a run of no time."""
+    hours = float(summary.get("end_s") or 0.0) / 3600.0
+    if usd is None or hours <= 0:
+        return None, None
+    return usd / hours, usd / hours * HOURS_PER_DAY
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -264,64 +282,108 @@ def check_sweep_table(table, where: str) -> None:
 
 MAX_SWEEP_LINES = 12     # more values of the first varied field: points coloured by it
 
+# a varied field that sets the offered load (arrival rates, their scale, closed-loop
+# clients): its sweep is drawn against the throughput achieved
+LOAD_WORDS = ("rate", "rate_scale", "arrival", "clients")
+
+
+def is_load_field(field: str) -> bool:
+    return any(part in LOAD_WORDS for part in str(field).split("."))
+
+
+def sweep_x(table) -> str:
+    """The x axis of a sweep's curves: the throughput achieved when the sweep varied the
+    load (or nothing else), else the last field it varied (replicas, TP, a price ...)."""
+    varied = sweep_varied(table)
+    if not varied or any(is_load_field(v) for v in varied):
+        return SWEEP_X
+    return varied[-1]
+
+
+def _slo_target(slos, column: str) -> float | None:
+    """The fleet-wide SLO target (seconds) on a sweep column (``ttft_p99_s``), if set."""
+    return getattr(slos, column[:-2], None) if slos is not None and column.endswith("_s") \
+        else None
+
 
 @plain_text
-def sweep_figure(table, x: str = SWEEP_X, ys: tuple[str, ...] = SWEEP_Y) -> Figure:
-    """Throughput against latency over a sweep's points: one line per value of the
-    first varied field when two or more were varied (past :data:`MAX_SWEEP_LINES`
-    values, one scatter coloured by it), else one line. Latency is on a log scale when
-    any is above zero."""
+def sweep_figure(table, x: str | None = None, ys: tuple[str, ...] = SWEEP_Y, *, slos=None,
+                 name: str | None = None) -> Figure:
+    """Latency (ms) over a sweep's points against ``x`` (default :func:`sweep_x`): one
+    line per value of the first varied field when two or more were varied (past
+    :data:`MAX_SWEEP_LINES` values, one scatter coloured by it), else one line. Latency
+    is on a log scale with plain tick labels when any is above zero; each fleet-wide SLO
+    target of ``slos`` is a dotted line, so the knee (where a curve crosses it) shows.
+    ``name``: the scenario's, in the title."""
     import numpy as np
     import pandas as pd
 
+    x = sweep_x(table) if x is None else x
     varied = sweep_varied(table)
     fig = new_figure((5.2 * len(ys), 3.8))
+    if name is not None:
+        title(fig, name, "latency against " + x.replace("_", " "))
+    grouped = len(varied) > 1 and varied[0] != x
     groups = ([(f"{varied[0]} = {key}", part) for key, part in table.groupby(varied[0], sort=True)]
-              if len(varied) > 1 else [(None, table)])
+              if grouped else [(None, table)])
     for i, y in enumerate(ys):
         ax = fig.add_subplot(1, len(ys), i + 1)
+        ms = pd.to_numeric(table[y], errors="coerce") * 1e3
         if len(groups) > MAX_SWEEP_LINES:
             codes = pd.factorize(table[varied[0]], sort=True)[0]
-            dots = ax.scatter(table[x], table[y], c=codes, s=8, cmap="viridis")
+            dots = ax.scatter(table[x], ms, c=codes, s=8, cmap="viridis")
             fig.colorbar(dots, ax=ax, label=f"{varied[0]} (rank of {len(groups)} values)")
         else:
             for label, part in groups:
                 part = part.sort_values(x)
-                ax.plot(part[x], part[y], "o-", label=label)
-            if groups[0][0] is not None:
-                ax.legend(fontsize=8)
+                ax.plot(part[x], ms[part.index], "o-", label=label)
+        target = _slo_target(slos, y)
+        if target is not None:
+            ax.axhline(target * 1e3, **SLO_STYLE,
+                       label=f"SLO {y[:-2].replace('_', ' ').upper()} {target * 1e3:,g} ms")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
         ax.set_xlabel(x.replace("_", " "))
-        ax.set_ylabel(y.replace("_", " "))
-        values = pd.to_numeric(table[y], errors="coerce").to_numpy(dtype=np.float64)
-        if (values > 0).any():
-            ax.set_yscale("log")        # points at 0 (none finished that fast) are left off
+        if x == SWEEP_X:
+            from matplotlib.ticker import StrMethodFormatter
+            ax.xaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))    # 20,000
+        ax.set_ylabel(y[:-2].replace("_", " ").upper() + " (ms)")
+        if (ms.to_numpy(dtype=np.float64) > 0).any():
+            log_axis(ax, "y")   # points at 0 (none finished that fast) are left off
         ax.grid(True, alpha=0.3)
     return fig
 
 
-def _sweep_section(table) -> list[str]:
+def _sweep_section(table, slos=None, name: str | None = None) -> list[str]:
     varied = sweep_varied(table)
     shown = varied + [c for c in ("requests_per_s", SWEEP_X, "ttft_p50_s", "ttft_p99_s",
                                   "tpot_p50_s", "tpot_p99_s", "rejected", "cost_usd")
                       if c in table.columns]
     from sim.output import pareto
 
-    parts = ["<h2>Throughput against latency</h2>",
-             f"<p>{len(table)} sweep points over {_e(', '.join(varied))}.</p>",
-             _png(sweep_figure(table), "throughput against latency over the sweep"),
+    x = sweep_x(table)
+    heading = "Sweep: latency against " + _e(x.replace("_", " "))
+    parts = [f"<h2>{heading}</h2>",
+             f"<p>{len(table)} sweep points over {_e(', '.join(varied))}"
+             + ("; the dotted lines are the SLO targets" if slos is not None
+                and any(_slo_target(slos, y) is not None for y in SWEEP_Y) else "")
+             + ".</p>",
+             _png(sweep_figure(table, slos=slos, name=name),
+                  "latency against " + x.replace("_", " ") + " over the sweep"),
              _table(shown, table[shown].values.tolist())]
     if pareto.views(table):
         labels = [", ".join(f"{v}={row[v]}" for v in varied) for _, row in table.iterrows()]
         parts += ["<h2>Pareto views</h2>",
                   "<p>The points no other beats on both figures, joined and named.</p>",
-                  _png(pareto.pareto_figure(table, labels),
+                  _png(pareto.pareto_figure(table, labels, name),
                        "Pareto fronts of the sweep's points")]
     return parts
 
 
-def build_sweep_report(table, title: str) -> str:
-    """A page of its own for a sweep: the curves and the table."""
+def build_sweep_report(table, name: str, slos=None) -> str:
+    """A page of its own for a sweep: the curves (against the scenario's fleet-wide
+    ``slos``, when given) and the table."""
     return "\n".join([f"<!doctype html><html><head><meta charset='utf-8'>"
-                      f"<title>fleetsim sweep: {_e(title)}</title><style>{CSS}</style></head>"
-                      f"<body><h1>{_e(title)}: sweep</h1>", *_sweep_section(table),
+                      f"<title>fleetsim sweep: {_e(name)}</title><style>{CSS}</style></head>"
+                      f"<body><h1>{_e(name)}: sweep</h1>", *_sweep_section(table, slos, name),
                       "</body></html>"])

@@ -8,10 +8,8 @@ from __future__ import annotations
 import pandas as pd
 
 from sim.output import pareto
-from sim.output.report import CSS, _e, _png, _table
+from sim.output.report import CSS, _e, _png, _table, per_hour_and_day
 from sim.output.table import slo_value_text
-
-HOURS_PER_DAY = 24.0
 SHOWN = ("pool", "hardware", "tp", "pp", "weight_dtype", "kv_dtype", "engine", "replicas",
          "gpus", "feasible", "cost_usd_per_h", "usd_per_million_output_tokens",
          "slo_margin_min", "output_tokens_per_s_per_gpu", "tokens_per_s_per_user",
@@ -38,14 +36,12 @@ def _fleet_section(fleet) -> list[str]:
     if fleet is None:
         return ["<h2>Chosen fleet</h2><p>No pool has an option meeting the SLOs.</p>"]
     scenario, summary = fleet
-    hours = summary["end_s"] / 3600.0
     pools = [[name, p["hardware"], p["tp"], p.get("pp", 1), p["replicas_mean"], p["cost_model"],
-              p["cost_usd"] / hours, p["cost_usd"] / hours * HOURS_PER_DAY]
+              *per_hour_and_day(p["cost_usd"], summary)]
              for name, p in summary["pools"].items()]
-    teams = [[name, t["requests"], t["output_tokens"], t["cost_usd"] / hours,
-              t["cost_usd"] / hours * HOURS_PER_DAY]
+    teams = [[name, t["requests"], t["output_tokens"], *per_hour_and_day(t["cost_usd"], summary)]
              for name, t in summary["teams"].items()]
-    idle = summary["cost"].get("unattributed_usd", 0.0) / hours
+    idle = per_hour_and_day(summary["cost"].get("unattributed_usd", 0.0), summary)
     verdict = summary.get("slo") or {}
     met = ("" if not verdict else
            " Its SLOs were " + ("met" if verdict.get("met") else "MISSED")
@@ -56,8 +52,7 @@ def _fleet_section(fleet) -> list[str]:
             _table(["pool", "hardware", "TP", "PP", "replicas", "step times from", "USD per hour",
                     "USD per day"], pools),
             _table(["team", "requests", "output tokens", "USD per hour", "USD per day"],
-                   teams + [["(idle capacity, no team's)", None, None, idle,
-                             idle * HOURS_PER_DAY]])]
+                   teams + [["(idle capacity, no team's)", None, None, *idle]])]
 
 
 def build_size_report(table: pd.DataFrame, title: str, slos, fleet) -> str:
@@ -78,7 +73,7 @@ def build_size_report(table: pd.DataFrame, title: str, slos, fleet) -> str:
         parts += ["<h2>Options against each other</h2>",
                   "<p>The options no other beats on both figures, joined and named; the "
                   "dotted line is the SLOs' edge.</p>",
-                  _png(pareto.pareto_figure(feasible.reset_index(drop=True), keep),
+                  _png(pareto.pareto_figure(feasible.reset_index(drop=True), keep, title),
                        "Pareto fronts of the sizing options")]
     parts += ["<h2>Options</h2>",
               _table(shown, [[_cell(v) for v in row] for row in table[shown].values.tolist()]),

@@ -41,9 +41,25 @@ def _num(x: float | int | None, digits: int = 0) -> str:
     return _NONE if x is None else f"{x:,.{digits}f}"
 
 
+def plain_number(x: float) -> str:
+    """A number as a table shows it, never in scientific notation: thousands separators
+    and no decimals from 1,000 up (``12,346``), else three significant figures written
+    out (``123``, ``12.3``, ``0.00123``; at most 6 decimals, ``0`` below them)."""
+    if x != x or x in (float("inf"), float("-inf")):
+        return str(x)
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    if x == 0:
+        return "0"
+    import math
+    decimals = min(max(2 - math.floor(math.log10(abs(x))), 0), 6)
+    text = f"{x:.{decimals}f}"
+    return "0" if float(text) == 0 else text
+
+
 def _sig(x: float | None) -> str:
     """Three significant figures for small values, thousands separators for big ones."""
-    return _NONE if x is None else (f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}")
+    return _NONE if x is None else plain_number(x)
 
 
 def _pct(x: float | None) -> str:

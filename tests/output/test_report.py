@@ -74,8 +74,8 @@ def test_report_shows_the_throughput_latency_curve_of_a_sweep():
     scn, table = _small_sweep()
     results = sim.run(scn)
     plain, with_sweep = build_report(results), build_report(results, table)
-    assert "Throughput against latency" not in plain and "Pareto views" not in plain
-    assert "Throughput against latency" in with_sweep and "Pareto views" in with_sweep
+    assert "Sweep: latency against" not in plain and "Pareto views" not in plain
+    assert "Sweep: latency against" in with_sweep and "Pareto views" in with_sweep
     assert with_sweep.count("data:image/png;base64,") == plain.count("data:image/png;base64,") + 2
     assert "pools.p.replicas" in with_sweep and "workload.rate_scale" in with_sweep
 
@@ -125,10 +125,10 @@ def test_cli_run_with_a_sweep_table_and_sweep_report(tmp_path, capsys):
     csv_path = tmp_path / "sweep.csv"
     assert main(["sweep", str(scn_path), "--vary", "pools.p.replicas=1,2", "--out",
                  str(csv_path), "--report", str(tmp_path / "sweep.html"), "--quiet"]) == 0
-    assert "Throughput against latency" in (tmp_path / "sweep.html").read_text()
+    assert "Sweep: latency against" in (tmp_path / "sweep.html").read_text()
     assert main(["run", str(scn_path), "--out", str(tmp_path / "run"), "--quiet",
                  "--sweep", str(csv_path)]) == 0
-    assert "Throughput against latency" in (tmp_path / "run" / "report.html").read_text()
+    assert "Sweep: latency against" in (tmp_path / "run" / "report.html").read_text()
     bad = tmp_path / "bad.csv"
     bad.write_text("a,b\n1,2\n", encoding="utf-8")
     assert main(["run", str(scn_path), "--out", str(tmp_path / "run2"), "--quiet",

@@ -9,6 +9,7 @@ Run elsewhere without them, the test is skipped, unless ``FLEETSIM_BROWSER=requi
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import pytest
@@ -84,3 +85,55 @@ def test_scenario_names_are_text_not_markup(browser, page):
     # the name was not parsed: no element made from it, no handler run
     assert browser.execute_script("return document.querySelectorAll('img[src=x]').length") == 0
     assert browser.title != "owned"
+
+
+@pytest.fixture(scope="module")
+def sweep_and_size_pages(tmp_path_factory):
+    """The sweep's page (latency against replicas, with the SLO lines and the Pareto
+    views) and a size page (its Pareto views, the options, the chosen fleet)."""
+    import pandas as pd
+
+    from sim.config.slos import parse_slo
+    from sim.output.report import build_sweep_report
+    from sim.output.size_report import build_size_report
+    from sim.planning.sweep import sweep
+
+    scn = Scenario.model_validate({
+        "name": "sweep <check>", "duration": 10,
+        "workload": {"streams": {"s": {"team": HOSTILE_TEAM, "model": "llama-3.1-8b",
+                                       "arrival": {"type": "poisson", "rate": 6},
+                                       "prompt_tokens": 400, "output_tokens": 60}}},
+        "pools": {"p": {"model": "llama-3.1-8b", "hardware": "H100-SXM"}},
+        "slos": {"ttft_p99": "500ms", "tpot_p99": "50ms"},
+    })
+    folder = tmp_path_factory.mktemp("pages")
+    sweep_page = folder / "sweep.html"
+    sweep_page.write_text(build_sweep_report(sweep(scn, [("pools.p.replicas", [1, 2])]),
+                                             scn.name, scn.slos), encoding="utf-8")
+    options = pd.DataFrame({
+        "pool": ["p", "p"], "hardware": ["H100-SXM", "A100-80GB"], "tp": [1, 1], "pp": [1, 1],
+        "weight_dtype": ["bf16", "bf16"], "kv_dtype": [None, None], "replicas": [1, 2],
+        "gpus": [1, 2], "feasible": [True, True], "cost_usd_per_h": [3.5, 4.2],
+        "usd_per_million_output_tokens": [1.5, 2.1], "slo_margin_min": [0.2, 0.4],
+        "output_tokens_per_s_per_gpu": [12_345.6, 4_000.0], "tokens_per_s_per_user": [60.0, 45.0],
+        "cost_model": ["roofline", "roofline"], "note": ["", ""]})
+    size_page = folder / "size.html"
+    size_page.write_text(build_size_report(options, "size <check>",
+                                           [parse_slo("ttft_p99=500ms")], None),
+                         encoding="utf-8")
+    return {"fleetsim sweep: sweep <check>": sweep_page,
+            "fleetsim size: size <check>": size_page}
+
+
+def test_sweep_and_size_pages_load_cleanly_in_chromium(browser, sweep_and_size_pages):
+    for title, path in sweep_and_size_pages.items():
+        browser.get(path.as_uri())
+        assert browser.title == title
+        images = browser.execute_script(
+            "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.alt])")
+        assert len(images) == 2 if "sweep" in title else len(images) == 1, images
+        assert all(done and width > 0 and alt for done, width, alt in images), images
+        assert browser.execute_script("return document.scripts.length") == 0
+        assert browser.get_log("browser") == [], title
+        body = browser.execute_script("return document.body.innerText")
+        assert not re.search(r"\de[+-]\d", body), title    # no scientific notation

@@ -1,0 +1,202 @@
+"""The report answers a planner's questions: every chart is titled with the scenario, its
+tick labels are plain text (no mathtext), each SLO target is drawn on the latency charts
+that can show it, the tail of TTFT and TPOT is readable (share slower, log scale), GPU busy
+time is drawn beside KV use, time past an hour reads hh:mm, a sweep is drawn against the
+field it varied, and the tables carry no scientific notation and give each team's cost per
+hour and per day."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+import sim
+from sim.config.scenario import Scenario
+from sim.output import plots, plots_requests
+from sim.output.report import build_report, build_sweep_report, sweep_figure
+
+SLOS = {"ttft_p99": "2s", "tpot_p99": "50ms", "e2e_p95": "20s"}
+
+
+def _scenario(name: str, duration: float, rate: float, slos=None) -> Scenario:
+    return Scenario.model_validate({
+        "name": name, "duration": duration, "seed": 5, "sample_interval": 2,
+        "workload": {"streams": {
+            "a": {"team": "alpha", "model": "llama-3.1-8b",
+                  "arrival": {"type": "poisson", "rate": rate},
+                  "prompt_tokens": {"type": "lognormal", "mean": 800, "cv": 1.0},
+                  "output_tokens": {"type": "lognormal", "mean": 100, "cv": 1.0}},
+            "b": {"team": "beta", "model": "llama-3.1-8b",
+                  "arrival": {"type": "poisson", "rate": rate / 2},
+                  "prompt_tokens": 300, "output_tokens": 40}}},
+        "pools": {"p": {"model": "llama-3.1-8b", "hardware": "H100-SXM"}},
+        **({"slos": slos} if slos else {})})
+
+
+@pytest.fixture(scope="module")
+def results():
+    return sim.run(_scenario("charts-run", 40, 10.0, SLOS))
+
+
+@pytest.fixture(scope="module")
+def long_results():
+    """Two simulated hours of light traffic."""
+    return sim.run(_scenario("long-run", 7200, 0.05))
+
+
+def _drawn(fig):
+    FigureCanvasAgg(fig).draw()
+    return fig
+
+
+def _tick_labels(fig) -> list[str]:
+    return [t.get_text() for ax in fig.axes
+            for t in (*ax.get_xticklabels(), *ax.get_yticklabels()) if t.get_text()]
+
+
+def _sweep_table(varied: dict[str, list]) -> pd.DataFrame:
+    """A sweep table of the shape `fleetsim sweep` writes (the varied columns first)."""
+    rows = []
+    keys = list(varied)
+    for i, values in enumerate(zip(*varied.values())):
+        rows.append({**dict(zip(keys, values)), "arrived": 100,
+                     "requests_per_s": 10.0 + i, "output_tokens_per_s": 12_345.678 * (i + 1),
+                     "ttft_p50_s": 0.2 * (i + 1), "ttft_p99_s": 0.9 * (i + 1) ** 2,
+                     "tpot_p50_s": 0.01, "tpot_p99_s": 0.02 * (i + 1), "rejected": 0,
+                     "cost_usd": 23_456.789})
+    return pd.DataFrame(rows)
+
+
+def test_every_png_is_titled_with_the_scenario_name(results):
+    for name, make in plots.FIGURES.items():
+        fig = make(results)
+        assert fig.get_suptitle().startswith("charts-run: "), name
+
+
+def test_no_tick_label_is_mathtext(results):
+    """A log axis's default labels are mathtext, shown raw (``$\\mathdefault{10^{0}}$``)
+    under plain text: the sweep's latency axis and the CDFs' share axis are log scales."""
+    figures = {name: _drawn(make(results)) for name, make in plots.FIGURES.items()}
+    table = _sweep_table({"workload.rate_scale": [1.0, 2.0, 4.0]})
+    figures["sweep"] = _drawn(sweep_figure(table))
+    assert figures["sweep"].axes[0].get_yscale() == "log"
+    for name, fig in figures.items():
+        labels = _tick_labels(fig)
+        assert labels, name
+        assert not [t for t in labels if "$" in t or "mathdefault" in t], name
+
+
+def test_ttft_and_tpot_tails_are_drawn_as_the_share_slower_on_a_log_axis(results):
+    """The y axis is the share of requests slower than x, log scale down past 1%: p99 is
+    where a curve crosses 0.01, as far from the top as p90 from p50."""
+    for make in (plots.ttft_cdf_figure, plots.tpot_cdf_figure):
+        ax = make(results).axes[0]
+        assert ax.get_yscale() == "log"
+        assert ax.get_ylim()[0] <= 0.01
+        assert max(max(line.get_ydata()) for line in ax.lines if line.get_label()
+                   .startswith("pool")) <= 1.0
+
+
+def _vertical_at(ax, x: float) -> bool:
+    return any(len(set(line.get_xdata())) == 1 and line.get_xdata()[0] == pytest.approx(x)
+               and line.get_label().startswith("SLO") for line in ax.lines)
+
+
+def test_each_slo_target_is_drawn_on_its_latency_chart_within_the_axis(results,
+                                                                      long_results):
+    """TTFT 2 s, TPOT 50 ms and E2E p95 20 s, each a dotted line on its chart, inside the
+    x axis even where every request was faster; none where no SLO is declared."""
+    for make, target_ms in ((plots.ttft_cdf_figure, 2000.0), (plots.tpot_cdf_figure, 50.0),
+                            (plots.e2e_cdf_figure, 20_000.0)):
+        ax = make(results).axes[0]
+        assert _vertical_at(ax, target_ms), make.__name__
+        lo, hi = ax.get_xlim()
+        assert lo <= target_ms <= hi, make.__name__
+    top = plots.teams_figure(results).axes[0]
+    assert any(line.get_label() == "SLO TTFT p99" and line.get_ydata()[0] == 2000.0
+               for line in top.lines)
+    ax = plots.ttft_cdf_figure(long_results).axes[0]
+    assert not [line for line in ax.lines if line.get_label().startswith("SLO")]
+
+
+def test_sweep_curves_carry_the_slo_lines_and_the_scenario_name(results):
+    table = _sweep_table({"workload.rate_scale": [1.0, 2.0, 4.0]})
+    fig = sweep_figure(table, slos=results.scenario.slos, name="charts-run")
+    ttft, tpot = fig.axes[:2]
+    assert any(line.get_label().startswith("SLO TTFT P99") and line.get_ydata()[0] == 2000.0
+               for line in ttft.lines)
+    assert any(line.get_label().startswith("SLO TPOT P99") and line.get_ydata()[0] == 50.0
+               for line in tpot.lines)
+    assert fig.get_suptitle().startswith("charts-run: ")
+
+
+def test_a_sweep_of_load_is_drawn_against_throughput_any_other_against_its_field():
+    load = sweep_figure(_sweep_table({"workload.rate_scale": [1.0, 2.0, 4.0]}))
+    assert load.axes[0].get_xlabel() == "output tokens per s"
+    replicas = _sweep_table({"pools.p.replicas": [1, 2, 4]})
+    ax = sweep_figure(replicas).axes[0]
+    assert ax.get_xlabel() == "pools.p.replicas"
+    assert list(ax.lines[0].get_xdata()) == [1, 2, 4]
+    page = build_sweep_report(replicas, "charts-run")
+    assert "Sweep: latency against pools.p.replicas" in page
+
+
+def test_gpu_busy_time_is_drawn_beside_kv_use(results):
+    fig = plots.kv_util_figure(results)
+    labels = [ax.get_ylabel() for ax in fig.axes]
+    assert labels == ["KV cache used (%)", "GPU busy (%)"]
+    ts = results.timeseries
+    line = fig.axes[1].lines[0]
+    np.testing.assert_allclose(line.get_ydata(), ts["busy_frac"].to_numpy() * 100.0)
+
+
+def test_time_axes_read_hh_mm_past_an_hour(long_results, results):
+    for make in (plots.queue_figure, plots.kv_util_figure, plots.replicas_figure,
+                 plots.throughput_figure, plots_requests.latency_over_time_figure):
+        fig = _drawn(make(long_results))
+        bottom = [ax for ax in fig.axes if ax.get_xlabel()][-1]
+        lo, hi = bottom.get_xlim()
+        labels = [t.get_text() for t in bottom.get_xticklabels()
+                  if t.get_text() and lo <= t.get_position()[0] <= hi]
+        assert labels and all(re.fullmatch(r"\d\d:\d\d", t) for t in labels), (make, labels)
+        assert "01:00" in labels and "hh:mm" in bottom.get_xlabel()
+    short = _drawn(plots.queue_figure(results)).axes[-1]
+    assert short.get_xlabel() == "simulated time (s)"
+
+
+def _cells(page: str) -> list[str]:
+    return re.findall(r"<td>(.*?)</td>", page)
+
+
+def test_report_tables_have_no_scientific_notation(results):
+    """12,345.678 tokens/s is ``12,346``, a small figure keeps three significant digits
+    written out; no cell of the run's or the sweep's tables reads ``1.235e+04``."""
+    page = build_report(results, _sweep_table({"workload.rate_scale": [1.0, 2.0, 4.0]}))
+    cells = _cells(page)
+    assert "12,346" in cells and "23,457" in cells
+    assert not [c for c in cells if re.search(r"\de[+-]?\d", c)]
+    from sim.output.table import plain_number
+    assert [plain_number(v) for v in (12_345.678, 123.456, 1.5, 0.0123456, 0.000012)] == \
+        ["12,346", "123", "1.50", "0.0123", "0.000012"]
+
+
+def test_report_gives_each_teams_cost_per_hour_and_per_day(results):
+    page = build_report(results)
+    s = results.summary
+    assert "<th>USD per hour</th><th>USD per day</th>" in page
+    hours = s["end_s"] / 3600.0
+    from sim.output.table import plain_number
+    for team in s["teams"].values():
+        assert plain_number(team["cost_usd"] / hours * 24.0) in _cells(page)
+
+
+def test_pareto_views_are_titled_with_the_scenario_name():
+    from sim.output import pareto
+    table = pd.DataFrame({"tokens_per_s_per_user": [10.0, 20.0], "output_tokens_per_s_per_gpu":
+                          [900.0, 500.0], "slo_margin_min": [0.1, 0.3],
+                          "cost_usd_per_h": [12.0, 30.0]})
+    fig = pareto.pareto_figure(table, ["a", "b"], "charts-run")
+    assert fig.get_suptitle().startswith("charts-run: ")
