@@ -28,7 +28,8 @@ SIZES_TOKENS = (500, 1000, 2000, 4000, 8000, 16000)
 def corpus() -> list[str]:
     """The project's own prose and code, line by line."""
     lines: list[str] = []
-    for path in sorted([ROOT / "README.md", *ROOT.glob("sim/**/*.py")]):
+    for path in sorted([ROOT / "README.md", *ROOT.glob("docs/*.md"),
+                        *ROOT.glob("sim/**/*.py")]):
         lines.extend(path.read_text(encoding="utf-8").splitlines())
     return [line for line in lines if line.strip()]
 

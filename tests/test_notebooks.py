@@ -8,7 +8,7 @@ from nbclient import NotebookClient
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "scenarios.md"   # its effects
 WHAT_IF = "03-what-if.ipynb"
 
 
@@ -21,7 +21,7 @@ def _effects_table(nb) -> str:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_executes(path: Path) -> None:
     """Every cell runs (assertions inside the notebook included); the what-if notebook
-    prints, run now, the README's table of effects, verbatim."""
+    prints, run now, the table of effects docs/scenarios.md shows, verbatim."""
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=300, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
@@ -31,8 +31,8 @@ def test_notebook_executes(path: Path) -> None:
         assert table in README.read_text(encoding="utf-8"), table
 
 
-def test_the_readmes_effects_table_is_the_committed_what_if_output() -> None:
-    """The committed notebook's table is the README's, and its effects are drawn."""
+def test_the_docs_effects_table_is_the_committed_what_if_output() -> None:
+    """The committed notebook's table is docs/scenarios.md's, and its effects are drawn."""
     nb = nbformat.read(NOTEBOOKS[0].parent / WHAT_IF, as_version=4)
     assert _effects_table(nb) in README.read_text(encoding="utf-8")
     assert any("image/png" in o.get("data", {}) for o in nb.cells[-1].outputs)

@@ -80,10 +80,10 @@ def test_a_dask_sweep_without_dask_says_what_to_install(tmp_path, capsys, monkey
 
 
 def test_the_readmes_ci_example_installs_no_torch_and_fleetsim_check_needs_none(tmp_path):
-    """The CI job the README suggests installs fleetsim alone (torch is only for
-    calibration), and the command it runs starts without importing torch."""
+    """The CI job the docs suggest (docs/planning.md) installs fleetsim alone (torch is
+    only for calibration), and the command it runs starts without importing torch."""
     import yaml
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "planning.md").read_text(encoding="utf-8")
     block = text.split("# .github/workflows/capacity.yml\n", 1)[1].split("```", 1)[0]
     steps = yaml.safe_load(block)["jobs"]["check"]["steps"]
     runs = [step["run"] for step in steps if "run" in step]

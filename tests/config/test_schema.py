@@ -20,13 +20,14 @@ SHIPPED = [p for p in sorted((ROOT / "scenarios").rglob("*.yaml"))
 
 
 def _readme_scenarios() -> list[tuple[str, dict]]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
+    """Every full scenario written in the README and the docs pages."""
     found = []
-    for i, block in enumerate(blocks):
-        data = yaml.safe_load(block)
-        if isinstance(data, dict) and "pools" in data and "workload" in data:
-            found.append((f"README block {i}", data))
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        blocks = re.findall(r"```yaml\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)
+        for i, block in enumerate(blocks):
+            data = yaml.safe_load(block)
+            if isinstance(data, dict) and "pools" in data and "workload" in data:
+                found.append((f"{page.name} block {i}", data))
     return found
 
 
