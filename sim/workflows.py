@@ -35,18 +35,13 @@ DEFAULT_TOLERANCE = 0.05
 def _slos(slos: SloSpec, scenario: Scenario | None = None) -> list[Slo]:
     """SLOs as ``["ttft_p99=2s", ...]``, ``{"ttft_p99": "2s"}`` or :class:`Slo` records,
     each metric once; none given: the scenario's fleet-wide ``slos:`` block."""
-    from sim.config.slos import ATTAINMENT_ALONE, parse_slo, targets
+    from sim.config.slos import checked_slos, parse_slo, targets
     if isinstance(slos, Mapping):
         slos = [f"{metric}={value}" for metric, value in slos.items()]
     if isinstance(slos, str):
         slos = [slos]
-    out = [s if isinstance(s, Slo) else parse_slo(str(s)) for s in slos or []]
-    metrics = [s.metric for s in out]
-    for metric in dict.fromkeys(m for m in metrics if metrics.count(m) > 1):
-        raise ScenarioError(f"slos: {metric} given twice; give each metric one target",
-                            field="slos")
-    if metrics == ["attainment"]:
-        raise ScenarioError(ATTAINMENT_ALONE, field="slos")
+    out = checked_slos([s if isinstance(s, Slo) else parse_slo(str(s)) for s in slos or []],
+                       "slos", "slos: ")
     if not out and scenario is not None and scenario.slos is not None:
         out = targets(scenario.slos)
     return out

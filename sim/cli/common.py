@@ -266,16 +266,8 @@ def inputs_of(args: argparse.Namespace, scenario=None) -> list[str]:
 
 
 def slos_from_args(args: argparse.Namespace) -> list:
-    from sim.config.slos import parse_slo
-    slos = [parse_slo(text) for text in args.slo or []]
-    metrics = [s.metric for s in slos]
-    for metric in dict.fromkeys(m for m in metrics if metrics.count(m) > 1):
-        raise ScenarioError(f"--slo {metric}: given twice; give each metric one target",
-                            field="--slo")
-    if metrics == ["attainment"]:
-        from sim.config.slos import ATTAINMENT_ALONE
-        raise ScenarioError(ATTAINMENT_ALONE, field="--slo")
-    return slos
+    from sim.config.slos import checked_slos, parse_slo
+    return checked_slos([parse_slo(text) for text in args.slo or []], "--slo", "--slo ")
 
 
 def scenario_slos(scenario) -> list:

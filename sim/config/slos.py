@@ -103,6 +103,18 @@ ATTAINMENT_ALONE = ("attainment counts the requests within every latency bound g
                     "e.g. ttft_p99")
 
 
+def checked_slos(slos: list[Slo], field: str, label: str) -> list[Slo]:
+    """``slos`` with each metric once and attainment beside a bound (ScenarioError at
+    ``field`` otherwise; ``label`` names them in the message: "--slo " or "slos: ")."""
+    metrics = [s.metric for s in slos]
+    for metric in dict.fromkeys(m for m in metrics if metrics.count(m) > 1):
+        raise ScenarioError(f"{label}{metric}: given twice; give each metric one target",
+                            field=field)
+    if metrics == ["attainment"]:
+        raise ScenarioError(ATTAINMENT_ALONE, field=field)
+    return slos
+
+
 def targets(block) -> list[Slo]:
     """The SLOs a block (fleet or team) sets, in METRICS order."""
     return [Slo(m, float(getattr(block, m))) for m in METRICS
