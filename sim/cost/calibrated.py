@@ -403,6 +403,10 @@ class CalibratedCostModel(CostModel):
         self._roofline = RooflineCostModel(model, hardware, tp, weight_dtype, kv_dtype,
                                            RooflineConfig())
         self._decode_fixed_s: dict[int, float] = {}    # a decode step but its keys, by batch
+        # a step's dense + all-reduce seconds by its new tokens, its LM head's by its rows:
+        # at most as many as the scheduler's token budget and batch size allow
+        self._by_tokens: dict[float, float] = {}
+        self._by_seqs: dict[float, float] = {}
         self._comm_from_roofline = tp > 1 and (
             self._comm is None or not self.profile.get("tp_comm_measured", False))
 
@@ -504,17 +508,27 @@ class CalibratedCostModel(CostModel):
             kv = (float(default_kv_read(num_tokens, num_seqs, decode_kv_tokens))
                   if kv_read_tokens is None else kv_read_tokens)
             engine += kv * self._per_key.scalar(num_tokens)
+        # the terms read by the step's new tokens (dense + all-reduce, added first as
+        # ``step_sum`` adds them: the same bits) and by its rows, kept per count
+        per_token = self._by_tokens.get(num_tokens)
+        if per_token is None:
+            per_token = self._by_tokens[num_tokens] = (self._dense.scalar(num_tokens)
+                                                       + self._comm_scalar(num_tokens))
+        head = self._by_seqs.get(num_seqs)
+        if head is None:
+            head = self._by_seqs[num_seqs] = self._head.scalar(num_seqs)
         time_s = step_sum(self._const_s + self._per_seq_s * num_seqs, self.num_layers,
-                          self._dense.scalar(num_tokens), self._comm_scalar(num_tokens),
-                          self._prefill.scalar(prefill_attn_work),
-                          self._decode.scalar(decode_kv_tokens), self._head.scalar(num_seqs),
-                          engine)
+                          per_token, 0.0,
+                          self._prefill.scalar(prefill_attn_work) if prefill_attn_work > 0
+                          else 0.0,
+                          self._decode.scalar(decode_kv_tokens) if decode_kv_tokens > 0
+                          else 0.0, head, engine)
         if self._host_overlap:
             host_s = self._overlap_c_s + self._overlap_per_seq_s * num_seqs
             if host_s > time_s:
                 time_s = host_s
-        _, flops, moved = self._roofline.step_scalar(num_tokens, num_seqs, prefill_attn_work,
-                                                     decode_kv_tokens)
+        flops, moved = self._roofline.work_scalar(num_tokens, num_seqs, prefill_attn_work,
+                                                  decode_kv_tokens)
         return time_s, flops, moved
 
     def decode_run(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> DecodeRun:
