@@ -407,6 +407,8 @@ class CalibratedCostModel(CostModel):
         # at most as many as the scheduler's token budget and batch size allow
         self._by_tokens: dict[float, float] = {}
         self._by_seqs: dict[float, float] = {}
+        # a decode run's terms but its keys, by batch size (``_decode_run_terms``)
+        self._run_terms: dict[int, tuple[float, float, float, float, float | None]] = {}
         self._comm_from_roofline = tp > 1 and (
             self._comm is None or not self.profile.get("tp_comm_measured", False))
 
@@ -453,6 +455,7 @@ class CalibratedCostModel(CostModel):
             new._const_s, new._per_seq_s = host_constant_s, gpu_per_seq_s + host_per_seq_s
         new._host_terms = (host_constant_s, host_per_seq_s, True)
         new._decode_fixed_s = {}
+        new._run_terms = {}
         return new
 
     def step_time_s(self, shape: BatchShape) -> ArrayLike:
@@ -536,13 +539,23 @@ class CalibratedCostModel(CostModel):
         attention table summed piece by piece over the run), the steps as
         ``decode_run_s`` prices them; its FLOPs and bytes (linear in the keys read) from
         the roofline's closed form."""
+        terms = self._run_terms.get(num_seqs)
+        if terms is None:
+            terms = self._run_terms[num_seqs] = self._decode_run_terms(num_seqs)
+        fixed_s, layers, per_key_s, n, floor_s = terms
+        ends = TableRunEnds(self._decode, fixed_s, layers, per_key_s, kv_tokens_first, n,
+                            num_steps, floor_s)
+        return DecodeRun(ends, ends.last_s, n,
+                         *self._roofline.decode_work(num_seqs, kv_tokens_first))
+
+    def _decode_run_terms(self, num_seqs: int) -> tuple[float, float, float, float, float | None]:
+        """What a decode run of ``num_seqs`` sequences is built from besides its keys: its
+        fixed seconds a step, the layers, an engine's cost per key, the sequences as a
+        float and an overlapped host's floor (None without one)."""
         n = float(num_seqs)
-        ends = TableRunEnds(self._decode, self._decode_fixed(num_seqs), float(self.num_layers),
-                            self._per_key.scalar(n) if self._packed else 0.0,
-                            kv_tokens_first, n, num_steps,
-                            self._overlap_c_s + self._overlap_per_seq_s * n
-                            if self._host_overlap else None)
-        return DecodeRun(ends, ends.last_s, n, *self.decode_work(num_seqs, kv_tokens_first))
+        return (self._decode_fixed(num_seqs), float(self.num_layers),
+                self._per_key.scalar(n) if self._packed else 0.0, n,
+                self._overlap_c_s + self._overlap_per_seq_s * n if self._host_overlap else None)
 
     def decode_work(self, num_seqs: int, kv_tokens_first: float
                     ) -> tuple[float, float, float, float]:

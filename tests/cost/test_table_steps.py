@@ -217,3 +217,18 @@ def test_a_single_step_reads_the_tables_of_a_token_and_row_count_once(monkeypatc
     assert reads.count(300.0) == 1 and reads.count(12.0) == 1
     assert len(reads) == (2 + 2) + 2 + 1 + (2 + 1)
 
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_model_with_an_engines_host_time_prices_runs_with_its_own_terms(overlap):
+    """A decode run's per-batch terms are kept per model: the copy carrying an engine's
+    host time (``with_engine_host``) does not read the terms its original kept, so its
+    runs are those of a copy made before the original priced any."""
+    made_first = gpu_8b().with_engine_host(3e-3, 2e-5, overlap)
+    used = gpu_8b()
+    used.decode_run(16, 4_000.0, 50).step_end_s[49]
+    made_after = used.with_engine_host(3e-3, 2e-5, overlap)
+    for model in (made_first, made_after):
+        run = model.decode_run(16, 4_000.0, 50)
+        assert run.step_end_s[49] == made_first.decode_run(16, 4_000.0, 50).step_end_s[49]
+    assert (made_after.decode_run(16, 4_000.0, 50).step_end_s[49]
+            != used.decode_run(16, 4_000.0, 50).step_end_s[49])
