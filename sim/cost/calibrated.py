@@ -403,6 +403,12 @@ class CalibratedCostModel(CostModel):
         self._roofline = RooflineCostModel(model, hardware, tp, weight_dtype, kv_dtype,
                                            RooflineConfig())
         self._decode_fixed_s: dict[int, float] = {}    # a decode step but its keys, by batch
+        # a step's dense + all-reduce seconds by its new tokens, its LM head's by its rows:
+        # at most as many as the scheduler's token budget and batch size allow
+        self._by_tokens: dict[float, float] = {}
+        self._by_seqs: dict[float, float] = {}
+        # a decode run's terms but its keys, by batch size (``_decode_run_terms``)
+        self._run_terms: dict[int, tuple[float, float, float, float, float | None]] = {}
         self._comm_from_roofline = tp > 1 and (
             self._comm is None or not self.profile.get("tp_comm_measured", False))
 
@@ -449,6 +455,7 @@ class CalibratedCostModel(CostModel):
             new._const_s, new._per_seq_s = host_constant_s, gpu_per_seq_s + host_per_seq_s
         new._host_terms = (host_constant_s, host_per_seq_s, True)
         new._decode_fixed_s = {}
+        new._run_terms = {}
         return new
 
     def step_time_s(self, shape: BatchShape) -> ArrayLike:
@@ -504,17 +511,27 @@ class CalibratedCostModel(CostModel):
             kv = (float(default_kv_read(num_tokens, num_seqs, decode_kv_tokens))
                   if kv_read_tokens is None else kv_read_tokens)
             engine += kv * self._per_key.scalar(num_tokens)
+        # the terms read by the step's new tokens (dense + all-reduce, added first as
+        # ``step_sum`` adds them: the same bits) and by its rows, kept per count
+        per_token = self._by_tokens.get(num_tokens)
+        if per_token is None:
+            per_token = self._by_tokens[num_tokens] = (self._dense.scalar(num_tokens)
+                                                       + self._comm_scalar(num_tokens))
+        head = self._by_seqs.get(num_seqs)
+        if head is None:
+            head = self._by_seqs[num_seqs] = self._head.scalar(num_seqs)
         time_s = step_sum(self._const_s + self._per_seq_s * num_seqs, self.num_layers,
-                          self._dense.scalar(num_tokens), self._comm_scalar(num_tokens),
-                          self._prefill.scalar(prefill_attn_work),
-                          self._decode.scalar(decode_kv_tokens), self._head.scalar(num_seqs),
-                          engine)
+                          per_token, 0.0,
+                          self._prefill.scalar(prefill_attn_work) if prefill_attn_work > 0
+                          else 0.0,
+                          self._decode.scalar(decode_kv_tokens) if decode_kv_tokens > 0
+                          else 0.0, head, engine)
         if self._host_overlap:
             host_s = self._overlap_c_s + self._overlap_per_seq_s * num_seqs
             if host_s > time_s:
                 time_s = host_s
-        _, flops, moved = self._roofline.step_scalar(num_tokens, num_seqs, prefill_attn_work,
-                                                     decode_kv_tokens)
+        flops, moved = self._roofline.work_scalar(num_tokens, num_seqs, prefill_attn_work,
+                                                  decode_kv_tokens)
         return time_s, flops, moved
 
     def decode_run(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> DecodeRun:
@@ -522,13 +539,23 @@ class CalibratedCostModel(CostModel):
         attention table summed piece by piece over the run), the steps as
         ``decode_run_s`` prices them; its FLOPs and bytes (linear in the keys read) from
         the roofline's closed form."""
+        terms = self._run_terms.get(num_seqs)
+        if terms is None:
+            terms = self._run_terms[num_seqs] = self._decode_run_terms(num_seqs)
+        fixed_s, layers, per_key_s, n, floor_s = terms
+        ends = TableRunEnds(self._decode, fixed_s, layers, per_key_s, kv_tokens_first, n,
+                            num_steps, floor_s)
+        return DecodeRun(ends, ends.last_s, n,
+                         *self._roofline.decode_work(num_seqs, kv_tokens_first))
+
+    def _decode_run_terms(self, num_seqs: int) -> tuple[float, float, float, float, float | None]:
+        """What a decode run of ``num_seqs`` sequences is built from besides its keys: its
+        fixed seconds a step, the layers, an engine's cost per key, the sequences as a
+        float and an overlapped host's floor (None without one)."""
         n = float(num_seqs)
-        ends = TableRunEnds(self._decode, self._decode_fixed(num_seqs), float(self.num_layers),
-                            self._per_key.scalar(n) if self._packed else 0.0,
-                            kv_tokens_first, n, num_steps,
-                            self._overlap_c_s + self._overlap_per_seq_s * n
-                            if self._host_overlap else None)
-        return DecodeRun(ends, ends.last_s, n, *self.decode_work(num_seqs, kv_tokens_first))
+        return (self._decode_fixed(num_seqs), float(self.num_layers),
+                self._per_key.scalar(n) if self._packed else 0.0, n,
+                self._overlap_c_s + self._overlap_per_seq_s * n if self._host_overlap else None)
 
     def decode_work(self, num_seqs: int, kv_tokens_first: float
                     ) -> tuple[float, float, float, float]:

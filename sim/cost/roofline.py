@@ -313,6 +313,26 @@ class RooflineCostModel(CostModel):
         moved = (layers * (dense_bytes + kv_bytes) + head_bytes) * tp
         return time_s, flops, moved
 
+    def work_scalar(self, num_tokens: float, num_seqs: float, prefill_attn_work: float,
+                    decode_kv_tokens: float) -> tuple[float, float]:
+        """``step_scalar``'s FLOPs and bytes without its seconds (what a measured cost model
+        counts its work by): its twin, the same expressions in the same order, so the same
+        bits (tests/cost/test_step_sum.py)."""
+        (flops_per_token, act_bytes_per_token, _, _, attn_per_work, _, _, kv_per_token, _, _,
+         _, _, _, _, _, _, _, head_flops_per_seq, head_bytes, layers, tp) = self._scalar
+        if self._num_experts == 1:
+            weight_bytes = self._dense_weight_bytes
+        else:
+            e, k = self._num_experts, self.model.experts_per_token
+            weight_bytes = (self._attn_weight_bytes
+                            + e * (1.0 - (1.0 - k / e) ** num_tokens) * self._expert_weight_bytes)
+        flops = (layers * (flops_per_token * num_tokens + attn_per_work * prefill_attn_work
+                           + attn_per_work * decode_kv_tokens)
+                 + head_flops_per_seq * num_seqs) * tp
+        moved = (layers * ((weight_bytes + act_bytes_per_token * num_tokens)
+                           + kv_per_token * decode_kv_tokens) + head_bytes) * tp
+        return flops, moved
+
     def decode_run(self, num_seqs: int, kv_tokens_first: float, num_steps: int) -> DecodeRun:
         """As ``CostModel.decode_run``, from the batch's cost at no KV (kept per batch size,
         with the decode attention kernels' fixed time: every decode step reads keys) and the

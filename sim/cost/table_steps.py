@@ -174,14 +174,16 @@ class TableRunEnds:
         known); returns Σ table over all its steps."""
         x0, d = self._x0, self._d
         pieces: list[_Piece] = []
+        run_starts: list[int] = []
         before = 0.0
         if m_total > 0:
             x_last = x0 + (m_total - 1) * d
             starts = table.starts
+            last_j = len(starts) - 1
             j = max(bisect_right(starts, x0) - 1, 0)
             k0 = 0
             while k0 < m_total:
-                if j + 1 < len(starts) and starts[j + 1] <= x_last:
+                if j < last_j and starts[j + 1] <= x_last:
                     # the first step at or past the next piece's first x
                     k1 = min(max(math.ceil((starts[j + 1] - x0) / d), k0), m_total)
                 else:
@@ -190,10 +192,11 @@ class TableRunEnds:
                     piece = self._piece(table, j, k0, k1, before, first_t)
                     before = piece.before + piece.sum(k1 - k0)
                     pieces.append(piece)
+                    run_starts.append(k0)
                     k0 = k1
                 j += 1
         self._pieces = pieces
-        self._starts = [p.k0 for p in pieces]
+        self._starts = run_starts
         return before
 
     def _piece(self, table: PowerPieces, j: int, k0: int, k1: int, before: float,

@@ -265,3 +265,20 @@ def test_scalar_step_equals_the_vectorised_step_to_the_bit(kwargs):
                                    float(shapes.prefill_attn_work[i]),
                                    float(shapes.decode_kv_tokens[i]))
         assert (t, f, b) == (vec.time_s[i], vec.flops[i], vec.bytes[i]), i
+
+
+@pytest.mark.parametrize("kwargs", [
+    {}, {"model": "mixtral-8x7b", "hardware": "H200"}, {"model": "llama-3.1-70b", "tp": 4},
+    {"weight_dtype": "fp8", "kv_dtype": "fp8"},
+])
+def test_work_scalar_gives_the_bits_of_step_scalars_flops_and_bytes(kwargs):
+    """``work_scalar`` (a measured cost model's work counters, without the roofline's
+    seconds) is ``step_scalar``'s FLOPs and bytes to the bit, dense and mixture-of-experts,
+    with and without prefill or keys read."""
+    cost = make_cost_model(**kwargs)
+    shapes = _random_shapes(200, seed=5)
+    for i in range(200):
+        args = (float(shapes.num_tokens[i]), float(shapes.num_seqs[i]),
+                0.0 if i % 7 == 0 else float(shapes.prefill_attn_work[i]),
+                0.0 if i % 5 == 0 else float(shapes.decode_kv_tokens[i]))
+        assert cost.work_scalar(*args) == cost.step_scalar(*args)[1:], i

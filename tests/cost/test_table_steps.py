@@ -193,3 +193,42 @@ def test_a_tables_pieces_are_the_power_laws_it_reads():
                 continue
             assert table.scalar(x) == pytest.approx(
                 table.scalar(a) * (x / a) ** pieces.exponents[j], rel=1e-12)
+
+
+def test_a_single_step_reads_the_tables_of_a_token_and_row_count_once(monkeypatch):
+    """A step's dense, all-reduce and LM-head seconds depend only on its new tokens and
+    rows: kept per count, a later step of the same counts reads only its attention
+    tables, and is priced to the bit as by a model that never saw those counts."""
+    shapes = [(300.0, 12.0, 4.0e4, 9.0e3), (300.0, 12.0, 2.5e4, 7.0e3),
+              (300.0, 12.0, 0.0, 8.0e3), (64.0, 64.0, 0.0, 3.0e4)]
+    fresh = [gpu_8b().step_scalar(*shape) for shape in shapes]
+    cost = gpu_8b()
+    reads: list[float] = []
+    scalar = Table.scalar
+
+    def counted(self, x):
+        reads.append(x)
+        return scalar(self, x)
+    monkeypatch.setattr(Table, "scalar", counted)
+    got = [cost.step_scalar(*shape) for shape in shapes]
+    assert got == fresh
+    # (TP 1: no all-reduce table) dense and head at 300 tokens / 12 rows once, prefill
+    # and decode per step, no table for a term with no work, the last step's counts new
+    assert reads.count(300.0) == 1 and reads.count(12.0) == 1
+    assert len(reads) == (2 + 2) + 2 + 1 + (2 + 1)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_model_with_an_engines_host_time_prices_runs_with_its_own_terms(overlap):
+    """A decode run's per-batch terms are kept per model: the copy carrying an engine's
+    host time (``with_engine_host``) does not read the terms its original kept, so its
+    runs are those of a copy made before the original priced any."""
+    made_first = gpu_8b().with_engine_host(3e-3, 2e-5, overlap)
+    used = gpu_8b()
+    used.decode_run(16, 4_000.0, 50).step_end_s[49]
+    made_after = used.with_engine_host(3e-3, 2e-5, overlap)
+    for model in (made_first, made_after):
+        run = model.decode_run(16, 4_000.0, 50)
+        assert run.step_end_s[49] == made_first.decode_run(16, 4_000.0, 50).step_end_s[49]
+    assert (made_after.decode_run(16, 4_000.0, 50).step_end_s[49]
+            != used.decode_run(16, 4_000.0, 50).step_end_s[49])
