@@ -103,7 +103,8 @@ def write_report(rows: list[dict], out: Path) -> str:
             ratio = t["fit"].get("workload_step_ratio")
             machine = t["fit"].get("machine")
             speed = "n/a" if not machine else \
-                f"x{machine['workload_speed']:.2f} (range {100 * machine['workload_spread']:.0f}%)"
+                f"x{machine['workload_speed']:.2f} (range {100 * machine['workload_spread']:.0f}%" \
+                + ("" if machine.get("used", True) else "; not used") + ")"
             why = unsteady(r)
             if why:
                 drifted.append(f"{r['workload']} ({why})")

@@ -139,6 +139,7 @@ def test_a_workload_the_machine_slowed_is_steady_once_normalised(tmp_path):
     (folder / "vllm_log.json").write_text(json.dumps(drifted), "utf-8")
     t = vllm_timing.timing(folder, log=lambda _m: None)
     machine = t["fit"]["machine"]
+    assert machine["used"] and machine["held_back_normalised"] <= machine["held_back_as_measured"]
     assert machine["workload_speed"] == pytest.approx(speed.workload_factor, rel=1e-3)
     assert machine["workload_spread"] == pytest.approx(0.3, abs=1e-3)
     assert t["fit"]["workload_step_ratio"] == pytest.approx(normalised)
@@ -241,3 +242,34 @@ def test_the_log_s_clock_stops_while_a_sentinel_runs(monkeypatch):
     flat = lambda log: [t for s in log for t in (s["start_s"], s["end_s"])]
     assert flat(with_sentinel) == pytest.approx(flat(steps))
     assert records2["a"]["finish_s"] == pytest.approx(records["a"]["finish_s"])
+
+
+def test_sentinels_that_do_not_explain_the_grid_are_not_used(tmp_path):
+    """Sentinels that vary at random, the steps not with them: normalised by them, the
+    grid's held-back steps fit worse, so the fit is the grid's as measured, fleetsim runs
+    at the grid's speed, and the report says the sentinels were not used."""
+    plan, log = _recorded()
+    noisy = json.loads(json.dumps(log))
+    rng = np.random.default_rng(3)
+    noisy["sentinels"] = [
+        {"phase": phase, "after_step": i, "seconds": float(0.010 * rng.uniform(0.6, 1.6))}
+        for phase, key in (("calibration", "calibration"), ("workload", "steps"))
+        for i in range(0, len(log[key]), 3)]
+    folder = tmp_path / "vllm-light"
+    folder.mkdir()
+    (folder / "plan.json").write_text(json.dumps(plan), "utf-8")
+    (folder / "vllm_log.json").write_text(json.dumps(noisy), "utf-8")
+    t = vllm_timing.timing(folder, log=lambda _m: None)
+    machine = t["fit"]["machine"]
+    assert not machine["used"]
+    assert machine["held_back_normalised"] >= machine["held_back_as_measured"]
+    as_measured = fit_continuous(plan["profile"], _limits(plan),
+                                 vllm_timing._calibration_steps(log), log=lambda _m: None,
+                                 packed=False)
+    assert t["fit"]["held_back_step_error"] == as_measured.held_back
+    assert t["fit"]["workload_step_ratio"] == pytest.approx(
+        vllm_timing.workload_step_ratio(plan["profile"], as_measured, log))
+    row = {"workload": "vllm-light", "share_identical": 1.0, "requests": 1, "steps": 1,
+           "vllm_preemptions": 0, "fleetsim_preemptions": 0, "vllm_cached_tokens": 0,
+           "fleetsim_cached_tokens": 0, "mismatches": {}, "timing": t}
+    assert "; not used)" in vllm_report.write_report([row], tmp_path / "r")
