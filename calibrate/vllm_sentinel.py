@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-WINDOW = 2          # sentinels either side of one in its rolling median
+WINDOW = 3          # sentinels either side of one in its rolling median
 PHASES = ("calibration", "workload")
 
 

@@ -56,16 +56,16 @@ def _limits(plan: dict) -> ContinuousLimits:
 
 
 def test_local_speed_follows_the_nearest_sentinels_before_each_step():
-    after = np.array([0, 10, 20, 30, 40, 50, 60])
-    seconds = np.array([10, 10, 10, 10, 13, 13, 13]) * 1e-3
-    speed = vllm_sentinel.local_speed(after, seconds, 70, 0.010)
+    after = np.arange(0, 100, 10)
+    seconds = np.array([10, 10, 10, 10, 10, 10, 13, 13, 13, 13]) * 1e-3
+    speed = vllm_sentinel.local_speed(after, seconds, 100, 0.010)
     assert speed[0] == pytest.approx(1.0) and speed[9] == pytest.approx(1.0)
-    assert speed[69] == pytest.approx(1.3)          # past the last sentinel: its own
-    assert 1.0 <= speed[45] <= 1.3
+    assert speed[99] == pytest.approx(1.3)          # past the last sentinel: its own
+    assert 1.0 <= speed[65] <= 1.3
     # a lone outlier is a sentinel of its own, not the machine: the rolling median drops it
     spike = seconds.copy()
     spike[2] = 0.050
-    assert vllm_sentinel.local_speed(after, spike, 70, 0.010)[25] == pytest.approx(1.0)
+    assert vllm_sentinel.local_speed(after, spike, 100, 0.010)[25] == pytest.approx(1.0)
 
 
 def test_a_run_without_sentinels_is_taken_as_it_was_measured():
