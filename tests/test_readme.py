@@ -91,3 +91,13 @@ def test_the_quick_start_prints_what_the_readme_shows(tmp_path, monkeypatch, cap
     printed = [" ".join(line.split()) for line in out.splitlines()]
     for line in shown:
         assert " ".join(line.split()) in printed, line
+
+
+def test_every_relative_link_of_the_readme_and_docs_names_a_file_that_exists():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    missing = [(page.name, target) for page in pages
+               for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)",
+                                        page.read_text(encoding="utf-8"))
+               if not target.startswith(("http:", "https:", "mailto:"))
+               and not (page.parent / target).exists()]
+    assert not missing, missing
