@@ -2,9 +2,10 @@
 the workload), written into a profile for the ``vllm`` engine on this CPU, and fleetsim
 with that profile against what vLLM measured on the workload.
 
-A run whose log has sentinels (``calibrate.vllm_sentinel``) is normalised for the
-machine's speed: the grid's steps are fitted at the grid's reference speed, and fleetsim
-runs the workload at the speed its sentinels measured."""
+A run whose log has sentinels (``calibrate.vllm_sentinel``) may be normalised for the
+machine's speed: where the grid's held-back steps fit at least as close so, the grid's
+steps are fitted at the grid's reference speed and fleetsim runs the workload at the speed
+its sentinels measured."""
 from __future__ import annotations
 
 import dataclasses
@@ -99,8 +100,7 @@ def timing(folder: Path, log=print, out: Path | None = None) -> dict:
     say = lambda m: log(f"{plan_data['scenario']}: {m}")
     fit = fit_continuous(plan_data["profile"], limits, _calibration_steps(log_data),
                          log=say, packed=False)
-    sentinels = None if speed is None else {**speed.summary(), "used": False,
-                                            "held_back_as_measured": fit.held_back["median"]}
+    sentinels = None
     if speed is not None:
         # the sentinels are used only where they explain the grid: its held-back steps
         # fitted at least as close at the reference speed as measured (nothing of the
@@ -108,9 +108,12 @@ def timing(folder: Path, log=print, out: Path | None = None) -> dict:
         normalised = fit_continuous(plan_data["profile"], limits,
                                     _calibration_steps(log_data, speed), log=say,
                                     packed=False)
-        sentinels["held_back_normalised"] = normalised.held_back["median"]
-        if normalised.held_back["median"] <= fit.held_back["median"]:
-            fit, sentinels["used"] = normalised, True
+        sentinels = {**speed.summary(),
+                     "held_back_as_measured": fit.held_back["median"],
+                     "held_back_normalised": normalised.held_back["median"],
+                     "used": normalised.held_back["median"] <= fit.held_back["median"]}
+        if sentinels["used"]:
+            fit = normalised
         else:
             speed = None
     work = (out or folder) / "fleetsim"

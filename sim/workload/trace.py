@@ -137,11 +137,10 @@ _SPACE = np.zeros(256, dtype=bool)
 _SPACE[list(b" \t\r\x0b\x0c")] = True
 
 
-def _blank_lines(data: np.ndarray, ends: np.ndarray, since_newline: int) -> int:
-    """How many lines that end in ``data`` (at the newlines ``ends``) are empty or hold one
-    or two spaces (a carriage return, a tab); the first began ``since_newline`` bytes
-    before ``data``. Longer lines of spaces are not counted (they cost as much as a row)."""
-    length = np.diff(ends, prepend=-1 - since_newline) - 1
+def _blank_lines(data: np.ndarray, ends: np.ndarray, length: np.ndarray) -> int:
+    """How many lines that end in ``data`` (at the newlines ``ends``, ``length`` bytes
+    long before their newline) are empty or hold one or two spaces (a carriage return, a
+    tab). Longer lines of spaces are not counted (they cost as much as a row)."""
     blank = length == 0
     for width in (1, 2):
         short = np.flatnonzero((length == width) & (ends >= width))
@@ -172,12 +171,12 @@ def scan_text(path: pathlib.Path, kind: str = "a CSV of numbers") -> bool:
             if ends.size == 0:
                 since_newline += len(block)
             else:
-                blank += _blank_lines(data, ends, since_newline)
+                gaps = np.diff(ends, prepend=-1 - since_newline) - 1   # line lengths
+                blank += _blank_lines(data, ends, gaps)
                 if blank > MAX_BLANK_LINES:
                     raise WorkloadDataError(
                         path, f"holds more than {MAX_BLANK_LINES:,} blank lines among its "
                               f"first {line + ends.size - 1:,}: not {kind}; remove them")
-                gaps = np.diff(ends, prepend=-1 - since_newline) - 1
                 longest = int(np.argmax(gaps))
                 if gaps[longest] > MAX_CSV_LINE_BYTES:
                     since_newline = int(gaps[longest])

@@ -49,6 +49,15 @@ def _with_drift(log: dict, grid_slow: float, work_slow: float, every: int = 10) 
     return out
 
 
+def _timed(tmp_path: Path, plan: dict, log: dict) -> dict:
+    """``vllm_timing.timing`` of ``plan`` and ``log`` written as a recorded run."""
+    folder = tmp_path / "vllm-light"
+    folder.mkdir()
+    (folder / "plan.json").write_text(json.dumps(plan), "utf-8")
+    (folder / "vllm_log.json").write_text(json.dumps(log), "utf-8")
+    return vllm_timing.timing(folder, log=lambda _m: None)
+
+
 def _limits(plan: dict) -> ContinuousLimits:
     e = plan["engine"]
     return ContinuousLimits(e["max_num_batched_tokens"], e["max_num_seqs"], e["block_size"],
@@ -133,17 +142,13 @@ def test_a_workload_the_machine_slowed_is_steady_once_normalised(tmp_path):
     normalised = vllm_timing.workload_step_ratio(plan["profile"], fit, drifted, speed)
     assert raw / steady > 1.1
     assert normalised / steady == pytest.approx(1.0, abs=0.02)
-    folder = tmp_path / "vllm-light"
-    folder.mkdir()
-    (folder / "plan.json").write_text(json.dumps(plan), "utf-8")
-    (folder / "vllm_log.json").write_text(json.dumps(drifted), "utf-8")
-    t = vllm_timing.timing(folder, log=lambda _m: None)
+    t = _timed(tmp_path, plan, drifted)
     machine = t["fit"]["machine"]
     assert machine["used"] and machine["held_back_normalised"] <= machine["held_back_as_measured"]
     assert machine["workload_speed"] == pytest.approx(speed.workload_factor, rel=1e-3)
     assert machine["workload_spread"] == pytest.approx(0.3, abs=1e-3)
     assert t["fit"]["workload_step_ratio"] == pytest.approx(normalised)
-    written = (folder / "fleetsim" / "vllm-profile.yaml").read_text("utf-8")
+    written = (tmp_path / "vllm-light" / "fleetsim" / "vllm-profile.yaml").read_text("utf-8")
     import yaml
     engine = yaml.safe_load(written)["engine"]
     assert engine["constant_s"] == pytest.approx(
@@ -255,11 +260,7 @@ def test_sentinels_that_do_not_explain_the_grid_are_not_used(tmp_path):
         {"phase": phase, "after_step": i, "seconds": float(0.010 * rng.uniform(0.6, 1.6))}
         for phase, key in (("calibration", "calibration"), ("workload", "steps"))
         for i in range(0, len(log[key]), 3)]
-    folder = tmp_path / "vllm-light"
-    folder.mkdir()
-    (folder / "plan.json").write_text(json.dumps(plan), "utf-8")
-    (folder / "vllm_log.json").write_text(json.dumps(noisy), "utf-8")
-    t = vllm_timing.timing(folder, log=lambda _m: None)
+    t = _timed(tmp_path, plan, noisy)
     machine = t["fit"]["machine"]
     assert not machine["used"]
     assert machine["held_back_normalised"] >= machine["held_back_as_measured"]
