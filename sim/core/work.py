@@ -22,8 +22,8 @@ from sim.core.checks import RunRefused
 
 REFUSED_PAUSE_S = 0.01            # a closed-loop client's pause after a refusal (a round trip)
 NOTICE_REQUESTS = 1_000_000       # a run estimated past this many requests says so first
-# rough cost of a simulated request on a 2-core machine (README, Simulation speed: 55-116 us
-# on the measured-kernel path), for the notice's time range only
+# rough cost of a simulated request on a 2-core machine (docs/speed.md: 54-76 us on the
+# default path in make bench, 2026-12-08), for the notice's time range only
 SECONDS_PER_REQUEST = (50e-6, 120e-6)
 
 
@@ -33,6 +33,7 @@ class StreamWork:
     requests: float      # estimated requests (attempts: a refused one counts)
     at_least: bool       # a lower bound (a closed loop's first wave), not an estimate
     why: str             # how it was counted, for the messages
+    storm: bool = False  # a closed loop the gateway refuses whatever happens
 
 
 def refused_by_gateway(scenario: Scenario, stream) -> str | None:
@@ -86,7 +87,7 @@ def estimate(scenario: Scenario, drawn: dict[str, int]) -> list[StreamWork]:
         out.append(StreamWork(name, float(storm), False,
                               f"every request is refused ({refused}), and each of its "
                               f"{arrival.concurrency:,} clients sends again "
-                              f"{1e3 * each_s:g} ms later, for {window_s:g} s"))
+                              f"{1e3 * each_s:g} ms later, for {window_s:g} s", storm=True))
     return out
 
 
@@ -97,7 +98,7 @@ def check_work(scenario: Scenario, stream_index: np.ndarray, stream_names: list[
     counts = np.bincount(stream_index, minlength=len(stream_names))
     work = estimate(scenario, {s: int(c) for s, c in zip(stream_names, counts)})
     for w in work:
-        if not w.at_least and w.requests > scenario.max_requests and "refused" in w.why:
+        if w.storm and w.requests > scenario.max_requests:
             raise RunRefused(
                 ("workload", "streams", w.name, "arrival"),
                 f"about {w.requests:,.0f} requests: {w.why}; past max_requests = "
