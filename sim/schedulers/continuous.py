@@ -167,7 +167,7 @@ class ContinuousScheduler(Scheduler):
         self._reserved_blocks = 0
         self._reservations: dict[int, int] = {}        # request id -> blocks promised
         # estimated_output: the new-token ratio and its admission test (output_estimate.py)
-        self._estimate = (OutputEstimate(getattr(cfg, "max_new_tokens", None))
+        self._estimate = (OutputEstimate(cfg.max_new_tokens)
                           if cfg.kv_admission == "estimated_output" else None)
         # the scheduling policy: waiting order, victims, decoders' blocks (ordering.py)
         self.order = ORDERS[cfg.policy](self)
