@@ -27,7 +27,8 @@ from sim.config.slos import Slo
 from sim.output.slo import margins
 from sim.planning.overrides import with_values
 from sim.planning.progress import TrialCounter
-from sim.planning.runner import map_tasks, scenario_from_payload, scenario_payload
+from sim.planning.runner import (map_tasks, scenario_from_payload, scenario_payload,
+                                 side_by_side)
 from sim.planning.size import (NARROWER_COUNTS, bisection_steps, configured_option, fewest,
                                option_source, refuse_over_budget, replica_cap, sizing_field,
                                sizing_floor, verdict)
@@ -179,7 +180,7 @@ def autoscaled_size(scenario: Scenario, pool: str, slos: list[Slo], *,
     each target's search is the same wherever it runs, so the table is too."""
     tried, low, cap = search_plan(scenario, pool, confidence)
     per_target = autoscaled_trials(1, low, cap)
-    if executor != "local" or min(workers, len(tried)) > 1:
+    if side_by_side(executor, workers, len(tried)):
         payload = scenario_payload(scenario)
         found = map_tasks(_target_task, [(payload, pool, slos, t, low, cap, confidence)
                                          for t in tried],

@@ -49,6 +49,12 @@ def run_many(scenarios: Sequence[Scenario], *, executor: str = "local", workers:
                      progress=progress)
 
 
+def side_by_side(executor: str, workers: int, tasks: int) -> bool:
+    """Whether ``tasks`` run in other processes (``map_tasks`` with these settings), so a
+    search reports each as it ends rather than each trial as it starts."""
+    return executor != "local" or min(workers, tasks) > 1
+
+
 def map_tasks(func: Callable[[Any], Any], payloads: Sequence, *, executor: str = "local",
               workers: int = 1, scheduler: str | None = None,
               progress: Progress | None = None) -> list:

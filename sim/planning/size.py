@@ -23,7 +23,8 @@ from sim.config.scenario import Scenario
 from sim.planning.hopeless import hopeless_watch
 from sim.planning.overrides import with_values
 from sim.planning.progress import TrialCounter, Watch, option_text, run_trial
-from sim.planning.runner import Payload, map_tasks, scenario_from_payload, scenario_payload
+from sim.planning.runner import (Payload, map_tasks, scenario_from_payload, scenario_payload,
+                                 side_by_side)
 from sim.config.resolve import resolve
 from sim.config.slos import Slo
 from sim.output.slo import margins, measure
@@ -428,8 +429,7 @@ def size(scenario: Scenario, slos: list[Slo], pools: list[str] | None = None,
             tasks.append((len(rows), (scenario_payload(scenario), pool, slos, option,
                                       confidence)))
             rows.append(None)
-    side_by_side = executor != "local" or min(workers, len(tasks)) > 1
-    if side_by_side:
+    if side_by_side(executor, workers, len(tasks)):
         def ended(done: int, total: int) -> None:
             if watch is not None and done < total:
                 watch(f"{done} of {total} options searched side by side", done, total - done,
