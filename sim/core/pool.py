@@ -237,6 +237,10 @@ class Pool:
     def reject_reason(self, req: Request) -> str | None:
         return self._probe().reject_reason(req)
 
+    def most_sequences(self) -> int:
+        """The most sequences one step of a replica holds (its scheduler's batch limit)."""
+        return self._probe().most_sequences()
+
     def _probe(self) -> Scheduler:
         """A scheduler of the pool's kind: every replica has the same limits."""
         return self.replicas[0].scheduler if self.replicas else self._new_probe()

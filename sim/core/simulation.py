@@ -29,7 +29,7 @@ from sim.core.fleet import pool_parts
 from sim.core.pool import Pool
 from sim.core.request import Request, Status
 from sim.core.wakeup import call_after, events_scheduled
-from sim.core.work import REFUSED_PAUSE_S, check_work
+from sim.core.work import REFUSED_PAUSE_S, check_work, closed_loop_paces
 from sim.gateway.routes import Escalate, HandOff
 from sim.gateway.service import Gateway
 from sim.output.accounts import RunAccount
@@ -55,9 +55,6 @@ class Simulation:
             scenario.workload, scenario.duration, workload_seq, base_dir,
             max_requests=scenario.max_requests)
         check_request_count(scenario, self.arrivals)
-        # what the run will cost: a known storm of refusals refused, a long run's notice
-        self.work_notice = check_work(scenario, self.arrivals.stream_index,
-                                      self.arrivals.stream_names)
         pool_rngs = [np.random.default_rng(s) for s in pools_seq.spawn(len(resolved.pools))]
         team_weights = {t: cfg.weight for t, cfg in scenario.gateway.teams.items()}
         self.pools: dict[str, Pool] = {
@@ -73,6 +70,11 @@ class Simulation:
                              for cfg, pool in zip(stream_cfgs, default_pools)]
         self._stream_ids = [cfg.prompt_format == "token_ids" for cfg in stream_cfgs]
         check_step_times(scenario, self.pools)
+        # what the run will cost: a known storm of refusals, or a closed loop past
+        # max_requests at its pool's pace, refused; a long run's notice
+        self.work_notice = check_work(
+            scenario, self.arrivals.stream_index, self.arrivals.stream_names,
+            closed_loop_paces(scenario, self.arrivals, self.pools, resolved.stream_pool))
         check_servable(scenario.gateway, self.arrivals, stream_cfgs, default_pools, self.pools)
         self.gateway: Gateway | None = None
         if scenario.gateway.active or any(c.retry or c.api_key for c in stream_cfgs):

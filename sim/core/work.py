@@ -6,9 +6,14 @@ without one sends until its window ends, each client again as soon as its last r
 ends, or ``REFUSED_PAUSE_S`` after a refusal. Where the gateway refuses every request of
 such a stream whatever the run does (an API key it does not know, or one revoked before
 the stream starts; a served model its team may not call), its clients send one request
-per pause for the whole window: a storm of refusals that is known before the run. That
-is refused past ``max_requests``, and any run estimated at more than ``NOTICE_REQUESTS``
-requests says so (with a rough time) before it starts.
+per pause for the whole window: a storm of refusals that is known before the run. Where
+it serves them, the clients send at most one request per round trip each (think time and
+the request's own time alone on a replica), and together no more than their pool can
+finish: its replicas, each stepping its fullest batch (the scheduler's most sequences,
+as many as the KV cache holds at the stream's lengths) at the cost model's step time.
+Either estimate past ``max_requests`` is refused before the run (it would be refused when
+it got there, after the time spent), and any run estimated at more than
+``NOTICE_REQUESTS`` requests says so (with a rough time) before it starts.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.config.sanity import most_replicas
 from sim.config.scenario import Scenario
 from sim.core.checks import RunRefused
 
@@ -34,6 +40,17 @@ class StreamWork:
     at_least: bool       # a lower bound (a closed loop's first wave), not an estimate
     why: str             # how it was counted, for the messages
     storm: bool = False  # a closed loop the gateway refuses whatever happens
+    bounded: bool = False  # a served closed loop counted to its window's end
+
+
+@dataclass(frozen=True)
+class ClosedLoopPace:
+    """How fast a served closed loop's clients can be answered: one client's shortest
+    round trip (think time + its request alone on a replica) and the most requests per
+    second its pool can finish."""
+    round_trip_s: float
+    pool_rate_per_s: float
+    why: str
 
 
 def refused_by_gateway(scenario: Scenario, stream) -> str | None:
@@ -62,9 +79,32 @@ def _window_s(scenario: Scenario, stream) -> float:
     return max(end_s - stream.start, 0.0)
 
 
-def estimate(scenario: Scenario, drawn: dict[str, int]) -> list[StreamWork]:
+def closed_loop_pace(pool, think_s: float, prompt_tokens: float, output_tokens: float
+                     ) -> ClosedLoopPace:
+    """A served closed loop's pace on ``pool`` at mean lengths ``prompt_tokens`` and
+    ``output_tokens``, from the pool's cost model (decode steps; prefill left out, so
+    both are the fast side)."""
+    cost = pool.cost_model
+    context = prompt_tokens + output_tokens / 2
+    alone_s = output_tokens * cost.step_scalar(1, 1, 0, context)[0]
+    kv = pool.spec.kv
+    held = max(int(kv.num_blocks * kv.block_size_tokens // max(context, 1.0)), 1)
+    seqs = min(pool.most_sequences(), held)
+    full_step_s = cost.step_scalar(seqs, seqs, 0, seqs * context)[0]
+    replicas = most_replicas(pool.cfg)
+    rate = replicas * seqs / (output_tokens * full_step_s)
+    return ClosedLoopPace(think_s + alone_s, rate,
+                          f"{replicas:,} replica(s) of pool '{pool.name}' finish at most "
+                          f"{rate:,.0f} requests/s ({seqs:,} sequences a step, "
+                          f"{1e3 * full_step_s:.3g} ms a step, {output_tokens:,.0f} output "
+                          f"tokens a request)")
+
+
+def estimate(scenario: Scenario, drawn: dict[str, int],
+             paces: dict[str, ClosedLoopPace] | None = None) -> list[StreamWork]:
     """Each stream's requests: ``drawn`` gives those drawn before the run (a closed loop's
-    first wave among them)."""
+    first wave among them); ``paces`` a served open-ended closed loop's pace (without
+    it, its first wave is counted, a lower bound)."""
     out = []
     for name, stream in scenario.workload.streams.items():
         arrival = stream.arrival
@@ -78,9 +118,22 @@ def estimate(scenario: Scenario, drawn: dict[str, int]) -> list[StreamWork]:
             continue
         window_s = _window_s(scenario, stream)
         if refused is None:
-            out.append(StreamWork(name, float(arrival.concurrency), True,
-                                  f"{arrival.concurrency:,} clients, each again after every "
-                                  f"answer for {window_s:g} s"))
+            pace = (paces or {}).get(name)
+            clients = arrival.concurrency
+            if pace is None:
+                out.append(StreamWork(name, float(clients), True,
+                                      f"{clients:,} clients, each again after every "
+                                      f"answer for {window_s:g} s"))
+                continue
+            by_clients = clients * window_s / pace.round_trip_s
+            by_pool = pace.pool_rate_per_s * window_s
+            why = (f"{clients:,} clients, each again after every answer for "
+                   f"{window_s:g} s: " + (
+                       f"each at most one request per {1e3 * pace.round_trip_s:.3g} ms "
+                       f"(think time + the request alone on a replica)"
+                       if by_clients <= by_pool else pace.why))
+            out.append(StreamWork(name, clients + min(by_clients, by_pool), False, why,
+                                  bounded=True))
             continue
         each_s = arrival.think_time + REFUSED_PAUSE_S
         storm = arrival.concurrency * max(math.ceil(window_s / each_s), 1)
@@ -91,13 +144,40 @@ def estimate(scenario: Scenario, drawn: dict[str, int]) -> list[StreamWork]:
     return out
 
 
-def check_work(scenario: Scenario, stream_index: np.ndarray, stream_names: list[str]
-               ) -> str | None:
-    """Refuse a run whose known storm of refusals passes ``max_requests``; the notice a
-    long run gives before it starts (None for a short one)."""
+def closed_loop_paces(scenario: Scenario, arrivals, pools: dict, stream_pool: dict
+                      ) -> dict[str, ClosedLoopPace]:
+    """The pace of each served, open-ended closed loop, at the mean lengths of its first
+    wave, on the pool its requests go to."""
+    paces = {}
+    for s, name in enumerate(arrivals.stream_names):
+        stream = scenario.workload.streams[name]
+        arrival = stream.arrival
+        if (arrival.type != "closed" or arrival.requests is not None
+                or refused_by_gateway(scenario, stream) is not None):
+            continue
+        rows = arrivals.stream_index == s
+        if not rows.any():
+            continue
+        paces[name] = closed_loop_pace(pools[stream_pool[name]], arrival.think_time,
+                                       float(arrivals.prompt_tokens[rows].mean()),
+                                       float(arrivals.output_tokens[rows].mean()))
+    return paces
+
+
+def check_work(scenario: Scenario, stream_index: np.ndarray, stream_names: list[str],
+               paces: dict[str, ClosedLoopPace] | None = None) -> str | None:
+    """Refuse a run whose known storm of refusals, or whose served closed loop at its
+    ``paces``, passes ``max_requests``; the notice a long run gives before it starts (None
+    for a short one)."""
     counts = np.bincount(stream_index, minlength=len(stream_names))
-    work = estimate(scenario, {s: int(c) for s, c in zip(stream_names, counts)})
+    work = estimate(scenario, {s: int(c) for s, c in zip(stream_names, counts)}, paces)
     for w in work:
+        if w.bounded and w.requests > scenario.max_requests:
+            raise RunRefused(
+                ("workload", "streams", w.name, "arrival"),
+                f"about {w.requests:,.0f} requests at most ({w.why}); past max_requests = "
+                f"{scenario.max_requests:,}: give the stream arrival.requests, a "
+                f"think_time, fewer clients or a shorter window, or raise max_requests")
         if w.storm and w.requests > scenario.max_requests:
             raise RunRefused(
                 ("workload", "streams", w.name, "arrival"),

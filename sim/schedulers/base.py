@@ -137,6 +137,10 @@ class Scheduler(ABC):
         # counted: the run's pooled inter-token latencies (its own where none is given)
         self.gaps = gaps if gaps is not None else GapHistogram()
 
+    def most_sequences(self) -> int:
+        """The most sequences one step holds (one, unless a policy batches)."""
+        return 1
+
     # -- admission -------------------------------------------------------------
     def reject_reason(self, req: Request) -> str | None:
         """Why ``req`` can never be served here, or None."""

@@ -211,6 +211,9 @@ class ContinuousScheduler(Scheduler):
     def num_running(self) -> int:
         return len(self.cohort.members) + len(self.prefilling)
 
+    def most_sequences(self) -> int:
+        return self.cfg.max_num_seqs
+
     def open_requests(self) -> list[Request]:
         return self.cohort.materialise(self.step) + self.prefilling + list(self.waiting)
 

@@ -42,6 +42,9 @@ class StaticScheduler(Scheduler):
         self.batch_size = cfg.batch_size
         self.batch_timeout_s = cfg.batch_timeout
 
+    def most_sequences(self) -> int:
+        return self.batch_size
+
     def _take_batch(self) -> list[Request]:
         """FCFS requests whose padded reservations fit the KV cache together."""
         batch: list[Request] = []

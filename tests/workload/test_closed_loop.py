@@ -147,12 +147,60 @@ def test_clients_without_a_request_count_send_until_the_window_ends():
     assert again.requests.equals(res.requests)
 
 
-def test_clients_without_a_count_stop_at_max_requests_with_a_located_error():
+def test_clients_without_a_count_stop_at_max_requests_with_a_located_error(monkeypatch):
+    """Where the estimate before the run does not see it coming (no pace known here), the
+    run still stops at max_requests with a located error."""
+    from sim.core import simulation
+    monkeypatch.setattr(simulation, "closed_loop_paces", lambda *args: {})
     stream = {"arrival": {"type": "closed", "concurrency": 4},
               "prompt_tokens": 100, "output_tokens": 2}
     with pytest.raises(sim.ScenarioError, match="more than max_requests = 1,500") as err:
         sim.run(make_scenario(stream=stream, duration=3600.0, max_requests=1500))
     assert err.value.field == "workload.streams.s.arrival"
+
+
+@pytest.mark.parametrize("concurrency, output_tokens, bound", [
+    (4, 2, "per .* ms \\(think time \\+ the request alone on a replica\\)"),
+    (100_000, 50, "replica\\(s\\) of pool 'p' finish at most .* requests/s"),
+])
+def test_a_closed_loop_past_max_requests_is_refused_before_the_run(concurrency,
+                                                                    output_tokens, bound):
+    """A served closed loop without a count is estimated before the run: each client at
+    most one request per round trip, all together no more than the pool finishes. Past
+    max_requests it is refused before its first event, with the estimate and what bounds
+    it (it used to run until it got there, a minute and more for a large loop)."""
+    from sim.config.resolve import resolve
+    from sim.core.checks import RunRefused
+    from sim.core.simulation import Simulation
+    stream = {"arrival": {"type": "closed", "concurrency": concurrency},
+              "prompt_tokens": 100, "output_tokens": output_tokens}
+    scenario = make_scenario(stream=stream, duration=3600.0, max_requests=200_000)
+    with pytest.raises(RunRefused, match=rf"about [0-9,]+ requests at most .*{bound}.*"
+                                         r"past max_requests = 200,000: give the stream "
+                                         r"arrival.requests") as err:
+        Simulation(resolve(scenario)[0], ".")
+    assert err.value.loc == ("workload", "streams", "s", "arrival")
+
+
+@pytest.mark.parametrize("concurrency, think_s", [(3, 0.5), (2_000, 0.0)])
+def test_a_closed_loop_sends_no_more_than_its_estimate(concurrency, think_s):
+    """The estimate is a bound the run keeps: a few thinking clients (bound by their round
+    trips) and many more clients than the replica holds (bound by the pool) send fewer
+    requests than estimated, and at least a quarter as many (the estimate says
+    something)."""
+    from sim.config.resolve import resolve
+    from sim.core.simulation import Simulation
+    from sim.core.work import closed_loop_paces, estimate
+    stream = {"arrival": {"type": "closed", "concurrency": concurrency,
+                          "think_time": think_s},
+              "prompt_tokens": uniform(100, 300), "output_tokens": uniform(20, 60)}
+    scenario = make_scenario(stream=stream, duration=60.0, drain=0.0)
+    simulation = Simulation(resolve(scenario)[0], ".")
+    paces = closed_loop_paces(scenario, simulation.arrivals, simulation.pools,
+                              simulation.resolved.stream_pool)
+    [work] = estimate(scenario, {"s": concurrency}, paces)
+    sent = len(sim.run(scenario).requests)
+    assert work.requests / 4 <= sent <= work.requests
 
 
 def _open_ended(concurrency: int, **extra) -> dict:
@@ -205,7 +253,7 @@ def test_a_long_run_says_its_estimate_before_it_starts(monkeypatch):
     sim.run(make_scenario(stream=_open_ended(600), duration=3600.0), notice=notice,
             watch=(1.0, watch))
     assert len(told) == 1 and seen_before_run == [True]
-    assert "at least 600 requests to simulate" in told[0]
+    assert "about " in told[0] and " requests to simulate" in told[0]
     assert "600 clients" in told[0] and " us a request" in told[0]
     told.clear()
     sim.run(make_scenario(stream=closed(4, 40), duration=3600.0), notice=notice)
