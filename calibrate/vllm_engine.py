@@ -103,8 +103,7 @@ def plan(path: str | Path, allow_paths: tuple[Path, ...] = ()) -> Plan:
     if m.num_experts != 1:
         raise VllmError(f"{where}.model: validation builds dense Llama models; {m.name} has "
                         f"{m.num_experts} experts")
-    from sim.config.engines import with_engine_scheduling
-    kv_admission = with_engine_scheduling(spec.engine, sched).kv_admission
+    kv_admission = sched.with_engine(spec.engine).kv_admission
     if kv_admission == "guaranteed_no_evict":
         raise VllmError(f"{where}.scheduler.kv_admission: vLLM admits 'whole_prompt' (vLLM "
                         f"0.32's default) or 'on_demand', not 'guaranteed_no_evict'")

@@ -112,7 +112,7 @@ def data_files(scenario: Scenario) -> list[Path]:
     paths = [files.locate(text) for text in found]
     from sim.cost.calibrated import resolve_profile_path
     for pool in scenario.pools.values():
-        profile = getattr(getattr(pool, "cost_model", None), "profile", None)
+        profile = pool.cost_model.profile_file()
         if profile:
             try:
                 paths.append(resolve_profile_path(profile, files))

@@ -973,7 +973,12 @@ CASES += [
     Case("max-new-tokens-for-an-admission-that-never-reads-it", edit((
         "      max_num_batched_tokens: 8192\n", "      max_num_batched_tokens: 8192\n"
         "      max_new_tokens: 1024\n")), 26, "pools.main.scheduler.max_new_tokens",
-         ["admits on_demand (engine vllm)", "kv_admission: estimated_output"]),
+         ["admits on_demand (engine vllm@async)", "kv_admission: estimated_output"]),
+    Case("static-batch-waiting-past-the-last-arrival", edit((
+        "      type: continuous\n      max_num_batched_tokens: 8192\n",
+        "      type: static\n      batch_timeout: 30s\n")), 25,
+         "pools.main.scheduler.batch_timeout",
+         ["would wait 30 s, past the last arrival (duration 20 s)", "shorten batch_timeout"]),
     Case("front-end-of-an-hour", append_to_pool("    front_end: 1h\n"), 27,
          "pools.main.front_end", ["less than or equal to 60"]),
     Case("ngram-proposer-of-a-minute", edit((

@@ -13,7 +13,7 @@ ready)`` every ``tick_s`` seconds; see :mod:`sim.autoscalers.base`.
 """
 from __future__ import annotations
 
-from sim.autoscalers.base import Autoscaler
+from sim.autoscalers.base import Autoscaler, AutoscalerConfigBase
 from sim.autoscalers.fixed import FixedAutoscaler, FixedConfig
 from sim.autoscalers.scheduled import ScheduledAutoscaler, ScheduledConfig
 from sim.autoscalers.target import TargetAutoscaler, TargetConfig
@@ -23,7 +23,7 @@ AUTOSCALERS = Family("autoscaler", {
     FixedConfig: FixedAutoscaler,
     TargetConfig: TargetAutoscaler,
     ScheduledConfig: ScheduledAutoscaler,
-})
+}, base=AutoscalerConfigBase)
 AutoscalerConfig = AUTOSCALERS.union()
 
 

@@ -31,13 +31,39 @@ DEFAULT_TICK_S = 2.0
 """Decision period of policies whose config has no ``tick`` (fixed, scheduled)."""
 
 
+Problem = tuple[tuple, str]       # (location under the autoscaler block, message)
+
+
 class AutoscalerConfigBase(StrictModel):
-    """The config every autoscaling policy's ``type:`` block extends: what callers may
-    ask of a policy without naming it."""
+    """The config every autoscaling policy's ``type:`` block extends: what the checks,
+    ``fleetsim size`` and the pool may ask of a policy without naming it. A policy
+    overrides the answers it has; the defaults describe a policy that asks for its
+    pool's own count."""
 
     # whether the policy may start replicas (to replace lost ones, or to grow); a pool
     # whose policy never does keeps the replicas it is configured with
     starts_replicas: ClassVar[bool] = True
+    # whether `fleetsim size --autoscaled` can size it (a target and replica bounds)
+    sized_by_target: ClassVar[bool] = False
+
+    def most_replicas(self) -> int:
+        """The most replicas it may ask for (0: no bound of its own)."""
+        return 0
+
+    def decision_period_s(self) -> float | None:
+        """Seconds between two decisions, where the config sets them (None: the default
+        tick, :data:`DEFAULT_TICK_S`)."""
+        return None
+
+    def problems(self, run_s: float) -> list[Problem]:
+        """Settings it would ignore, or that leave the pool nothing to serve with, over a
+        run of ``run_s`` seconds (drain included)."""
+        return []
+
+    def start_problems(self, cold_start_s: float) -> list[Problem]:
+        """Decisions that could never take effect when a new replica takes
+        ``cold_start_s`` to start."""
+        return []
 
 
 class Autoscaler(ABC):

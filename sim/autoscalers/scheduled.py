@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, model_validator
 
 from sim.config import units
-from sim.autoscalers.base import Autoscaler, AutoscalerConfigBase
+from sim.autoscalers.base import DEFAULT_TICK_S, Autoscaler, AutoscalerConfigBase, Problem
 from sim.config.common import PositiveSeconds, ReplicaFloor, StrictModel
 
 _CLOCK = re.compile(r"^\s*(\d+):([0-5]\d)(?::([0-5]\d(?:\.\d*)?))?\s*$")
@@ -82,6 +82,56 @@ class ScheduledConfig(AutoscalerConfigBase):
             raise ValueError(f"table times must be less than the period ({self.period:g} s); "
                              f"row {len(times_s) - 1} is at {times_s[-1]:g} s")
         return self
+
+    def problems(self, run_s: float) -> list[Problem]:
+        """A schedule that asks for no replica while the run lasts, or has a row that
+        holds for less than the time between two decisions (it might never take
+        effect)."""
+        times_s, counts = [row.at for row in self.table], [row.replicas for row in self.table]
+        if all(n == 0 for n in counts):
+            return [(("table",), "every row asks for 0 replicas: the pool would never serve "
+                     "a request")]
+        # the rows in force during [0, run_s): the one at time 0 (the last row before the
+        # first time), and every row whose time comes before the run ends
+        live = {counts[bisect.bisect_right(times_s, 0.0) - 1]}
+        live |= {n for t, n in zip(times_s, counts) if run_s >= self.period or t < run_s}
+        if live == {0}:
+            return [(("table",), f"the rows in force during the run ({run_s:g} s with its "
+                     "drain) all ask for 0 replicas: the pool would never serve a request")]
+        problems = []
+        ends_s = times_s[1:] + [self.period + times_s[0]]
+        for i, (start_s, end_s) in enumerate(zip(times_s, ends_s)):
+            if len(times_s) > 1 and end_s - start_s < DEFAULT_TICK_S:
+                problems.append((("table", i), f"row {i} holds for {end_s - start_s:g} s, "
+                                 f"less than the {DEFAULT_TICK_S:g} s between two autoscaler "
+                                 "decisions: it might never take effect"))
+        return problems
+
+    def start_problems(self, cold_start_s: float) -> list[Problem]:
+        """A row that adds replicas and is undone (the count back to what it was, or
+        lower) before one of them could have started: they are billed, never serve."""
+        n = len(self.table)
+        if n < 2 or cold_start_s <= 0:
+            return []
+        times_s = [row.at for row in self.table]
+        counts = [row.replicas for row in self.table]
+        for i in range(n):
+            before = counts[i - 1]
+            if counts[i] <= before:
+                continue
+            for k in range(1, n):           # the first later row that undoes the raise
+                j = (i + k) % n
+                if counts[j] <= before:
+                    held_s = (times_s[j] - times_s[i]) % self.period
+                    if held_s < cold_start_s:
+                        return [(("table", i), (
+                            f"row {i} adds replicas ({before} -> {counts[i]}) for {held_s:g} "
+                            f"s (row {j} asks for {counts[j]}), less than the "
+                            f"{cold_start_s:.3g} s a new replica takes to start (cold_start: "
+                            "provisioning + weights / load_bandwidth): they would be stopped "
+                            "before ever serving; hold the row longer or drop it"))]
+                    break
+        return []
 
 
 class ScheduledAutoscaler(Autoscaler):

@@ -73,7 +73,7 @@ replicas are running, so a small target keeps a short queue.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Mapping
+from typing import Any, ClassVar, Literal, Mapping
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -119,6 +119,14 @@ class TargetConfig(AutoscalerConfigBase):
     scale_to_zero_grace: Seconds = Field(
         30.0, description="With min_replicas 0: idle time before the last replica goes")
     tick: PositiveSeconds = Field(2.0, description="Seconds between decisions")
+
+    sized_by_target: ClassVar[bool] = True
+
+    def most_replicas(self) -> int:
+        return self.max_replicas
+
+    def decision_period_s(self) -> float | None:
+        return self.tick
 
     @field_validator("target", mode="before")
     @classmethod

@@ -415,7 +415,8 @@ def _size_autoscaled(args: argparse.Namespace, scenario, slos, confidence, out,
     from sim.planning.runner import DaskSchedulerError
     check_executor(args)
     pools = args.pool or [p for p in scenario.pools
-                          if getattr(scenario.pools[p].autoscaler, "type", None) == "target"]
+                          if (scaler := scenario.pools[p].autoscaler) is not None
+                          and scaler.sized_by_target]
     if not pools:
         raise ScenarioError("no pool has a target-tracking autoscaler to size (autoscaler: "
                             "{type: target, ...})", field="--autoscaled")

@@ -188,17 +188,6 @@ def resolve(ref: str, inline: dict[str, EngineEntry] | None = None) -> EnginePre
         prefill_only_steps=preset.prefill_only_steps.value)
 
 
-def with_engine_scheduling(preset: EnginePreset, scheduler_cfg):
-    """The scheduler's settings with the engine's KV admission and prefill-only steps
-    where they leave them unset (``null``, the continuous scheduler's default)."""
-    update = {}
-    if getattr(scheduler_cfg, "kv_admission", "") is None:
-        update["kv_admission"] = preset.kv_admission
-    if getattr(scheduler_cfg, "prefill_only_steps", "") is None:
-        update["prefill_only_steps"] = preset.prefill_only_steps
-    return scheduler_cfg.model_copy(update=update) if update else scheduler_cfg
-
-
 @dataclass(frozen=True)
 class FrontEnd:
     """A request's way in (before it can be scheduled) and its tokens' way out."""

@@ -17,8 +17,14 @@ from pydantic import BaseModel, Field
 class Family(Mapping):
     """The members of one family: config model -> what it builds (a mapping)."""
 
-    def __init__(self, name: str, members: dict[type[BaseModel], Any]) -> None:
+    def __init__(self, name: str, members: dict[type[BaseModel], Any],
+                 base: type[BaseModel]) -> None:
+        """``base``: the config every member extends, which declares what callers may ask
+        of a member without naming it (the family's contract)."""
         self.name = name
+        self.base = base
+        for config in members:
+            self._check_base(config)
         self._members = dict(members)
         # (model, field, wrap): the scenario fields that accept this family's union
         self._fields: list[tuple[type[BaseModel], str, Callable[[Any], Any]]] = []
@@ -66,12 +72,19 @@ class Family(Mapping):
     def register(self, config: type[BaseModel], built: Any) -> None:
         """Add a policy: ``config`` (with a ``type: Literal[...]`` field no other member
         uses) and what it builds; the scenario's fields accept it from now on."""
+        self._check_base(config)
         kind = config.model_fields["type"].default
         taken = {c.model_fields["type"].default: c for c in self._members}
         if kind in taken and taken[kind] is not config:
             raise ValueError(f"{self.name} type '{kind}' is taken by {taken[kind].__name__}")
         self._members[config] = built
         self._rebuild()
+
+    def _check_base(self, config: type[BaseModel]) -> None:
+        if not (isinstance(config, type) and issubclass(config, self.base)):
+            raise TypeError(f"a {self.name} config extends {self.base.__module__}."
+                            f"{self.base.__name__} (what callers may ask of a {self.name}); "
+                            f"{getattr(config, '__name__', config)!s} does not")
 
     def unregister(self, config: type[BaseModel]) -> None:
         """Take a registered policy out again (a plugin unloaded, a test's toy)."""

@@ -34,6 +34,7 @@ class ResolvedPool:
     max_model_len: int
     price_per_gpu_hour: float
     engine: EnginePreset             # the engine version it runs (sim/config/engines.py)
+    draft_model: ModelSpec | None = None   # its scheduler's draft model, if any
 
     @property
     def gpus_per_replica(self) -> int:
@@ -61,12 +62,9 @@ def _price(pool: PoolConfig, hw: HardwareSpec) -> float | None:
 def _cost_model_problems(pool: PoolConfig, model, scenario: Scenario) -> list:
     """What the pool's cost model finds wrong with the pool (a profile that does not
     read or was made for another shape): (field under the pool, message)."""
-    check = getattr(pool.cost_model, "problems", None)
-    if check is None:
-        return []
     from sim.config.inputs import scenario_files
     files = scenario_files(scenario) if getattr(scenario, "_source", None) else None
-    return check(pool, model, files)
+    return pool.cost_model.problems(pool, model, files)
 
 
 def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
@@ -76,13 +74,8 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
     if isinstance(engine, str):
         problems.append((here + ("engine",), engine))
         return None
-    admission = getattr(pool.scheduler, "kv_admission", None) or engine.kv_admission
-    if getattr(pool.scheduler, "max_new_tokens", None) is not None and \
-            admission != "estimated_output":
-        problems.append((here + ("scheduler", "max_new_tokens"), f"max_new_tokens is the "
-                         f"cap kv_admission estimated_output reserves room for; this pool "
-                         f"admits {admission} (engine {pool.engine}), which never reads it: "
-                         f"remove it or set kv_admission: estimated_output"))
+    problems.extend((here + ("scheduler",) + loc, message) for loc, message
+                    in pool.scheduler.problems(engine, scenario.duration))
     model = profiles.find_model(pool.model, scenario.models)
     hw = profiles.find_hardware(pool.hardware, scenario.hardware)
     if model is None:
@@ -111,7 +104,7 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
     if stage_problem is not None:
         problems.append((here + ("pp",), stage_problem))
         return None
-    draft_name = getattr(pool.scheduler, "draft_model_name", None)
+    draft_name = pool.scheduler.draft_model_name
     draft = None
     if draft_name is not None:
         draft = profiles.find_model(draft_name, scenario.models)
@@ -120,7 +113,7 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
                              f"unknown draft model '{draft_name}'; known models: "
                              f"{_choices(set(profiles.model_names()) | set(scenario.models))}"))
             return None
-        if getattr(pool.cost_model, "one_model", False):
+        if pool.cost_model.one_model:
             problems.append((here + ("cost_model",), f"a {pool.cost_model.type} cost model "
                              f"is measured on one model, and the draft model '{draft.name}' "
                              "needs its own step times: use cost_model auto or roofline"))
@@ -164,7 +157,8 @@ def _check_pool(name: str, pool: PoolConfig, scenario: Scenario,
         return None
     max_len = min(pool.max_model_len or model.max_model_len, model.max_model_len)
     return ResolvedPool(name=name, cfg=pool, model=model, hardware=hw, kv=kv,
-                        max_model_len=max_len, price_per_gpu_hour=price, engine=engine)
+                        max_model_len=max_len, price_per_gpu_hour=price, engine=engine,
+                        draft_model=draft)
 
 
 def _check_sizing(here: Loc, pool: PoolConfig, model, scenario: Scenario
@@ -182,7 +176,7 @@ def _check_sizing(here: Loc, pool: PoolConfig, model, scenario: Scenario
             problems.append((here + ("sizing", "hardware", i), f"unknown hardware '{name}'; "
                              f"known: {_choices(known)}"))
     decodes_for = _decodes_for(here[-1], scenario)
-    draft_name = getattr(pool.scheduler, "draft_model_name", None)
+    draft_name = pool.scheduler.draft_model_name
     draft = profiles.find_model(draft_name, scenario.models) if draft_name else None
     for i, pp in enumerate(opts.pp or ()):
         problem = stages.too_many_stages(model, pp)

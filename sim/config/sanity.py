@@ -5,13 +5,11 @@ samples, autoscaler ticks), each naming its bound and how to move it.
 """
 from __future__ import annotations
 
-import bisect
 import os
 import unicodedata
 
 import numpy as np
 
-from sim.autoscalers.base import DEFAULT_TICK_S
 from sim.config.lengths import bounds, least_request, longest
 from sim.config.scenario import Scenario
 from sim.config.slos import ATTAINMENT_ALONE, targets
@@ -80,7 +78,7 @@ MAX_SPOT_LOSSES = 1_000_000     # expected spot preemptions over a run, all pool
 
 def most_replicas(pool) -> int:
     """The most replicas a pool may hold at once: its replicas or its autoscaler's max."""
-    return max(pool.replicas, getattr(pool.autoscaler, "max_replicas", 0) or 0)
+    return max(pool.replicas, pool.autoscaler.most_replicas() if pool.autoscaler else 0)
 
 
 def _fleet_size(scenario: Scenario, run_s: float) -> list[tuple[Loc, str]]:
@@ -103,8 +101,8 @@ def _fleet_size(scenario: Scenario, run_s: float) -> list[tuple[Loc, str]]:
                                         else "") + f"; the most simulated at once is "
                              f"{MAX_FLEET_REPLICAS:,}: at most "
                              f"{max(MAX_FLEET_REPLICAS - others, 0):,} here"))
-    each = [run_s / pool.autoscaler.tick for pool in scenario.pools.values()
-            if getattr(pool.autoscaler, "tick", None)]
+    each = [run_s / pool.autoscaler.decision_period_s() for pool in scenario.pools.values()
+            if pool.autoscaler is not None and pool.autoscaler.decision_period_s()]
     ticks = sum(each)
     if ticks > MAX_TICKS and all(n <= MAX_TICKS for n in each):   # one pool: said there
         problems.append((("pools",), f"{ticks:.3g} autoscaler decisions over duration + drain,"
@@ -205,7 +203,7 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
         total += expected
     for name, pool in scenario.pools.items():
         here = ("pools", name)
-        tick_s = getattr(pool.autoscaler, "tick", None)
+        tick_s = pool.autoscaler.decision_period_s() if pool.autoscaler else None
         if tick_s is not None and tick_s >= run_s:
             problems.append((here + ("autoscaler", "tick"), f"the first decision would come "
                              f"at {tick_s:g} s, after the run ({run_s:g} s with its drain): "
@@ -237,30 +235,6 @@ def check(scenario: Scenario) -> list[tuple[Loc, str]]:
     return problems
 
 
-def _check_schedule(here: Loc, scaler, run_s: float) -> list[tuple[Loc, str]]:
-    """A schedule that asks for no replica while the run lasts, or has a row that holds
-    for less than the time between two decisions (it might never take effect)."""
-    times_s, counts = [row.at for row in scaler.table], [row.replicas for row in scaler.table]
-    if all(n == 0 for n in counts):
-        return [(here + ("table",), "every row asks for 0 replicas: the pool would never "
-                 "serve a request")]
-    # the rows in force during [0, run_s): the one at time 0 (the last row before the
-    # first time), and every row whose time comes before the run ends
-    live = {counts[bisect.bisect_right(times_s, 0.0) - 1]}
-    live |= {n for t, n in zip(times_s, counts) if run_s >= scaler.period or t < run_s}
-    if live == {0}:
-        return [(here + ("table",), f"the rows in force during the run ({run_s:g} s with "
-                 "its drain) all ask for 0 replicas: the pool would never serve a request")]
-    problems = []
-    ends_s = times_s[1:] + [scaler.period + times_s[0]]
-    for i, (start_s, end_s) in enumerate(zip(times_s, ends_s)):
-        if len(times_s) > 1 and end_s - start_s < DEFAULT_TICK_S:
-            problems.append((here + ("table", i), f"row {i} holds for {end_s - start_s:g} s, "
-                             f"less than the {DEFAULT_TICK_S:g} s between two autoscaler "
-                             "decisions: it might never take effect"))
-    return problems
-
-
 def _known_teams(scenario: Scenario) -> set[str]:
     gw = scenario.gateway
     return ({s.team for s in scenario.workload.streams.values()} | set(gw.teams)
@@ -273,11 +247,9 @@ def _check_pool_policies(scenario: Scenario) -> list[tuple[Loc, str]]:
     teams = _known_teams(scenario)
     for name, pool in scenario.pools.items():
         here = ("pools", name)
-        scaler = pool.autoscaler
-        table = getattr(scaler, "table", None)
-        if table is not None:
-            problems.extend(_check_schedule(here + ("autoscaler",), scaler,
-                                            scenario.duration + scenario.drain))
+        if pool.autoscaler is not None:
+            problems.extend((here + ("autoscaler",) + loc, message) for loc, message
+                            in pool.autoscaler.problems(scenario.duration + scenario.drain))
         queue = pool.queue
         if queue.weights and not queue.fair:
             problems.append((here + ("queue", "weights"), "weights share the queue between "
@@ -294,11 +266,6 @@ def _check_pool_policies(scenario: Scenario) -> list[tuple[Loc, str]]:
             problems.append((here + ("gpu_memory_utilization",), "kv_cache_bytes sets the KV "
                              "cache's size itself (as vLLM's kv_cache_memory_bytes does, which "
                              "overrides gpu_memory_utilization): give one of them"))
-        timeout_s = getattr(pool.scheduler, "batch_timeout", None)
-        if timeout_s is not None and timeout_s >= scenario.duration:
-            problems.append((here + ("scheduler", "batch_timeout"), f"a batch that is not full "
-                             f"would wait {timeout_s:g} s, past the last arrival (duration "
-                             f"{scenario.duration:g} s): shorten batch_timeout"))
         if fixed and queue.max_outstanding_per_replica is None and \
                 (queue.capacity is not None or queue.fair):
             what = "capacity" if queue.capacity is not None else "fair"

@@ -60,7 +60,8 @@ def check_step_times(scenario: Scenario, pools: dict[str, Pool]) -> None:
                 "(provisioning + weights / load_bandwidth), longer than the run "
                 f"({run_s:g} s with its drain): the autoscaler could never add one"))
         if pool.autoscaler is not None:
-            _check_schedule_rows(name, pool.cfg.autoscaler, pool.cold_start_s)
+            for loc, message in pool.cfg.autoscaler.start_problems(pool.cold_start_s):
+                raise RunRefused(("pools", name, "autoscaler") + loc, message)
     for served_name, served in scenario.gateway.models.items():
         split = served.disaggregated
         if split is None or split.prefill not in pools:
@@ -74,33 +75,6 @@ def check_step_times(scenario: Scenario, pools: dict[str, Pool]) -> None:
                 f"sending the KV cache of a 1,000-token prompt would take "
                 f"{transfer_s:.3g} s; real links take milliseconds: raise link_bandwidth "
                 "or lower link_latency")
-
-
-def _check_schedule_rows(name: str, scaler, cold_start_s: float) -> None:
-    """Refuse a schedule row that adds replicas and is undone (the count back to what it
-    was, or lower) before one of them could have started: they are billed, never serve."""
-    table = getattr(scaler, "table", None)
-    if table is None or len(table) < 2 or cold_start_s <= 0:
-        return
-    n = len(table)
-    times_s = [row.at for row in table]
-    counts = [row.replicas for row in table]
-    for i in range(n):
-        before = counts[i - 1]
-        if counts[i] <= before:
-            continue
-        for k in range(1, n):           # the first later row that undoes the raise
-            j = (i + k) % n
-            if counts[j] <= before:
-                held_s = (times_s[j] - times_s[i]) % scaler.period
-                if held_s < cold_start_s:
-                    raise RunRefused(("pools", name, "autoscaler", "table", i), (
-                        f"row {i} adds replicas ({before} -> {counts[i]}) for {held_s:g} s "
-                        f"(row {j} asks for {counts[j]}), less than the {cold_start_s:.3g} s "
-                        "a new replica takes to start (cold_start: provisioning + weights / "
-                        "load_bandwidth): they would be stopped before ever serving; hold "
-                        "the row longer or drop it"))
-                break
 
 
 def check_servable(gateway: GatewayConfig, arrivals: RequestArrivals, stream_cfgs: list,

@@ -7,6 +7,7 @@ in what the serving engine leaves to them (:mod:`sim.config.engines`) and hands 
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -15,7 +16,7 @@ import numpy as np
 from sim.autoscalers import Autoscaler, build_autoscaler
 from sim.config.resolve import ResolvedPool
 from sim.cost import CostModel, build_cost_model
-from sim.config.engines import FrontEnd, front_end, with_engine_scheduling
+from sim.config.engines import FrontEnd, front_end
 from sim.cost.engine_host import with_engine_host
 from sim.gateway.fair_queue import FairQueue
 from sim.core.gaps import GapHistogram
@@ -43,13 +44,21 @@ class PoolParts:
     multi_step: int = 1               # steps per scheduling block
 
 
+def draft_cost_model(spec: ResolvedPool, base_dir=None) -> CostModel | None:
+    """The cost model of the pool's draft model (None without one): the pool's own kind
+    of cost model, on its GPUs, tp, pipeline stages and dtypes, for the draft's
+    profile."""
+    if spec.draft_model is None:
+        return None
+    return build_cost_model(dataclasses.replace(spec, model=spec.draft_model), base_dir)
+
+
 def pool_parts(spec: ResolvedPool, rng: np.random.Generator,
-               team_weights: dict[str, float] | None = None, models: dict | None = None,
-               base_dir=None) -> PoolParts:
+               team_weights: dict[str, float] | None = None, base_dir=None) -> PoolParts:
     """The parts of pool ``spec``. ``rng`` is the pool's own random stream (its router
     and any policy that draws share it); ``team_weights`` the gateway's fair-share
-    weights, under the pool's own; ``models`` the scenario's inline model profiles;
-    ``base_dir`` where relative profile paths are tried first."""
+    weights, under the pool's own; ``base_dir`` where relative profile paths are tried
+    first."""
     cfg = spec.cfg
     engine = spec.engine
     cost = with_engine_host(build_cost_model(spec, base_dir), engine, cfg.pp)
@@ -61,9 +70,9 @@ def pool_parts(spec: ResolvedPool, rng: np.random.Generator,
     # the pool's front end, else the engine's, unless the steps were measured on it
     front = front_end(engine, cfg.front_end, cost.measures_engine)
     # the scheduler's settings, with what they leave to the engine filled in
-    sched_cfg = with_engine_scheduling(engine, cfg.scheduler)
+    sched_cfg = cfg.scheduler.with_engine(engine)
     sched_cls = SCHEDULERS.built_by(cfg.scheduler)
-    extra = sched_cls.pool_parts(spec, sched_cfg, rng, models, base_dir)
+    extra = sched_cls.pool_parts(rng, draft_cost_model(spec, base_dir))
     limits = ReplicaLimits(max_model_len=spec.max_model_len)
 
     def new_scheduler(kv: KvCacheManager, on_finish: Callable[[Request], None],

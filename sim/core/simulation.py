@@ -58,8 +58,7 @@ class Simulation:
         pool_rngs = [np.random.default_rng(s) for s in pools_seq.spawn(len(resolved.pools))]
         team_weights = {t: cfg.weight for t, cfg in scenario.gateway.teams.items()}
         self.pools: dict[str, Pool] = {
-            name: Pool(self.env, spec, pool_parts(spec, rng, team_weights, scenario.models,
-                                                  base_dir),
+            name: Pool(self.env, spec, pool_parts(spec, rng, team_weights, base_dir),
                        self.recorder, self._on_finish, self._on_reject, self._on_lost,
                        scenario.sample_interval, rng)
             for (name, spec), rng in zip(resolved.pools.items(), pool_rngs)}

@@ -11,7 +11,7 @@ several pipeline stages (``pp``) wraps it in :mod:`sim.cost.pipeline`.
 """
 from __future__ import annotations
 
-from sim.cost.base import CostModel
+from sim.cost.base import CostModel, CostModelConfigBase
 from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
 from sim.cost.measured import AutoConfig
 from sim.cost.measured import build as build_measured
@@ -39,7 +39,8 @@ def _calibrated(pool, base_dir=None) -> CostModel:
 
 
 COST_MODELS = Family("cost model", {AutoConfig: _auto, RooflineConfig: _roofline,
-                                    CalibratedConfig: _calibrated})
+                                    CalibratedConfig: _calibrated},
+                     base=CostModelConfigBase)
 CostModelConfig = COST_MODELS.union()
 
 

@@ -14,9 +14,11 @@ table and the datasheet roofline are combined identically.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import ClassVar
 
 import numpy as np
 
+from sim.config.common import StrictModel
 from sim.cost.shape import ArrayLike, BatchShape, StepCost
 from sim.cost.steps import LinearStepEnds, StepEnds
 
@@ -34,6 +36,25 @@ def step_sum(overhead: ArrayLike, num_layers: float, dense: ArrayLike, tp_comm: 
     return (overhead + num_layers * (dense + tp_comm + attn_prefill + attn_decode) + lm_head
             + engine)
 
+
+
+class CostModelConfigBase(StrictModel):
+    """The config every cost model's ``type:`` block extends: what the checks may ask of
+    a cost model before it is built, without naming it. A member overrides the answers
+    it has."""
+
+    # measured on one model: a second model on the pool's GPUs (a draft) cannot use it
+    one_model: ClassVar[bool] = False
+
+    def problems(self, pool, model, files) -> list[tuple[tuple, str]]:
+        """What it finds wrong with ``pool`` (a PoolConfig) serving ``model``, reading
+        its data files through ``files`` (None: the scenario has no file): (field under
+        the pool, message) of each problem."""
+        return []
+
+    def profile_file(self) -> str | None:
+        """The data file it reads, as the scenario names it (None: none)."""
+        return None
 
 class CostModel(ABC):
     num_layers: int

@@ -48,10 +48,10 @@ import numpy as np
 import yaml
 from pydantic import Field
 
-from sim.config.common import FilePath, StrictModel
+from sim.config.common import FilePath
 from sim.config.specs import HardwareSpec, ModelSpec
 from sim.cost import libm
-from sim.cost.base import CostModel, DecodeRun, step_sum
+from sim.cost.base import CostModel, CostModelConfigBase, DecodeRun, step_sum
 from sim.cost.table_steps import PowerPieces, TableRunEnds
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.cost.shape import ArrayLike, BatchShape, default_kv_read
@@ -73,13 +73,15 @@ ENGINE_REPLACES_ATTENTION = "replaces_attention"   # the per-key cost is all the
 ENGINE_MODEL_SCALE = "model_scale"
 
 
-class CalibratedConfig(StrictModel):
+class CalibratedConfig(CostModelConfigBase):
     type: Literal["calibrated"] = "calibrated"
     profile: FilePath = Field(
         description="Calibrated profile YAML: a path relative to the scenario file, or to the "
                     "shipped profiles/ folder, e.g. calibrated/cpu/tiny-llama.yaml")
-    # a profile is measured on one model: a second model (a draft) cannot use it
     one_model: ClassVar[bool] = True
+
+    def profile_file(self) -> str | None:
+        return self.profile
 
     def problems(self, pool, model, files) -> list[tuple[tuple, str]]:
         """The profile exists, reads, and was made for the pool's model, tp, dtypes and

@@ -15,12 +15,12 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from sim.config.common import StrictModel
+from sim.cost.base import CostModelConfigBase
 from sim.config.specs import HardwareSpec, ModelSpec
 from sim.config.paths import data_dir
 
 
-class AutoConfig(StrictModel):
+class AutoConfig(CostModelConfigBase):
     """The pool's engine (``engine:``) says whose measured kernels are read."""
     type: Literal["auto"] = "auto"
 

@@ -33,10 +33,10 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from sim.config.common import PositiveFraction, Seconds, StrictModel
+from sim.config.common import PositiveFraction, Seconds
 from sim.config.specs import BYTES_PER_ELEMENT, HardwareSpec, ModelSpec
 from sim.cost import libm
-from sim.cost.base import CostModel, DecodeRun, step_sum
+from sim.cost.base import CostModel, CostModelConfigBase, DecodeRun, step_sum
 from sim.cost.shape import ArrayLike, BatchShape
 from sim.cost.steps import LinearStepEnds
 
@@ -61,7 +61,7 @@ FITTED = {
 }
 
 
-class RooflineConfig(StrictModel):
+class RooflineConfig(CostModelConfigBase):
     type: Literal["roofline"] = "roofline"
     flops_efficiency: PositiveFraction = Field(
         FITTED["flops_efficiency"],

@@ -41,7 +41,7 @@ HOURS_PER_DAY = 24.0
 def target_autoscaler(scenario: Scenario, pool: str):
     """The pool's target-tracking autoscaler, refused (naming the pool) without one."""
     scaler = scenario.pools[pool].autoscaler
-    if getattr(scaler, "type", None) != "target":
+    if scaler is None or not scaler.sized_by_target:
         raise ScenarioError(
             f"pool {pool} has no target-tracking autoscaler (autoscaler: {{type: target, "
             "metric: ..., target: ..., max_replicas: ...}}): --autoscaled sizes its "

@@ -7,6 +7,7 @@ from sim.routers.longest_prefix import LongestPrefixConfig, LongestPrefixRouter
 from sim.routers.power_of_two import PowerOfTwoConfig, PowerOfTwoRouter
 from sim.routers.prefix_affinity import PrefixAffinityConfig, PrefixAffinityRouter
 from sim.routers.round_robin import RoundRobinConfig, RoundRobinRouter
+from sim.config.common import StrictModel
 from sim.config.policies import Family
 
 ROUTERS = Family("router", {
@@ -16,5 +17,5 @@ ROUTERS = Family("router", {
     PowerOfTwoConfig: PowerOfTwoRouter,
     PrefixAffinityConfig: PrefixAffinityRouter,
     LongestPrefixConfig: LongestPrefixRouter,
-})
+}, base=StrictModel)     # a router is asked nothing before it is built
 RouterConfig = ROUTERS.union()

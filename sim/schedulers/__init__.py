@@ -14,7 +14,7 @@ asks of the pool (:meth:`~sim.schedulers.base.Scheduler.pool_parts`).
 from __future__ import annotations
 
 from sim.config.policies import Family
-from sim.schedulers.base import ReplicaLimits, Scheduler
+from sim.schedulers.base import ReplicaLimits, Scheduler, SchedulerConfigBase
 from sim.schedulers.continuous import ContinuousConfig, ContinuousScheduler
 from sim.schedulers.single import SingleConfig, SingleScheduler
 from sim.schedulers.speculative import SpeculativeConfig, SpeculativeScheduler
@@ -23,7 +23,7 @@ from sim.schedulers.static import StaticConfig, StaticScheduler
 SCHEDULERS = Family("scheduler", {
     SingleConfig: SingleScheduler, StaticConfig: StaticScheduler,
     ContinuousConfig: ContinuousScheduler, SpeculativeConfig: SpeculativeScheduler,
-})
+}, base=SchedulerConfigBase)
 SchedulerConfig = SCHEDULERS.union()
 
 __all__ = ["ReplicaLimits", "SCHEDULERS", "Scheduler", "SchedulerConfig"]

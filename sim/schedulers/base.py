@@ -17,10 +17,11 @@ import math
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
+from sim.config.common import StrictModel
 from sim.cost.base import IDLE_AFTER_S, CostModel
 from sim.cost.steps import StepEnds
 from sim.core.gaps import GapHistogram
@@ -98,6 +99,35 @@ class Segment:
         return self.tokens[0] + self.tokens[1] * k
 
 
+Problem = tuple[tuple, str]       # (location under the scheduler block, message)
+
+
+class SchedulerConfigBase(StrictModel):
+    """The config every scheduling policy's ``type:`` block extends: what the checks and
+    the composition root may ask of a policy before it is built, without naming it. A
+    policy overrides the answers it has."""
+
+    # whether the step terms a profile measured on a whole engine describe this policy's
+    # steps (the engine's own continuous or single-sequence scheduling)
+    engine_terms_apply: ClassVar[bool] = False
+
+    @property
+    def draft_model_name(self) -> str | None:
+        """A second model whose weights and KV the pool's GPUs hold beside the target's
+        (a draft model), whose cost model the composition root builds; None for none."""
+        return None
+
+    def with_engine(self, engine) -> "SchedulerConfigBase":
+        """These settings with what they leave to the pool's engine (an
+        :class:`~sim.config.engines.EnginePreset`) filled in."""
+        return self
+
+    def problems(self, engine, duration_s: float) -> list[Problem]:
+        """Settings this policy would ignore under ``engine``, or over a run whose last
+        arrival comes at ``duration_s``."""
+        return []
+
+
 @dataclass
 class ReplicaLimits:
     """Limits a request is checked against before it may wait for this replica."""
@@ -117,9 +147,10 @@ class Scheduler(ABC):
                  "_servable", "gaps")
 
     @classmethod
-    def pool_parts(cls, pool, cfg, rng, models=None, base_dir=None) -> dict:
-        """Constructor arguments this policy needs from its pool beyond the common ones
-        (a random stream, a draft model's cost model); none unless a policy says so."""
+    def pool_parts(cls, rng: np.random.Generator, draft_cost: CostModel | None) -> dict:
+        """Constructor arguments this policy takes from its pool beyond the common ones
+        (the pool's random stream; the cost model of its config's draft model, which the
+        composition root builds); none unless a policy says so."""
         return {}
 
     def __init__(self, kv: KvCacheManager, cost: CostModel, limits: ReplicaLimits,

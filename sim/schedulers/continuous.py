@@ -39,16 +39,16 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from sim.config.common import Flag, PositiveInt, PositiveSeconds, StrictModel
+from sim.config.common import Flag, PositiveInt, PositiveSeconds
 from sim.core.kv import blocks_for
 from sim.core.request import Request
-from sim.schedulers.base import Scheduler, Segment
+from sim.schedulers.base import Problem, Scheduler, SchedulerConfigBase, Segment
 from sim.schedulers.cohort import DecodeCohort
 from sim.schedulers.ordering import ORDERS
 from sim.schedulers.output_estimate import OutputEstimate
 
 
-class BatchLimits(StrictModel):
+class BatchLimits(SchedulerConfigBase):
     """The limits and policies of the continuous step, shared by every scheduler built on
     it (``continuous``, ``speculative``)."""
 
@@ -113,11 +113,28 @@ class BatchLimits(StrictModel):
                              "add policy: priority or remove priority_aging")
         return self
 
+    def with_engine(self, engine) -> "BatchLimits":
+        """The engine's KV admission and prefill-only steps where these settings leave
+        them unset (``null``, the default)."""
+        update = {}
+        if self.kv_admission is None:
+            update["kv_admission"] = engine.kv_admission
+        if self.prefill_only_steps is None:
+            update["prefill_only_steps"] = engine.prefill_only_steps
+        return self.model_copy(update=update) if update else self
+
+    def problems(self, engine, duration_s: float) -> list[Problem]:
+        admission = self.kv_admission or engine.kv_admission
+        if self.max_new_tokens is not None and admission != "estimated_output":
+            return [(("max_new_tokens",), f"max_new_tokens is the cap kv_admission "
+                     f"estimated_output reserves room for; this pool admits {admission} "
+                     f"(engine {engine.name}@{engine.version}), which never reads it: remove it or set "
+                     "kv_admission: estimated_output")]
+        return []
+
 
 class ContinuousConfig(BatchLimits):
     type: Literal["continuous"] = "continuous"
-    # whether the step terms a profile measured on a whole engine describe this policy's
-    # steps (the engine's own continuous or single-sequence scheduling)
     engine_terms_apply: ClassVar[bool] = True
     exact_steps: Flag = Field(
         False, description="Simulate every decode step instead of fast-forwarding identical ones")

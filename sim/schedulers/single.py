@@ -7,14 +7,12 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from sim.config.common import StrictModel
+from sim.schedulers.base import SchedulerConfigBase
 from sim.schedulers.static import StaticConfig, StaticScheduler
 
 
-class SingleConfig(StrictModel):
+class SingleConfig(SchedulerConfigBase):
     type: Literal["single"] = "single"
-    # whether the step terms a profile measured on a whole engine describe this policy's
-    # steps (the engine's own continuous or single-sequence scheduling)
     engine_terms_apply: ClassVar[bool] = True
 
 

@@ -46,7 +46,7 @@ Step time = draft cost + target cost.
   the micro-batches are counted in sequences, never splitting one verify pass.
 - Draft, ``proposer: draft_model``: ``max k'`` sequential decode steps of the
   draft model (its own roofline cost model on the same GPUs, tp and dtypes,
-  see ``build_draft_cost``); draft step i runs the sequences still drafting
+  built by the composition root, ``sim.core.fleet.draft_cost_model``); draft step i runs the sequences still drafting
   (k' > i), each reading ``c + 1 + i`` tokens of its own KV. A step with
   prefill chunks also runs the draft model over them (a prefill of the same
   tokens). The draft model's weights and KV are not taken from the pool's KV
@@ -62,15 +62,12 @@ measured mean tokens per decode step per sequence.
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import ClassVar, TYPE_CHECKING, Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from sim.config import profiles
 from sim.config.common import Name, PositiveInt, Seconds
-from sim.config.specs import ModelSpec
 from sim.cost.base import CostModel
 from sim.cost.shape import BatchShape
 from sim.core.kv import blocks_for
@@ -78,17 +75,11 @@ from sim.core.request import Request
 from sim.schedulers.base import Scheduler, Segment
 from sim.schedulers.continuous import BatchLimits, ContinuousScheduler
 
-if TYPE_CHECKING:
-    from sim.config.resolve import ResolvedPool
-
-
 NGRAM_COST_S = 0.0002         # the n-gram proposer's CPU time per step, by default
 
 
 class SpeculativeConfig(BatchLimits):
     type: Literal["speculative"] = "speculative"
-    # whether the step terms a profile measured on a whole engine describe this policy's
-    # steps (the engine's own continuous or single-sequence scheduling)
     engine_terms_apply: ClassVar[bool] = False
     num_speculative_tokens: PositiveInt = Field(
         4, le=64, description="Draft tokens proposed per decoding sequence per step (k, at "
@@ -128,27 +119,6 @@ def expected_tokens_per_step(acceptance_rate: float, num_speculative_tokens: int
     Σ_{i=0..k} α^i = (1 − α^(k+1)) / (1 − α)."""
     a, k = acceptance_rate, num_speculative_tokens
     return (1.0 - a ** (k + 1)) / (1.0 - a)
-
-
-def build_draft_cost(spec: "ResolvedPool", cfg: SpeculativeConfig,
-                     models: dict[str, ModelSpec] | None = None, base_dir=None
-                     ) -> CostModel | None:
-    """The draft model's cost model for a pool, or None for the n-gram proposer.
-
-    The draft model runs on the pool's GPUs with the pool's tp, weight and KV
-    dtypes and cost model settings. ``models`` are the scenario's inline model
-    profiles (``scenario.models``), searched before the shipped ones. Raises
-    ValueError naming the known models if the draft model is unknown.
-    """
-    if cfg.proposer != "draft_model":
-        return None
-    from sim.cost import build_cost_model
-    name = cfg.draft_model
-    model = profiles.find_model(name, models)
-    if model is None:
-        known = sorted(set(profiles.model_names()) | set(models or {}), key=str.lower)
-        raise ValueError(f"unknown draft model '{name}'; known models: {', '.join(known)}")
-    return build_cost_model(dataclasses.replace(spec, model=model), base_dir)
 
 
 class Decoders:
@@ -212,14 +182,14 @@ class SpeculativeScheduler(ContinuousScheduler):
     __slots__ = ("rng", "draft_cost", "_k", "_alpha", "_verify", "num_decode_seq_steps", "num_draft_tokens", "num_accepted_tokens")
 
     @classmethod
-    def pool_parts(cls, pool, cfg, rng, models=None, base_dir=None) -> dict:
-        return {"rng": rng, "draft_cost": build_draft_cost(pool, cfg, models, base_dir)}
+    def pool_parts(cls, rng: np.random.Generator, draft_cost: CostModel | None) -> dict:
+        return {"rng": rng, "draft_cost": draft_cost}
 
     def __init__(self, cfg: SpeculativeConfig, *, rng: np.random.Generator | None = None,
                  draft_cost: CostModel | None = None, **kwargs) -> None:
         if cfg.proposer == "draft_model" and draft_cost is None:
             raise ValueError(f"proposer 'draft_model' needs the draft model's cost model "
-                             f"(draft_cost=build_draft_cost(pool, cfg)) for "
+                             f"(draft_cost=sim.core.fleet.draft_cost_model(pool)) for "
                              f"'{cfg.draft_model}'")
         super().__init__(cfg, **kwargs)
         self.rng = rng if rng is not None else np.random.default_rng(0)

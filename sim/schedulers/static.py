@@ -16,21 +16,26 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from sim.config.common import PositiveInt, Seconds, StrictModel
+from sim.config.common import PositiveInt, Seconds
 from sim.cost.shape import BatchShape
 from sim.core.kv import blocks_for
 from sim.core.request import Request
-from sim.schedulers.base import Scheduler, Segment, StepEnds
+from sim.schedulers.base import Problem, Scheduler, SchedulerConfigBase, Segment, StepEnds
 
 
-class StaticConfig(StrictModel):
+class StaticConfig(SchedulerConfigBase):
     type: Literal["static"] = "static"
-    # whether the step terms a profile measured on a whole engine describe this policy's
-    # steps (the engine's own continuous or single-sequence scheduling)
     engine_terms_apply: ClassVar[bool] = False
     batch_size: PositiveInt = Field(8, description="Largest batch")
     batch_timeout: Seconds = Field(
         0.05, description="Longest time the oldest waiting request waits for the batch to fill")
+
+    def problems(self, engine, duration_s: float) -> list[Problem]:
+        if self.batch_timeout >= duration_s:
+            return [(("batch_timeout",), f"a batch that is not full would wait "
+                     f"{self.batch_timeout:g} s, past the last arrival (duration "
+                     f"{duration_s:g} s): shorten batch_timeout")]
+        return []
 
 
 class StaticScheduler(Scheduler):

@@ -6,7 +6,8 @@ of bench-fleet, and prints their share of the run.
 
     python tests/bench/checks_cost.py
 """
-import sys, time, functools
+import time
+import functools
 import sim
 import sim.core.simulation as S
 import sim.config.common as C

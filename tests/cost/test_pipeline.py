@@ -18,7 +18,7 @@ from sim.cost.memory import kv_budget, stage_weight_bytes_per_gpu
 from sim.cost.pipeline import PipelineCostModel, num_nodes, stage_layers
 from sim.cost.roofline import FITTED
 from sim.cost.shape import BatchShape
-from sim.schedulers.speculative import build_draft_cost
+from sim.core.fleet import draft_cost_model
 
 GIB = 2 ** 30
 EFFICIENCY = FITTED["interconnect_efficiency"]
@@ -282,7 +282,7 @@ def test_a_draft_model_shares_the_stages():
                  scheduler={"type": "speculative", "proposer": "draft_model",
                             "draft_model": "llama-3.1-8b", "num_speculative_tokens": 3,
                             "acceptance_rate": 0.7})
-    draft = build_draft_cost(pool, pool.cfg.scheduler)
+    draft = draft_cost_model(pool)
     assert isinstance(draft, PipelineCostModel) and draft.pp == 2
     assert draft.layers_per_stage == [16, 16]
 

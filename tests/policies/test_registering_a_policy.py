@@ -10,12 +10,14 @@ import pytest
 
 import sim
 from sim.autoscalers import AUTOSCALERS, FixedAutoscaler, FixedConfig
+from sim.cost import COST_MODELS
 from sim.autoscalers.base import AutoscalerConfigBase
 from sim.config.common import StrictModel
 from sim.config.scenario import Scenario
 from sim.routers import ROUTERS
 from sim.routers.base import Router
 from sim.schedulers import SCHEDULERS
+from sim.schedulers.base import SchedulerConfigBase
 from sim.schedulers.static import StaticConfig, StaticScheduler
 
 SCENARIO = {
@@ -45,9 +47,8 @@ class FirstReadyRouter(Router):
         return self.first_with_room(iter(ready), has_room)
 
 
-class PairsConfig(StrictModel):
+class PairsConfig(SchedulerConfigBase):
     type: Literal["pairs"] = "pairs"
-    engine_terms_apply: ClassVar[bool] = False
 
 
 class PairsScheduler(StaticScheduler):
@@ -96,6 +97,44 @@ def test_a_type_already_taken_is_refused():
     with pytest.raises(ValueError, match="router type 'round_robin' is taken"):
         ROUTERS.register(Clash, FirstReadyRouter)
     assert Clash not in ROUTERS
+
+
+@pytest.mark.parametrize("family, base", [
+    (SCHEDULERS, "SchedulerConfigBase"), (AUTOSCALERS, "AutoscalerConfigBase"),
+    (COST_MODELS, "CostModelConfigBase")])
+def test_a_policy_whose_config_does_not_extend_its_family_contract_is_refused(family, base):
+    """A family's base config declares what callers may ask of a member (the models it
+    needs, the checks it adds, whether engine terms apply, whether it starts replicas):
+    a config that does not extend it is refused when registered, naming the base."""
+    class Bare(StrictModel):
+        type: Literal["bare"] = "bare"
+
+    with pytest.raises(TypeError, match=f"extends .*{base}.*Bare does not"):
+        family.register(Bare, object)
+    assert Bare not in family
+
+
+def test_the_checks_ask_a_registered_policy_its_contract_not_its_type(toys):
+    """resolve asks the scheduler's own checks (its `problems` hook) and nothing by type
+    name: a registered scheduler's problem is reported at its field, located."""
+    class Fussy(SchedulerConfigBase):
+        type: Literal["fussy"] = "fussy"
+        patience: float = 1.0
+
+        def problems(self, engine, duration_s):
+            return [(("patience",), f"patience {self.patience:g} s under engine "
+                                    f"{engine.name}, past the run's {duration_s:g} s")]
+
+    SCHEDULERS.register(Fussy, PairsScheduler)
+    try:
+        scenario = Scenario.model_validate({**SCENARIO, "pools": {"main": {
+            **SCENARIO["pools"]["main"], "scheduler": {"type": "fussy"}}}})
+        from sim.config.resolve import resolve
+        _, problems = resolve(scenario)
+        assert problems == [(("pools", "main", "scheduler", "patience"),
+                             "patience 1 s under engine vllm, past the run's 20 s")]
+    finally:
+        SCHEDULERS.unregister(Fussy)
 
 
 class HoldConfig(AutoscalerConfigBase):

@@ -3,19 +3,22 @@ tokens per step, speed-up at low load and slowdown at high load against plain
 continuous batching, KV accounting, token budget and determinism."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
 from simfactories import (hardware_spec, make_continuous_scheduler, make_cost_model,
-                          make_request, make_scenario, run_step)
+                          make_pool, make_request, make_scenario, run_step)
 from sim.config.specs import ModelSpec
 from sim.config.resolve import resolve
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.core.kv import KvCacheManager, blocks_for
 from sim.schedulers.base import ReplicaLimits
+from sim.core.fleet import draft_cost_model
 from sim.schedulers.speculative import (SpeculativeConfig, SpeculativeScheduler,
-                                        build_draft_cost, expected_tokens_per_step)
+                                        expected_tokens_per_step)
 
 # A Llama-3.2-1B-shaped draft model (~1.2B parameters, ~2.5 GB in bf16).
 DRAFT_1B = ModelSpec(name="draft-1b", num_layers=16, hidden_size=2048, num_heads=32,
@@ -114,28 +117,36 @@ def test_config_defaults_and_validation():
             SpeculativeConfig(**kwargs)
 
 
-def test_build_draft_cost_from_a_resolved_pool():
-    """The draft cost model is a roofline of the named profile (shipped or
-    inline) on the pool's hardware and tp; an unknown name is a ValueError
-    naming the known models; the n-gram proposer needs none; and a
-    draft-model scheduler refuses to start without one."""
-    resolved, problems = resolve(make_scenario())
-    assert not problems
-    pool = resolved.pools["p"]
-    draft = build_draft_cost(pool, SpeculativeConfig(draft_model="TINY-LLAMA",
-                                                     acceptance_rate=0.7))
+def _resolved_draft_pool(scheduler: dict, models: dict | None = None):
+    resolved, problems = resolve(make_scenario(
+        pool=make_pool(scheduler={"type": "speculative", "acceptance_rate": 0.7,
+                                  **scheduler}), models=models))
+    return (resolved.pools["p"] if resolved else None), problems
+
+
+def test_the_composition_root_builds_the_draft_cost_from_a_resolved_pool():
+    """The draft model is found when the pool is resolved (shipped or inline), and its
+    cost model is built by the composition root like every other: the pool's kind of
+    cost model on its hardware and tp; an unknown name is a located problem naming the
+    known models; the n-gram proposer needs none; and a draft-model scheduler refuses to
+    start without one."""
+    pool, problems = _resolved_draft_pool({"draft_model": "TINY-LLAMA"})
+    assert not problems and pool.draft_model.name == "tiny-llama"
+    draft = draft_cost_model(pool)
     assert isinstance(draft, RooflineCostModel) and draft.model.name == "tiny-llama"
     assert draft.tp == pool.cfg.tp and draft.cfg == pool.cfg.cost_model
-    inline = build_draft_cost(pool, SpeculativeConfig(draft_model="draft-1b",
-                                                      acceptance_rate=0.7),
-                              models={"draft-1b": DRAFT_1B})
-    assert inline.model is DRAFT_1B
+    pool, problems = _resolved_draft_pool({"draft_model": "draft-1b"},
+                                          models={"draft-1b": DRAFT_1B.model_dump()})
+    inline = draft_cost_model(pool)
+    assert not problems and inline.model == DRAFT_1B
     # a 1B-class draft step is far cheaper than a target step
     assert inline.step_scalar(1, 1, 0, 512)[0] < 0.5 * TARGET.step_scalar(1, 1, 0, 512)[0]
-    with pytest.raises(ValueError, match="unknown draft model 'nope'.*tiny-llama"):
-        build_draft_cost(pool, SpeculativeConfig(draft_model="nope", acceptance_rate=0.7))
-    assert build_draft_cost(pool, SpeculativeConfig(proposer="ngram",
-                                                    acceptance_rate=0.7)) is None
+    _, problems = _resolved_draft_pool({"draft_model": "nope"})
+    [(loc, message)] = problems
+    assert loc == ("pools", "p", "scheduler", "draft_model")
+    assert re.search("unknown draft model 'nope'.*tiny-llama", message)
+    pool, problems = _resolved_draft_pool({"proposer": "ngram"})
+    assert not problems and pool.draft_model is None and draft_cost_model(pool) is None
     with pytest.raises(ValueError, match="draft_cost"):
         make_spec(draft_cost=None)
 
