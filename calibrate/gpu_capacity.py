@@ -68,7 +68,8 @@ def check(scenario, bounds_s: dict[str, float], published: dict[str, float], res
     results)`` the row's figures from a run."""
     from sim.config.slos import Slo
     from sim.planning.overrides import with_values
-    from sim.planning.size import max_rate, verdict
+    from sim.planning.size import max_rate
+    from sim.planning.trial import verdict
 
     pool = only_pool(scenario)
     slos = [Slo(metric, target) for metric, target in bounds_s.items()]

@@ -179,7 +179,7 @@ def _size_options(args: argparse.Namespace, scenario, slos, pools: list[str] | N
     page = None
     if args.report:
         from sim.output.size_report import build_size_report
-        from sim.planning.size import chosen_fleet
+        from sim.planning.chosen import chosen_fleet
         page = build_size_report(table, scenario.name, slos, chosen_fleet(scenario, table))
     missed = _confirm_peak(whole, table, slos, confidence, peak) if peak else []
     more = {"report.html": page} if page is not None else {}
@@ -208,7 +208,7 @@ def _confirm_peak(whole, table, slos, confidence, peak: dict) -> list[str]:
     """--peak: the chosen fleet run over the whole run (``peak`` gets its rows under
     ``confirmed``); the pools whose SLOs it misses there."""
     from sim.planning.peak import confirm
-    from sim.planning.size import chosen_rows, sized_fleet
+    from sim.planning.chosen import chosen_rows, sized_fleet
 
     fleet = sized_fleet(whole, table)
     rows = [] if fleet is None else confirm(fleet, list(chosen_rows(table)), slos,
@@ -276,7 +276,7 @@ def _check_written(args: argparse.Namespace, inputs, out: Path | None) -> Path:
 
 def _chosen_fleet(scenario, table):
     """The fleet ``table`` (size's) chose in ``scenario``, and a line a pool saying what."""
-    from sim.planning.size import chosen_line, chosen_rows, sized_fleet
+    from sim.planning.chosen import chosen_line, chosen_rows, sized_fleet
     return sized_fleet(scenario, table), [chosen_line(pool, row) for pool, row
                                           in chosen_rows(table).items()]
 

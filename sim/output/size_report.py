@@ -57,7 +57,7 @@ def _fleet_section(fleet) -> list[str]:
 
 def build_size_report(table: pd.DataFrame, title: str, slos, fleet) -> str:
     """The page: ``table`` (``fleetsim size``'s), the scenario's ``title``, the ``slos``
-    sized for and ``fleet`` (``sim.planning.size.chosen_fleet``'s answer)."""
+    sized for and ``fleet`` (``sim.planning.chosen.chosen_fleet``'s answer)."""
     shown = [c for c in SHOWN if c in table.columns]
     labels = [option_label(row) for _, row in table.iterrows()]
     feasible = table[table["feasible"].astype(bool)] if "feasible" in table else table

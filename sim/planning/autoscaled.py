@@ -29,9 +29,11 @@ from sim.planning.overrides import with_values
 from sim.planning.progress import TrialCounter
 from sim.planning.runner import (map_tasks, scenario_from_payload, scenario_payload,
                                  side_by_side)
-from sim.planning.size import (NARROWER_COUNTS, bisection_steps, configured_option, fewest,
-                               option_source, refuse_over_budget, replica_cap, sizing_field,
-                               sizing_floor, verdict)
+from sim.planning.budget import (NARROWER_COUNTS, bisection_steps, refuse_over_budget,
+                                 replica_cap, sizing_field, sizing_floor)
+from sim.planning.options import configured_option, option_source
+from sim.planning.size import fewest
+from sim.planning.trial import verdict
 from sim.planning.verdict import Confidence, Verdict
 
 TARGET_SCALES = (0.5, 0.75, 1.0, 1.5, 2.0)

@@ -20,8 +20,10 @@ import sim
 from sim.config.errors import ScenarioError, dotted_path
 from sim.config.inputs import InputFileError, read_bytes, shown
 from sim.config.scenario import Scenario
-from sim.planning.size import (check_budget, configured_option, min_replicas, reached,
-                                replica_cap, verdict)
+from sim.planning.budget import check_budget, replica_cap
+from sim.planning.options import configured_option
+from sim.planning.size import min_replicas
+from sim.planning.trial import reached, verdict
 from sim.output.slo import met
 from sim.planning.verdict import Confidence
 from sim.config.slos import METRICS, Slo, targets

@@ -32,10 +32,12 @@ from sim.config.scenario import Scenario
 from sim.config.slos import Slo
 from sim.planning.overrides import with_values
 from sim.planning.progress import TrialCounter
-from sim.planning.size import (NARROWER_COUNTS, bisection_steps, chosen_line,
-                               configured_option, fewest, option_source, option_values,
-                               refuse_over_budget, replica_cap, sizing_field, sizing_floor,
-                               verdict)
+from sim.planning.budget import (NARROWER_COUNTS, bisection_steps, refuse_over_budget,
+                                 replica_cap, sizing_field, sizing_floor)
+from sim.planning.chosen import chosen_line
+from sim.planning.options import configured_option, option_source, option_values
+from sim.planning.size import fewest
+from sim.planning.trial import verdict
 from sim.planning.verdict import Confidence, Verdict
 
 

@@ -191,7 +191,7 @@ def confirm(fleet: Scenario, pools: list[str], slos: list[Slo], confidence) -> l
     of ``pools``, its SLO figures there and whether they are met."""
     from sim.output.slo import margins
     from sim.planning.progress import run_trial
-    from sim.planning.size import verdict
+    from sim.planning.trial import verdict
 
     rows = []
     ran = run_trial(fleet) if pools else None

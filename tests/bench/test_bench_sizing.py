@@ -27,7 +27,8 @@ import pytest
 import sim
 from sim.planning.overrides import with_values
 from sim.planning.runner import map_tasks, scenario_from_payload, scenario_payload
-from sim.planning.size import OPTION_FIELDS, option_values, verdict
+from sim.planning.options import OPTION_FIELDS, option_values
+from sim.planning.trial import verdict
 from sim.planning.window import auto_windowed
 from sim.config.slos import targets
 

@@ -15,7 +15,8 @@ from sim.config.scenario import Scenario
 from sim.config.slos import parse_slo
 from sim.planning.joint import coupling, joint_size, pair_cost_per_h
 from sim.planning.overrides import with_values
-from sim.planning.size import configured_option, option_values, verdict
+from sim.planning.options import configured_option, option_values
+from sim.planning.trial import verdict
 
 CAP = 4
 # (the prefill pool meets the TTFT bound from 3 replicas, the decode pool the TPOT bound

@@ -12,7 +12,9 @@ import yaml
 from sim.cli import main
 from sim.config.scenario import Scenario
 from sim.config.slos import parse_slo
-from sim.planning.size import _option_grid, chosen_options, size
+from sim.planning.chosen import chosen_options
+from sim.planning.options import option_grid
+from sim.planning.size import size
 
 
 def llama_405b(sizing: dict | None = None) -> dict:
@@ -32,13 +34,13 @@ def test_size_enumerates_pp_beside_hardware_tp_and_dtype():
     scenario = Scenario.model_validate(llama_405b(
         {"hardware": ["H100-SXM", "H200"], "tp": [4, 8], "pp": [1, 2, 4],
          "weight_dtype": ["bf16", "fp8"]}))
-    grid = _option_grid(scenario, "p")
+    grid = option_grid(scenario, "p")
     assert len(grid) == 2 * 2 * 3 * 2
     assert {o["pp"] for o in grid} == {1, 2, 4}
     assert {"hardware": "H200", "tp": 4, "pp": 4, "weight_dtype": "fp8",
             "kv_dtype": "bf16"} in grid
     plain = Scenario.model_validate(llama_405b({"tp": [8]}))
-    assert _option_grid(plain, "p") == [{"hardware": "H100-SXM", "tp": 8, "pp": 2,
+    assert option_grid(plain, "p") == [{"hardware": "H100-SXM", "tp": 8, "pp": 2,
                                          "weight_dtype": "bf16", "kv_dtype": "bf16"}]
 
 

@@ -14,7 +14,8 @@ from sim.config.scenario import Scenario
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.planning.overrides import parse_vary, with_values
 from sim.planning.runner import run_many
-from sim.planning.size import evaluate, size
+from sim.planning.size import size
+from sim.planning.trial import evaluate
 from sim.config.slos import parse_slo
 from sim.planning.stats import aggregate
 from sim.planning.sweep import sweep
@@ -626,7 +627,7 @@ def test_size_refuses_a_search_past_its_budget_before_simulating(tmp_path, capsy
     """60 options of up to 20,000 replicas ran for minutes with no end in sight; the worst
     case is now bounded up front and the error names the sizing block and the ways out."""
     import yaml
-    from sim.planning.size import search_bound
+    from sim.planning.budget import search_bound
     assert search_bound(1) == (1, 1)
     assert search_bound(64) == (12, 1 + 2 + 4 + 8 + 16 + 32 + 64 + 5 * 64)
     data = chat(duration=20, rate=2).model_dump(mode="json")
@@ -667,7 +668,7 @@ def test_max_rate_moves_the_load_by_its_step_and_takes_the_verdicts_at_hand(monk
     until it is bracketed, then bisects to 1.3 within 2%; the verdict at 1x handed to it is
     taken as it is (never run again), and every verdict it tried is left in the dict."""
     from sim.planning import size as size_mod
-    from sim.planning.size import Observed
+    from sim.planning.trial import Observed
     from sim.planning.verdict import Verdict
     scenario = chat(duration=20, rate=4)
     arrived = {"requests": {"arrived": 80}}

@@ -13,7 +13,7 @@ import sim
 from sim.cli import main
 from sim.output import pareto
 from sim.output.table import plain_number
-from sim.planning.size import chosen_fleet, chosen_options
+from sim.planning.chosen import chosen_fleet, chosen_options
 
 from tests.planning.test_planning import chat
 

@@ -242,7 +242,7 @@ def test_at_the_same_price_the_option_with_more_headroom_is_chosen():
     """Two options at the same cost per hour (bf16 and fp8 weights on two GPUs each): the
     one with the wider SLO margin (fp8's faster steps) is the answer and heads the table,
     where the first listed had been taken whatever its margin."""
-    from sim.planning.size import _by_cost, chosen_rows
+    from sim.planning.chosen import by_cost, chosen_rows
     table = pd.DataFrame([
         {"pool": "main", "weight_dtype": "bf16", "feasible": True, "replicas": 2,
          "cost_usd_per_h": 5.9, "slo_margin_min": 0.27},
@@ -251,4 +251,4 @@ def test_at_the_same_price_the_option_with_more_headroom_is_chosen():
         {"pool": "main", "weight_dtype": "int4", "feasible": True, "replicas": 3,
          "cost_usd_per_h": 8.85, "slo_margin_min": 0.9}])
     assert chosen_rows(table)["main"]["weight_dtype"] == "fp8"
-    assert list(_by_cost(table, "pool", "feasible")["weight_dtype"]) == ["fp8", "bf16", "int4"]
+    assert list(by_cost(table, "pool", "feasible")["weight_dtype"]) == ["fp8", "bf16", "int4"]

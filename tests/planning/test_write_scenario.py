@@ -14,7 +14,7 @@ import sim
 from sim.cli import main
 from sim.config.scenario import Scenario
 from sim.config.slos import parse_slo
-from sim.planning.size import _option_grid, option_values
+from sim.planning.options import option_grid, option_values
 from sim.planning.write_back import HEADER
 
 from tests.planning.test_planning import chat
@@ -35,11 +35,11 @@ def test_an_fp8_weight_option_keeps_the_pools_kv_cache_precision():
     """fp8 weights once brought an fp8 KV cache with them, unseen: an option now sets the
     KV precision it names, the pool's own unless sizing lists others."""
     scenario = Scenario.model_validate(fp8_weights_bf16_kv())
-    (option,) = _option_grid(scenario, "p")
+    (option,) = option_grid(scenario, "p")
     assert option["weight_dtype"] == "fp8" and option["kv_dtype"] == "bf16"
     assert option_values(scenario, "p", option, 2)["pools.p.kv_dtype"] == "bf16"
     both = Scenario.model_validate(fp8_weights_bf16_kv(kv_dtype=["bf16", "fp8"]))
-    assert [o["kv_dtype"] for o in _option_grid(both, "p")] == ["bf16", "fp8"]
+    assert [o["kv_dtype"] for o in option_grid(both, "p")] == ["bf16", "fp8"]
 
 
 def test_fp8_weights_with_a_bf16_kv_cache_are_sized_and_written_back(tmp_path, capsys):
@@ -70,7 +70,7 @@ def test_fp8_weights_with_a_bf16_kv_cache_are_sized_and_written_back(tmp_path, c
                                                 "bf16", row["replicas"], None)
     run = sim.run(fleet)
     assert run.summary["pools"]["p"]["cost_model"] == row["cost_model"]
-    from sim.planning.size import evaluate
+    from sim.planning.trial import evaluate
     measured, ok, _ = evaluate(fleet, "p", [parse_slo(s) for s in SLOS[1::2]])
     # (size.json holds 10 decimals)
     assert ok and measured["ttft_p99"] == pytest.approx(row["ttft_p99"], abs=1e-9)
