@@ -13,7 +13,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Write a calibrated step-time profile.")
     add_torch_arguments(parser)
     args = parser.parse_args(argv)
-    from calibrate.run import calibrate
+    from calibrate.microbench.run import calibrate
     try:
         result = calibrate(args.model, device=args.device, tp=args.tp, out=args.out,
                            quick=args.quick, dtype=args.dtype, threads=args.threads,

@@ -13,9 +13,9 @@ from sim.config.errors import ScenarioError
 
 def _cmd_calibrate_from_kernels(args: argparse.Namespace) -> int:
     """A profile built from a database of GPU kernels measured on real GPUs."""
-    from calibrate import from_kernels
-    from calibrate.kernel_db import GPU_FOLDERS, KernelDbError
-    from calibrate.spec import load_model
+    from calibrate.kernels import from_kernels
+    from calibrate.kernels.kernel_db import GPU_FOLDERS, KernelDbError
+    from calibrate.fitting.shapes import load_model
     from sim.cost.measured import profile_name
     from sim.output.output_paths import os_error
     if args.gpu is None:
@@ -99,12 +99,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         raise ScenarioError("--dtype fp8: torch calibration times fp32, bf16 or fp16; fp8 "
                             "profiles come from measured kernels (--from aiconfigurator)")
     try:
-        from calibrate.run import calibrate
+        from calibrate.microbench.run import calibrate
     except ImportError as exc:
         raise ScenarioError(f"calibration needs torch ({exc}); install it with "
                             f"pip install 'fleetsim[calibrate]'") from None
-    from calibrate.run import device_slug, profile_stem
-    from calibrate.spec import load_model
+    from calibrate.microbench.run import device_slug, profile_stem
+    from calibrate.fitting.shapes import load_model
     try:
         stem = profile_stem(load_model(args.model).name, args.tp)
     except ValueError as exc:

@@ -18,8 +18,9 @@ def _cmd_validate_vllm(args: argparse.Namespace) -> int:
     if args.recalibrate or args.quick or args.replays is not None:
         raise ScenarioError("validate --engine vllm: --recalibrate, --quick and --replays "
                             "belong to the transformers engine")
-    from calibrate import vllm_engine, vllm_report
-    from calibrate.vllm_schedule import ServeLogError
+    from calibrate.engines.vllm_cpu import engine as vllm_engine
+    from calibrate.engines.vllm_cpu import targets as vllm_report
+    from calibrate.engines.vllm_cpu.schedule import ServeLogError
     from sim.output.output_paths import prepare_folder
     log = (lambda _m: None) if args.quiet else print
     try:
@@ -79,8 +80,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         if not args.from_logs:
             # the engine, checked before anything is timed
             importlib.import_module("transformers")
-        from calibrate.engine_log import EngineLogError
-        from calibrate.validate import ValidationError, format_table, validate, validate_logs
+        from calibrate.engines.hf.engine_log import EngineLogError
+        from calibrate.engines.hf import ValidationError, format_table, validate, validate_logs
     except ImportError as exc:
         raise ScenarioError(f"validation needs torch and transformers ({exc}); install them "
                             f"with pip install 'fleetsim[validate]'") from None

@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from calibrate import from_kernels
-from calibrate.kernel_db import GemmCurves, KernelDb, KernelDbError
-from calibrate.spec import ModelShape, ShardShape, load_model
+from calibrate.kernels import from_kernels
+from calibrate.kernels.kernel_db import GemmCurves, KernelDb, KernelDbError
+from calibrate.fitting.shapes import ModelShape, ShardShape, load_model
 from sim.config import profiles
 from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel, load_profile
 

@@ -612,8 +612,8 @@ def test_calibrate_replaces_only_its_own_profiles(tmp_path, capsys):
 
 def test_calibrate_from_kernels_refuses_a_users_file_before_the_work(tmp_path, capsys,
                                                                      monkeypatch):
-    pytest.importorskip("calibrate.from_kernels")
-    from calibrate import from_kernels
+    pytest.importorskip("calibrate.kernels.from_kernels")
+    from calibrate.kernels import from_kernels
     from sim.cost.measured import profile_name
 
     def boom(*a, **k):
