@@ -78,75 +78,42 @@ def _replay(requests: list[EngineRequest], submit) -> float:
     return t0
 
 
-class _StepLog:
-    """Logs every step of transformers' continuous batching processors: its scheduled
-    (new tokens, cached context, is-prefill) per sequence and its duration (prepare →
-    forward → update).
+def _logged_manager_class():
+    """transformers' continuous batching manager, subclassed so that each of its steps is
+    logged on the manager itself: the scheduled (new tokens, cached context, is-prefill)
+    of each sequence and the step's duration (prepare -> forward -> update, one pass of
+    the generation loop's body). Built on first use: transformers is optional."""
+    from transformers.generation.continuous_batching.continuous_api import (
+        ContinuousBatchingManager)
 
-    The processor class is patched once, for the life of the process; each processor's
-    steps go to the list registered for it (by its scheduler's cache), so several engines
-    may run at once and a processor no engine registered is left untouched."""
+    class LoggedManager(ContinuousBatchingManager):
+        def __init__(self, *args, steps: list, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.steps = steps              # EngineStep per step, appended by the loop
+            self._shape: tuple | None = None
+            self._last_end_s = -math.inf
 
-    _lock = threading.Lock()
-    _sinks: dict[int, list] = {}
-    _installed = False
+        def _generation_loop_body(self, batch_processor, bootstrapping: bool) -> bool:
+            start = time.perf_counter()
+            self._shape = None
+            more = super()._generation_loop_body(batch_processor, bootstrapping)
+            if self._shape is not None and not bootstrapping:   # a step ran and updated
+                end = time.perf_counter()
+                self.steps.append(EngineStep(start, end, self._shape,
+                                             start - self._last_end_s))
+                self._last_end_s = end
+            return more
 
-    @classmethod
-    def install(cls) -> None:
-        with cls._lock:
-            if cls._installed:
-                return
-            from transformers.generation.continuous_batching import continuous_api as ca
-            proc_cls = ca.ContinuousBatchProcessor
-            prepare, update = proc_cls.prepare_next_batch, proc_cls.update_batch
+        def _generation_step(self) -> None:
+            # the batch prepare_next_batch made (the synchronous inputs of a CPU engine):
+            # each chunk's context is its offset before this step's tokens; a sequence
+            # that has produced no token yet computes its prompt, even a chunk of one
+            batch = self.batch_processor.inputs_and_outputs.requests_in_batch
+            self._shape = tuple((f.query_length, f.state.position_offset - f.query_length,
+                                 f.state.generated_len() == 0) for f in batch)
+            super()._generation_step()
 
-            def prepare_next_batch(proc):
-                sink = cls._sinks.get(id(proc.cache))
-                if sink is None:
-                    return prepare(proc)
-                start = time.perf_counter()
-                schedule = proc.scheduler.schedule_batch
-                shape: list = []
-
-                def logged(token_budget, cache_budget):
-                    out = schedule(token_budget, cache_budget)
-                    # a sequence that has produced no token yet computes its prompt: its
-                    # chunk is prefill, even of one token
-                    shape[:] = [(f.query_length, f.state.position_offset,
-                                 f.state.generated_len() == 0) for f in (out[0] or ())]
-                    return out
-
-                proc.scheduler.schedule_batch = logged
-                try:
-                    ok = prepare(proc)
-                finally:
-                    proc.scheduler.__dict__.pop("schedule_batch", None)
-                proc._fleetsim_step = (start, tuple(shape))
-                return ok
-
-            def update_batch(proc):
-                update(proc)
-                sink = cls._sinks.get(id(proc.cache))
-                pending = getattr(proc, "_fleetsim_step", None)
-                if sink is not None and pending is not None:
-                    end = time.perf_counter()
-                    idle = pending[0] - getattr(proc, "_fleetsim_last_end", -math.inf)
-                    proc._fleetsim_last_end = end
-                    sink.append(EngineStep(pending[0], end, pending[1], idle))
-
-            proc_cls.prepare_next_batch = prepare_next_batch
-            proc_cls.update_batch = update_batch
-            cls._installed = True
-
-    @classmethod
-    def register(cls, cache, sink: list) -> None:
-        with cls._lock:
-            cls._sinks[id(cache)] = sink
-
-    @classmethod
-    def unregister(cls, cache) -> None:
-        with cls._lock:
-            cls._sinks.pop(id(cache), None)
+    return LoggedManager
 
 
 class ContinuousEngine:
@@ -163,7 +130,6 @@ class ContinuousEngine:
         self.model = build_model(shape, seed)
         self.steps: list[EngineStep] = []
         self._mgr = None
-        self._cache = None
         self._runs = 0
 
     def _manager(self):
@@ -178,9 +144,9 @@ class ContinuousEngine:
             max_batch_tokens=lim.max_batch_tokens,
             max_requests_per_batch=lim.max_requests_per_batch, safety_margin=0.0,
             allow_block_sharing=False, seed=self.seed)
-        mgr = self.model.init_continuous_batching(generation_config=gen,
-                                                  continuous_batching_config=cb)
-        return mgr
+        # what model.init_continuous_batching builds, with every step logged into self.steps
+        return _logged_manager_class()(model=self.model, generation_config=gen,
+                                       continuous_batching_config=cb, steps=self.steps)
 
     def start(self) -> None:
         """Start the engine and warm it up: a prompt of two full token budgets, so the
@@ -188,7 +154,6 @@ class ContinuousEngine:
         a started engine serves several ``run`` calls, as a server stays up."""
         if self._mgr is not None:
             return
-        _StepLog.install()
         mgr = None
         try:
             mgr = self._manager()
@@ -198,8 +163,6 @@ class ContinuousEngine:
                 if time.perf_counter() > deadline or not mgr.is_running():
                     raise RuntimeError("the engine's generation loop did not start")
                 time.sleep(0.005)
-            self._cache = mgr.batch_processor.cache
-            _StepLog.register(self._cache, self.steps)
             lim = self.limits
             warm = max(8, min(2 * lim.max_batch_tokens,
                               (lim.num_blocks - 1) * lim.page_size - 2))
@@ -212,7 +175,6 @@ class ContinuousEngine:
         except BaseException:
             if mgr is not None:
                 mgr.stop(block=True, timeout=30)
-            self._unregister()
             raise
         self._mgr = mgr
 
@@ -223,12 +185,6 @@ class ContinuousEngine:
             self._mgr.stop(block=True, timeout=30)
         finally:
             self._mgr = None
-            self._unregister()
-
-    def _unregister(self) -> None:
-        if self._cache is not None:
-            _StepLog.unregister(self._cache)
-            self._cache = None
 
     def __enter__(self) -> "ContinuousEngine":
         self.start()
