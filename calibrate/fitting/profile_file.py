@@ -6,6 +6,9 @@ from pathlib import Path
 
 import yaml
 
+from calibrate.output import check_profile_files
+from sim.output.atomic_write import write_file
+
 
 def sig(x: float, digits: int = 4) -> float:
     return float(f"{x:.{digits}g}")
@@ -37,5 +40,5 @@ def write_profile(profile: dict, path: Path) -> None:
     header = ("# Calibrated step-time profile written by `fleetsim calibrate` (what the "
               "numbers mean: `note`).\n")
     text = yaml.dump(profile, Dumper=ProfileDumper, sort_keys=False, width=96, allow_unicode=True)
-    from sim.output.atomic_write import write_file
+    check_profile_files(path)           # replaces only a profile fleetsim wrote
     write_file(path, header + text)     # never through a link; complete or not at all

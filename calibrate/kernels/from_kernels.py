@@ -61,11 +61,19 @@ from pathlib import Path
 
 import numpy as np
 
-from calibrate.fitting.tables import TERMS, error_summary, evaluate, fit_term, split_per_seq
-from calibrate.kernels.kernel_db import KernelDb, KernelDbError
 from calibrate.fitting.profile_file import sig, table_rows, write_profile
-from calibrate.fitting.shapes import ModelShape, ShardShape
+from calibrate.fitting.shapes import ModelShape, ShardShape, load_model
+from calibrate.fitting.tables import TERMS, error_summary, evaluate, fit_term, split_per_seq
+from calibrate.kernels.kernel_db import GPU_FOLDERS, KernelDb, KernelDbError
+from calibrate.output import PROFILE_KIND, check_profile_files
+from sim.config import profiles
+from sim.config.errors import ScenarioError
+from sim.config.inputs import shown
+from sim.config.scenario import PoolConfig
 from sim.cost.measured import profile_name
+from sim.cost.memory import kv_budget
+from sim.cost.roofline import RooflineConfig
+from sim.output.output_paths import os_error
 
 ACT_BYTES = 2.0                 # activations are bf16 whatever the weights
 ELEMENTWISE_BW_SHARE = 0.8      # the database's model of memory-bound kernels
@@ -206,7 +214,6 @@ def build(shape: ModelShape, hardware: str, tp: int, engine: str, dtype: str,
     for term in TERMS:
         tables[term], fit_error[term], held_error[term], counts[term] = _fit(
             points[term], extras.get(term))
-    from sim.cost.roofline import RooflineConfig
     defaults = RooflineConfig()
     kernels = {"gemm": f"{db.version} {dtype}",
                # timed slower than a larger m of the same shape, read as that m's time
@@ -220,7 +227,7 @@ def build(shape: ModelShape, hardware: str, tp: int, engine: str, dtype: str,
     if moe is not None:
         kernels["moe"] = moe.describe()
     return {
-        "kind": "fleetsim-calibrated-step-time", "version": 1,
+        "kind": PROFILE_KIND, "version": 1,
         "model": shape.shape_dict(),
         "device": "cuda", "device_name": hardware, "dtype": dtype, "kv_dtype": kv_dtype,
         "tp": tp, "engine_name": engine,
@@ -254,9 +261,6 @@ def room_for_kv(model: str, hardware: str, tp: int, dtype: str, kv_dtype: str) -
     """Whether ``model`` at ``tp`` leaves a KV block on ``hardware`` at fleetsim's default
     pool memory settings (utilisation, reserve, block size). A model fleetsim does not
     ship is not checked."""
-    from sim.config import profiles
-    from sim.config.scenario import PoolConfig
-    from sim.cost.memory import kv_budget
     spec, hw = profiles.find_model(model), profiles.find_hardware(hardware)
     if spec is None:
         return True
@@ -274,8 +278,56 @@ def default_folder(hardware: str, engine: str) -> Path:
 
 def write(profile: dict, out_dir: str | Path) -> Path:
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     path = out / profile_name(profile["model"]["name"], profile["tp"], profile["dtype"],
                               profile["kv_dtype"])
     write_profile(profile, path)
     return path
+
+
+def command(args) -> int:
+    """``fleetsim calibrate --from aiconfigurator``: a profile built from the database of
+    GPU kernels measured on real GPUs, written where ``--out`` (or the shipped folder of
+    the GPU and engine) says, replacing only a profile fleetsim wrote."""
+    if args.gpu is None:
+        raise ScenarioError(f"calibrate --from {args.source}: name the GPU with --gpu "
+                            f"({', '.join(sorted(GPU_FOLDERS))})")
+    hw = profiles.find_hardware(args.gpu)
+    if hw is None:
+        raise ScenarioError(f"--gpu {args.gpu}: unknown GPU; known: "
+                            f"{', '.join(sorted(GPU_FOLDERS))}")
+    dtype, kv_dtype = args.dtype or "bf16", args.kv_dtype or "bf16"
+    args.engine = args.engine or "vllm"
+    try:
+        shape = load_model(args.model)
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
+    if not room_for_kv(shape.name, hw.name, args.tp, dtype, kv_dtype):
+        spec = profiles.find_model(shape.name)
+        raise ScenarioError(
+            f"{shape.name} in {dtype} ({spec.weight_bytes(dtype) / 2 ** 30:.1f} GiB of "
+            f"weights) leaves no room for a KV cache on {args.tp} x {hw.name} "
+            f"({hw.planning_memory / 2 ** 30:.1f} GiB each)")
+    out = Path(args.out) if args.out else default_folder(hw.name, args.engine)
+    check_profile_files(out / profile_name(shape.name, args.tp, dtype, kv_dtype))
+    try:
+        profile = build(shape, hw.name, args.tp, args.engine, dtype, kv_dtype,
+                        hw.hbm_bandwidth, version=args.engine_version, root=args.kernel_db)
+    except KernelDbError as exc:
+        raise ScenarioError(str(exc)) from None
+    try:
+        path = write(profile, out)
+    except OSError as exc:
+        raise os_error(exc, out, started=True) from None
+    if not args.quiet:
+        src = profile["source"]
+        print(f"{shape.name} tp={args.tp} {dtype} (KV {kv_dtype}) on {hw.name} from "
+              f"{src['engine']} {src['engine_version']} kernels "
+              f"(aiconfigurator-core {src['package_version']}):")
+        for term, err in profile["fit_error"].items():
+            if err["points"]:
+                held = profile["held_back_error"][term]
+                print(f"  {term:<13} {err['points']:5d} points: median {100 * err['median']:5.1f}%"
+                      f" max {100 * err['max']:6.1f}%; held back: median "
+                      + ("n/a" if held["median"] is None else f"{100 * held['median']:.1f}%"))
+    print(f"wrote {shown(path)}")
+    return 0

@@ -1,6 +1,6 @@
 """The shipped GPU profiles, rebuilt from the measured-kernel database.
 
-    python -m calibrate.kernels.gpu_profiles [--out profiles/calibrated/gpu] [--engine vllm]
+    python -m calibrate gpu-profiles [--out profiles/calibrated/gpu] [--engine vllm]
 
 For every shipped dense model and mixture of experts, GPU the database covers,
 tensor-parallel degree 1/2/4/8 and (weights, KV cache) dtype pair bf16/bf16,
@@ -12,8 +12,6 @@ combination left out with the reason.
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 import yaml
@@ -22,6 +20,9 @@ from calibrate.kernels import from_kernels
 from calibrate.kernels.kernel_db import KernelDbError, package_version
 from calibrate.fitting.profile_file import ProfileDumper
 from calibrate.fitting.shapes import load_model
+from calibrate.output import write_report
+from sim.config import profiles
+from sim.config.errors import ScenarioError
 
 MODELS = ("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen2.5-72b")
 # apart from MODELS, which the roofline fit (calibrate.kernels.roofline_fit) reads as dense layers:
@@ -31,19 +32,20 @@ SAME_LAYER_MODELS = ("llama-2-70b",)
 MOE_MODELS = ("mixtral-8x7b",)
 GPUS = ("H100-SXM", "H200", "B200", "A100-80GB", "L40S")
 TPS = (1, 2, 4, 8)
+INDEX_MARK = "# The shipped GPU profiles and what was left out"   # an index fleetsim wrote
+INDEX_HEADER = ("# The shipped GPU profiles and what was left out (`python -m calibrate "
+                "gpu-profiles`).\n")
 DTYPES = (("bf16", "bf16"), ("bf16", "fp8"), ("fp8", "bf16"), ("fp8", "fp8"))
 
 
 def fits(model: str, hardware: str, tp: int, dtype: str, kv_dtype: str) -> bool:
     """Within one node and with room for a KV cache at the default pool settings; a tp
     that does not divide the heads is left to the build, which says so."""
-    from sim.config import profiles
     return (tp <= profiles.find_hardware(hardware).max_gpus_per_node
             and from_kernels.room_for_kv(model, hardware, tp, dtype, kv_dtype))
 
 
 def build_all(out: Path, engine: str = "vllm", log=print, root=None) -> dict:
-    from sim.config import profiles
     built, skipped = [], []
     for gpu in GPUS:
         hw = profiles.find_hardware(gpu)
@@ -75,34 +77,23 @@ def build_all(out: Path, engine: str = "vllm", log=print, root=None) -> dict:
                     log(f"wrote {path}")
     index = {"kind": "fleetsim-gpu-profile-index", "package_version": package_version(),
              "engine": engine,
-             "note": ("Profiles built by `python -m calibrate.kernels.gpu_profiles` from GPU kernels "
+             "note": ("Profiles built by `python -m calibrate gpu-profiles` from GPU kernels "
                       "measured on real GPUs (NVIDIA AIConfigurator's database, "
                       "aiconfigurator-core, Apache-2.0); medians of each table's relative "
                       "error on the database points it was built from, and held back."),
              "profiles": built, "skipped": skipped}
-    out.mkdir(parents=True, exist_ok=True)
     text = yaml.dump(index, Dumper=ProfileDumper, sort_keys=False, width=96)
-    (out / f"index-{engine}.yaml").write_text(
-        "# The shipped GPU profiles and what was left out (`python -m "
-        "calibrate.kernels.gpu_profiles`).\n" + text, encoding="utf-8")
+    write_report(out / f"index-{engine}.yaml", INDEX_HEADER + text, INDEX_MARK,
+                 "an index of GPU profiles fleetsim wrote")
     return index
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m calibrate.kernels.gpu_profiles",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="profiles/calibrated/gpu")
-    parser.add_argument("--engine", default="vllm", choices=("vllm", "sglang", "trtllm"))
-    args = parser.parse_args(argv)
+def command(args) -> int:
+    """``python -m calibrate gpu-profiles``: every shipped GPU profile of one engine."""
     try:
         index = build_all(Path(args.out), args.engine)
     except KernelDbError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise ScenarioError(str(exc)) from None
     print(f"{len(index['profiles'])} profiles written, {len(index['skipped'])} combinations "
           f"left out (see {args.out}/index-{args.engine}.yaml)")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

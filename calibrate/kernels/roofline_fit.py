@@ -1,6 +1,6 @@
 """The roofline's constants, fitted per operation to GPU kernels measured on real GPUs.
 
-    python -m calibrate.kernels.roofline_fit [--out profiles/calibrated/gpu]
+    python -m calibrate roofline-fit [--out profiles/calibrated/gpu]
 
 For every GPU the measured-kernel database covers (``calibrate.kernels.kernel_db``, vLLM's
 kernels), each operation of ``sim.cost.roofline`` is fitted on its own, at the
@@ -30,11 +30,8 @@ Nothing here is fitted to whole engine steps.
 """
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -43,6 +40,7 @@ from calibrate.kernels.from_kernels import MIN_PREFILL_TOKENS, PREFILL_MAX_BATCH
 from calibrate.kernels.gpu_profiles import MODELS, TPS
 from calibrate.kernels.kernel_db import KernelDb, KernelDbError
 from calibrate.fitting.shapes import ShardShape, load_model
+from sim.config import profiles
 
 ENGINE = "vllm"
 GEMM_DTYPES = ("bf16", "fp8")
@@ -257,7 +255,6 @@ def fit_allreduce(tables: dict, hw) -> dict:
 
 
 def fit_gpu(hardware: str, points: GpuPoints) -> dict:
-    from sim.config import profiles
     hw = profiles.find_hardware(hardware)
     out = {"gemm": fit_gemm(points.gemm, hw),
            "attn_prefill": fit_prefill(points.prefill, hw),
@@ -293,24 +290,3 @@ def generic(per_gpu: dict[str, dict]) -> dict:
     names = sorted({k for v in values for k in v})
     return {k: round_sig(float(np.median([v[k] for v in values if k in v]))) for k in names}
 
-
-# -- distance of a roofline from the kernels ---------------------------------------------------------
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m calibrate.kernels.roofline_fit",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="profiles/calibrated/gpu")
-    args = parser.parse_args(argv)
-    from calibrate.kernels.roofline_report import build_report, write_report
-    try:
-        report = build_report()
-    except KernelDbError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    for path in write_report(report, Path(args.out)):
-        print(f"wrote {path}")
-    print("generic constants: " + ", ".join(f"{k}={v:g}" for k, v in report["generic"].items()))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

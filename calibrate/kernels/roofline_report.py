@@ -8,12 +8,16 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from calibrate.fitting.profile_file import ProfileDumper
 from calibrate.kernels.gpu_profiles import GPUS
 from calibrate.kernels.kernel_db import KernelDbError, package_version
-from calibrate.fitting.profile_file import ProfileDumper
-from calibrate.kernels.roofline_fit import (ACT_BYTES, ENGINE, LEGACY, LEGACY_ALLREDUCE_LATENCY_S, OPS,
-                                    GpuPoints, Shard, collect, config_values, fit_gpu, generic,
-                                    round_sig)
+from calibrate.kernels.roofline_fit import (ACT_BYTES, ENGINE, LEGACY, LEGACY_ALLREDUCE_LATENCY_S,
+                                            OPS, GpuPoints, Shard, collect, config_values,
+                                            fit_gpu, generic, round_sig)
+from calibrate.output import write_report as write_owned
+from sim.config import profiles
+from sim.config.errors import ScenarioError
+from sim.cost.roofline import RooflineConfig, RooflineCostModel, allreduce_s
 
 def _summary(pred: np.ndarray, measured: np.ndarray) -> dict:
     err = np.asarray(pred, dtype=np.float64) / np.asarray(measured, dtype=np.float64) - 1.0
@@ -26,8 +30,6 @@ def _summary(pred: np.ndarray, measured: np.ndarray) -> dict:
 def distance(hardware: str, points: GpuPoints, cfg, hw) -> dict:
     """Relative error of each roofline term against the measured kernels (negative: the
     roofline is faster)."""
-    from sim.config import profiles
-    from sim.cost.roofline import RooflineCostModel
     costs: dict = {}
 
     def cost(sh: Shard, dtype: str = "bf16", kv: str = "bf16"):
@@ -54,7 +56,6 @@ def distance(hardware: str, points: GpuPoints, cfg, hw) -> dict:
                                             for sh, kv, k, _ in points.decode]),
                                   np.array([s for *_, s in points.decode]))
     if points.allreduce:
-        from sim.cost.roofline import allreduce_s
         pred, meas = [], []
         for tp, (elems, secs) in points.allreduce.items():
             pred.append(allreduce_s(hw, cfg, tp, elems * ACT_BYTES))
@@ -66,8 +67,6 @@ def distance(hardware: str, points: GpuPoints, cfg, hw) -> dict:
 def legacy(hardware: str):
     """The roofline as it was (constant efficiencies, the two-way link figure, the old
     latencies), in today's terms: (config, hardware)."""
-    from sim.config import profiles
-    from sim.cost.roofline import RooflineConfig
     hw = profiles.find_hardware(hardware)
     hw = hw.model_copy(update={"interconnect_bandwidth": 2.0 * hw.interconnect_bandwidth,
                                "allreduce_latency": LEGACY_ALLREDUCE_LATENCY_S[hardware]})
@@ -93,8 +92,6 @@ def _rounded(x):
 
 
 def build_report(gpus=GPUS, root=None, log=print) -> dict:
-    from sim.config import profiles
-    from sim.cost.roofline import RooflineConfig
     points, fits = {}, {}
     for gpu in gpus:
         try:
@@ -124,7 +121,7 @@ def build_report(gpus=GPUS, root=None, log=print) -> dict:
         "kind": "fleetsim-roofline-fit", "engine": ENGINE, "package_version": package_version(),
         "note": ("The roofline's constants fitted per operation to GPU kernels measured on real "
                  "GPUs (NVIDIA AIConfigurator's database, vLLM kernels) at the shipped dense "
-                 "models' shapes, TP 1-8 (python -m calibrate.kernels.roofline_fit). generic: the "
+                 "models' shapes, TP 1-8 (python -m calibrate roofline-fit). generic: the "
                  "median over GPUs, RooflineConfig's defaults; each GPU's two-GPU all-reduce "
                  "latency (hardware_allreduce_latency_s) is its hardware profile's "
                  "allreduce_latency. distance: the roofline's "
@@ -155,7 +152,7 @@ def markdown(report: dict) -> str:
              "faster. *Before*: constant efficiencies (GEMMs 0.7, every read 0.85, all-reduce "
              "0.7 of the two-way link figure); *now*: the fitted shape with the generic "
              "constants below. Regenerate with `make roofline-fit` "
-             "(`python -m calibrate.kernels.roofline_fit`).", "",
+             "(`python -m calibrate roofline-fit`).", "",
              "| GPU | operation | points | before: median | 90% within | worst "
              "| now: median | 90% within | worst |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -185,11 +182,28 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+YAML_HEADER = ("# The roofline's constants fitted to measured kernels (`python -m calibrate "
+               "roofline-fit`).\n")
+# the words each file begins with: what says it is one this command wrote
+YAML_MARK = "# The roofline's constants fitted to measured kernels"
+MD_MARK = "# The roofline against the measured kernels\n"
+
+
 def write_report(report: dict, out: Path) -> tuple[Path, Path]:
-    out.mkdir(parents=True, exist_ok=True)
+    """``roofline-fit.yaml`` and ``.md`` in ``out``, each replacing only its own kind."""
     text = yaml.dump(report, Dumper=ProfileDumper, sort_keys=False, width=96)
-    ypath, mpath = out / "roofline-fit.yaml", out / "roofline-fit.md"
-    ypath.write_text("# The roofline's constants fitted to measured kernels (`python -m "
-                     "calibrate.kernels.roofline_fit`).\n" + text, encoding="utf-8")
-    mpath.write_text(markdown(report), encoding="utf-8")
-    return ypath, mpath
+    kind = "a roofline fit report fleetsim wrote"
+    return (write_owned(out / "roofline-fit.yaml", YAML_HEADER + text, YAML_MARK, kind),
+            write_owned(out / "roofline-fit.md", markdown(report), MD_MARK, kind))
+
+
+def command(args) -> int:
+    """``python -m calibrate roofline-fit``: fit, report and print the generic constants."""
+    try:
+        report = build_report()
+    except KernelDbError as exc:
+        raise ScenarioError(str(exc)) from None
+    for path in write_report(report, Path(args.out)):
+        print(f"wrote {path}")
+    print("generic constants: " + ", ".join(f"{k}={v:g}" for k, v in report["generic"].items()))
+    return 0

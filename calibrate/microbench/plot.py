@@ -6,6 +6,7 @@ the Agg canvas, so no display or pyplot state is involved.
 """
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from calibrate.fitting.tables import TERMS, evaluate, predict_steps
+from sim.output.atomic_write import write_file
 
 LABELS = {
     "dense": "tokens in the step",
@@ -107,9 +109,6 @@ def plot_profile(profile: dict, path: str | Path) -> Path:
                  + (f", {profile['threads']} thread(s)" if profile.get("threads") else "")
                  + f"), torch {profile['torch_version']}, {profile['date']}", fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.96))
-    import io
-
-    from sim.output.atomic_write import write_file
     path = Path(path)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")

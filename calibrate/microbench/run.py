@@ -16,16 +16,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from calibrate.microbench import bench
-from calibrate.microbench import timing
-from calibrate.microbench import forwards as whole
-from calibrate.fitting.tables import (TERMS, error_summary, fit_overhead, fit_term, held_back_indices,
-                           predict_steps, split_per_seq, terms_seconds)
-from calibrate.microbench.model import LlamaLike
 from calibrate.fitting.profile_file import sig, table_rows, write_profile
 from calibrate.fitting.shapes import ModelShape, ShardShape, load_model
+from calibrate.fitting.tables import (TERMS, error_summary, fit_overhead, fit_term,
+                                      held_back_indices, predict_steps, split_per_seq,
+                                      terms_seconds)
+from calibrate.microbench import bench, timing
+from calibrate.microbench import forwards as whole
+from calibrate.microbench.model import LlamaLike
+from calibrate.microbench.plot import plot_profile
+from calibrate.output import PROFILE_KIND, check_profile_files
+from sim.output.atomic_write import write_file
+from sim.output.output_names import slug
 
-PROFILE_KIND = "fleetsim-calibrated-step-time"
 PROFILE_VERSION = 1
 NOTE = ("Seconds for ONE transformer layer on ONE tensor-parallel shard, measured with torch "
         "on the device; the simulator multiplies the layer terms (dense, attn_prefill, "
@@ -59,7 +62,6 @@ def device_slug(device: str) -> str:
 def profile_stem(model_name: str, tp: int) -> str:
     """The profile's file name (no suffix): a safe slug of the model's name, never a path
     (a model file's ``name: ../../x`` stays inside the output folder)."""
-    from sim.output.output_names import slug
     name = slug(model_name)
     return name if tp == 1 else f"{name}-tp{tp}"
 
@@ -109,8 +111,8 @@ def calibrate(model: str | ModelShape, device: str = "cpu", tp: int = 1,
     shard = ShardShape(shape, tp)
     out_dir = (Path(out) if out is not None
                else Path("profiles") / "calibrated" / device_slug(device))
-    out_dir.mkdir(parents=True, exist_ok=True)
     stem = profile_stem(shape.name, tp)
+    check_profile_files(out_dir / f"{stem}.yaml", ".png", ".log")   # before any timing
     log = RunLog(echo)
     timing.setup(settings)
     dev_name = timing.device_name(device)
@@ -232,12 +234,10 @@ def calibrate(model: str | ModelShape, device: str = "cpu", tp: int = 1,
     write_profile(profile, yaml_path)
     plot_path = None
     if plot:
-        from calibrate.microbench.plot import plot_profile
         plot_path = plot_profile(profile, out_dir / f"{stem}.png")
     log(f"wrote {yaml_path}" + (f" and {plot_path.name}" if plot_path else "")
         + f" in {log.elapsed_s:.1f} s")
     log_path = out_dir / f"{stem}.log"
-    from sim.output.atomic_write import write_file
     write_file(log_path, "\n".join(log.lines) + "\n")
     return Result(profile=profile, yaml_path=yaml_path, plot_path=plot_path, log_path=log_path,
                   elapsed_s=log.elapsed_s, errors=errors)

@@ -8,18 +8,18 @@ per request, sizes interleaved and repeated; the fastest seconds per size (the l
 ``constant + per_token x tokens``. The vocabulary is smaller than Llama 3's 128k: the
 per-token cost of a BPE encoder grows with merges applied, not with vocabulary size.
 
-    python -m calibrate.microbench.tokenise_time [--vocab 32000] [--repeats 7]
+    python -m calibrate tokenise-time [--vocab 32000] [--repeats 7]
 """
 from __future__ import annotations
 
-import argparse
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZES_TOKENS = (500, 1000, 2000, 4000, 8000, 16000)
@@ -40,14 +40,8 @@ def fit(tokens: list[float], seconds: list[float]) -> tuple[float, float]:
     return float(constant), float(slope)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m calibrate.microbench.tokenise_time",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--repeats", type=int, default=7)
-    args = ap.parse_args(argv)
-    import tokenizers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def command(args) -> int:
+    """``python -m calibrate tokenise-time``: train, time and fit; print the table."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -84,6 +78,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fit: {constant_s * 1e3:.3f} ms + {per_token_s * 1e6:.3f} us/token")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -33,6 +33,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import sim
+from sim.config.slos import Slo
+from sim.planning.overrides import with_values
+from sim.planning.size import max_rate, verdict
+
 STEP = 1.25                 # the factor the load moves by until the answer is bracketed
 HI_SCALE = 2.0              # no further than 2x (or 1/2) of the published rate
 PRECISION = 0.02            # then bisected to 2% of the rate
@@ -66,9 +71,6 @@ def check(scenario, bounds_s: dict[str, float], published: dict[str, float], res
     """A saturated row's check (the module's docstring): ``scenario`` at the published
     rate, ``results`` its run (taken as the search's first trial), ``read(scenario,
     results)`` the row's figures from a run."""
-    from sim.config.slos import Slo
-    from sim.planning.overrides import with_values
-    from sim.planning.size import max_rate, verdict
 
     pool = only_pool(scenario)
     slos = [Slo(metric, target) for metric, target in bounds_s.items()]
@@ -99,7 +101,6 @@ def check(scenario, bounds_s: dict[str, float], published: dict[str, float], res
     if exact:
         own = scenario.workload.rate_scale
         at = with_values(scenario, {"workload.rate_scale": own * ratio})
-        import sim
         got = read(at, sim.run(at))
         out["at_capacity"] = {
             "rate_scale": ratio,

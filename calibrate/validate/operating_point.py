@@ -9,15 +9,15 @@ the real engine's step (its host-side time) shows as the difference, apart from 
 queueing the simulation adds. Nothing is fitted; a diagnostic of the GPU validation
 table (``calibrate/validate/published.py``).
 
-    python -m calibrate.validate.operating_point [--table scenarios/validate/gpu/published.yaml]
+    python -m calibrate operating-point [--table scenarios/validate/gpu/published.yaml]
 """
 from __future__ import annotations
 
-import argparse
-import sys
-from pathlib import Path
-
-from calibrate.validate.published import DEFAULT_TABLE, TableError, read_table
+from calibrate.validate.published import TableError, read_table
+from sim.api import load_scenario
+from sim.config.errors import ScenarioError
+from sim.config.resolve import resolve
+from sim.cost import build_cost_model
 
 
 def _mean(dist) -> float:
@@ -32,9 +32,6 @@ def _mean(dist) -> float:
 def operating_point(row) -> dict | None:
     """The step at ``row``'s published operating point, or None for a row that is not a
     Server run with a published throughput and TPOT p50."""
-    from sim.api import load_scenario
-    from sim.config.resolve import resolve
-    from sim.cost import build_cost_model
     pub = row.published
     if row.kind != "server" or "output_tokens_per_s" not in pub or "tpot_p50_ms" not in pub:
         return None
@@ -56,16 +53,12 @@ def operating_point(row) -> dict | None:
             "published_tpot_ms": pub["tpot_p50_ms"], "error": step_s / tpot_s - 1.0}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m calibrate.validate.operating_point",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("--table", type=Path, default=DEFAULT_TABLE)
-    args = ap.parse_args(argv)
+def command(args) -> int:
+    """``python -m calibrate operating-point``: one markdown row per Server row."""
     try:
         rows = read_table(args.table)
     except TableError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise ScenarioError(str(exc)) from None
     print("| setting | sequences running per replica | prompt tokens per step "
           "| measured kernels' step ms | published TPOT p50 ms | difference |")
     print("|---|---:|---:|---:|---:|---:|")
@@ -77,6 +70,3 @@ def main(argv: list[str] | None = None) -> int:
                   f"| {point['error'] * 100:+.0f}% |")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

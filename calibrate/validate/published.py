@@ -11,12 +11,13 @@ or a pessimistic throughput.
 Nothing here is fitted: the cost model comes from kernels (or the datasheet), and these
 figures only check it.
 
-    python -m calibrate.validate.published [--cost-model scenario|auto|roofline ...] [--out DIR]
+    python -m calibrate validate-gpu [--cost-model scenario|auto|roofline ...] [--out DIR]
                                      [--only ROW ...] [--strict]
-    python calibrate/validate/published.py --before-checkout WORKTREE --out DIR   # 'before'
+    python -m calibrate validate-gpu --before-checkout WORKTREE --out DIR   # 'before'
 
-The second form runs the Poisson rows on an earlier fleetsim (a worktree of its commit;
-run as a file so that the earlier ``sim`` is the one imported).
+The second form runs the Poisson rows on an earlier fleetsim (a worktree of its commit:
+``python -m calibrate`` imports no part of the simulator before the command runs, so the
+earlier ``sim`` is the one imported).
 
 Figures, from the requests table:
 - ``output_tokens_per_s``: for a ``server`` row (Poisson arrivals at a fixed rate), the
@@ -42,23 +43,20 @@ capacity search.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
+import os
 import re
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import yaml
 
-if __package__:                 # python -m calibrate.validate.published
-    from calibrate.validate.tables import headline, markdown
-else:                           # python calibrate/validate/published.py: its folder is on the path
-    from tables import headline, markdown
+from calibrate.validate.tables import headline, markdown
 
-DEFAULT_TABLE = Path("scenarios/validate/gpu/published.yaml")
 FIGURES = ("output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms")
 KINDS = ("server", "offline", "closed")
 LOADS = ("low", "high")
@@ -290,8 +288,6 @@ def _out_problem(out: Path) -> str | None:
     """Why the two reports cannot be written in ``out`` (checked before any row runs):
     each is absent, or a regular file this script wrote (never a link), and ``out``
     takes a new file. Self-contained: ``--before-checkout`` imports an older fleetsim."""
-    import os
-    import tempfile
     json_path = out / "validation-gpu.json"
     for path in (json_path, out / "validation-gpu.md"):
         if os.path.islink(path):
@@ -310,9 +306,8 @@ def _out_problem(out: Path) -> str | None:
 
 
 def _write(path: Path, text: str) -> None:
-    """Write ``path`` through a fresh temporary file renamed into place (no links followed)."""
-    import os
-    import tempfile
+    """Write ``path`` through a fresh temporary file renamed into place (no links followed).
+    Self-contained, as ``_out_problem``: sim.output's writers may be an older fleetsim's."""
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-{os.getpid()}-")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -324,27 +319,10 @@ def _write(path: Path, text: str) -> None:
             os.unlink(name)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m calibrate.validate.published", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--table", type=Path, default=DEFAULT_TABLE,
-                    help="the published table (default: %(default)s)")
-    ap.add_argument("--cost-model", action="append", choices=("scenario", "auto", "roofline"),
-                    default=None,
-                    help="every pool's cost model: scenario (what each scenario says, "
-                         "fleetsim's default when it says nothing), auto or roofline; "
-                         "repeat to compare (default: scenario)")
-    ap.add_argument("--only", action="append", default=[],
-                    help="run only this row (by name; repeatable)")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="write validation-gpu.json and validation-gpu.md here")
-    ap.add_argument("--strict", action="store_true",
-                    help="exit 1 when a headline target of the first cost model is missed")
-    ap.add_argument("--before-checkout", type=Path, default=None,
-                    help="run the Poisson rows on the fleetsim checked out here (e.g. a git "
-                         "worktree of an earlier commit) instead of this one, with its "
-                         "default cost model: the table's 'before' column")
-    args = ap.parse_args(argv)
+def command(args) -> int:
+    """``python -m calibrate validate-gpu``: every row (or ``--only`` those), per cost
+    model, printed and written as validation-gpu.{json,md}. Its own errors (exit 2): with
+    ``--before-checkout`` the simulator it imports is an earlier checkout's."""
     if args.before_checkout is not None:
         if args.cost_model:
             print("error: --before-checkout runs the checkout's own default cost model; "
@@ -418,6 +396,3 @@ def main(argv: list[str] | None = None) -> int:
         missed.append("saturated")
     return 1 if args.strict and missed else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

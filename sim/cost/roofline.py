@@ -43,7 +43,7 @@ from sim.cost.steps import LinearStepEnds
 ACTIVATION_BYTES = 2.0  # bf16 activations
 GEMMS_PER_LAYER = 4     # QKV, attention output, gate+up, down
 
-# Fitted to the measured kernels by ``python -m calibrate.kernels.roofline_fit`` (the median over
+# Fitted to the measured kernels by ``python -m calibrate roofline-fit`` (the median over
 # GPUs of each operation's fit; profiles/calibrated/gpu/roofline-fit.yaml, ``generic``).
 FITTED = {
     "flops_efficiency": 0.85,

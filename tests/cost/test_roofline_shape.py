@@ -260,7 +260,7 @@ def test_generic_constants_are_the_median_over_gpus():
 @pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
                     reason="the measured-kernel database (aiconfigurator-core) is not installed")
 def test_golden_shipped_report_regenerates_identically(tmp_path):
-    """python -m calibrate.kernels.roofline_fit on the installed database writes the shipped
+    """python -m calibrate roofline-fit on the installed database writes the shipped
     report byte for byte."""
     from calibrate.kernels import roofline_report
     report = roofline_report.build_report(log=lambda *_: None)

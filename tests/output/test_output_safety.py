@@ -592,7 +592,7 @@ def test_a_marked_stale_folder_holding_a_users_file_survives(tmp_path):
 
 
 def test_calibrate_replaces_only_its_own_profiles(tmp_path, capsys):
-    from sim.cli.calibrate import check_profile_files, is_profile
+    from calibrate.output import check_profile_files, is_profile
     from sim.config.errors import ScenarioError
     ours = tmp_path / "ours.yaml"
     ours.write_text("# header\nkind: fleetsim-calibrated-step-time\nversion: 1\n")

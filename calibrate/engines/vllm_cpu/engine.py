@@ -19,30 +19,34 @@ step 4 on recorded files without vLLM.
 """
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+import sim
+from calibrate.engines.records import ContinuousLimits
+from calibrate.engines.step_fit import continuous_grid
 from calibrate.engines.vllm_cpu import schedule as vllm_schedule
+from calibrate.engines.vllm_cpu.run_folder import LOG_NAME, PLAN_NAME, VllmError, log_file
 from calibrate.engines.vllm_cpu.timing import timing
+from sim.config.engines import with_engine_scheduling
+from sim.config.resolve import resolve
+from sim.config.yamlio import load_yaml
+from sim.cost.calibrated import load_profile, resolve_profile_path
+from sim.output.atomic_write import write_file
+from sim.output.output_paths import check_file
+from sim.workload import generate_arrivals
 
-ROOT = Path(__file__).resolve().parents[3]
-VENV_ENV = "FLEETSIM_VLLM_PYTHON"          # another vLLM environment's python, if wanted
 SERVE_SCRIPT = Path(__file__).resolve().parent / "serve.py"
-PLAN_NAME = "plan.json"
-LOG_NAME = "vllm_log.json"
 CPU_BLOCK_MULTIPLE = 32
 # vLLM's CPU build serves these; the run is refused before it starts otherwise
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
-
-
-class VllmError(ValueError):
-    """A scenario vLLM cannot serve, or a missing vLLM environment (named, with the fix)."""
 
 
 @dataclass
@@ -52,23 +56,8 @@ class Plan:
     data: dict               # the plan as JSON
 
 
-def vllm_python() -> Path:
-    """The vLLM environment's python, or a VllmError naming how to make it."""
-    env = os.environ.get(VENV_ENV)
-    python = Path(env) if env else ROOT / ".venv-vllm" / "bin" / "python"
-    if not python.is_file():
-        where = f"{VENV_ENV}={env}" if env else str(python.parent.parent)
-        raise VllmError(f"validate --engine vllm: the vLLM environment is missing ({where} "
-                        f"has no python); build it with `make vllm` (about 2 minutes, "
-                        f"2.5 GB) or set {VENV_ENV} to a python that imports vllm")
-    return python
-
-
 def plan(path: str | Path, allow_paths: tuple[Path, ...] = ()) -> Plan:
     """The engine settings and requests for the scenario at ``path``."""
-    import sim
-    from sim.config.resolve import resolve
-    from sim.workload import generate_arrivals
     path = Path(path)
     scenario = sim.load_scenario(path, allow_paths=allow_paths)
     if len(scenario.pools) != 1:
@@ -103,7 +92,6 @@ def plan(path: str | Path, allow_paths: tuple[Path, ...] = ()) -> Plan:
     if m.num_experts != 1:
         raise VllmError(f"{where}.model: validation builds dense Llama models; {m.name} has "
                         f"{m.num_experts} experts")
-    from sim.config.engines import with_engine_scheduling
     kv_admission = with_engine_scheduling(spec.engine, sched).kv_admission
     if kv_admission == "guaranteed_no_evict":
         raise VllmError(f"{where}.scheduler.kv_admission: vLLM admits 'whole_prompt' (vLLM "
@@ -144,10 +132,6 @@ def plan(path: str | Path, allow_paths: tuple[Path, ...] = ()) -> Plan:
         ids += rng.integers(3, m.vocab_size, prompt_n - len(ids)).tolist()
         row["prompt"] = ids
         requests.append(row)
-    from calibrate.engines.step_fit import continuous_grid
-    from calibrate.engines.records import ContinuousLimits
-    from sim.cost.calibrated import load_profile, resolve_profile_path
-    from sim.config.yamlio import load_yaml
     if pool.cost_model.type != "calibrated":
         raise VllmError(f"{where}.cost_model: the timing comparison fits vLLM's step terms "
                         f"onto a calibrated profile of this CPU; set {{type: calibrated, "
@@ -206,27 +190,18 @@ def serve(p: Plan, folder: Path, python: Path, timeout_s: float, log=print) -> P
     return log_path
 
 
-def log_file(folder: Path) -> Path | None:
-    """The vLLM log in ``folder`` (as served, or gzip-compressed as shipped)."""
-    for name in (LOG_NAME, LOG_NAME + ".gz"):
-        if (folder / name).is_file():
-            return folder / name
-    return None
-
-
 def ship(folder: Path, dest: Path) -> None:
     """A served workload's plan (token ids left out: the comparison needs only the
     lengths) and log (gzip, no name or time in the header) into ``dest``, for tests."""
-    import gzip
-    dest.mkdir(parents=True, exist_ok=True)
     data = vllm_schedule.read_json(folder / PLAN_NAME)
     for r in data["requests"]:
         r["prompt_tokens"] = len(r.pop("prompt"))
-    (dest / PLAN_NAME).write_text(json.dumps(data, indent=0) + "\n", encoding="utf-8")
+    _write_shipped(dest / PLAN_NAME, (json.dumps(data, indent=0) + "\n").encode("utf-8"))
     raw = json.dumps(vllm_schedule.read_json(log_file(folder)), separators=(",", ":"))
-    with open(dest / (LOG_NAME + ".gz"), "wb") as fh, \
-            gzip.GzipFile(filename="", fileobj=fh, mode="wb", mtime=0) as gz:
+    compressed = io.BytesIO()
+    with gzip.GzipFile(filename="", fileobj=compressed, mode="wb", mtime=0) as gz:
         gz.write(raw.encode("utf-8"))
+    _write_shipped(dest / (LOG_NAME + ".gz"), compressed.getvalue())
 
 
 def equivalence(plan_path: Path, log_path: Path) -> dict:
@@ -314,20 +289,31 @@ def compare_recorded(folders: list[Path], out: Path) -> list[dict]:
     return rows
 
 
-def main(argv: list[str]) -> int:
-    """``python -m calibrate.engines.vllm_cpu.engine ship RUN_FOLDER DEST``: copy a served run's
-    workloads and its equivalence.json into DEST for the tests (``make vllm-recorded``)."""
-    if len(argv) != 3 or argv[0] != "ship":
-        print("usage: python -m calibrate.engines.vllm_cpu.engine ship RUN_FOLDER DEST", file=sys.stderr)
-        return 2
-    for folder in recorded([argv[1]]):
-        ship(folder, Path(argv[2]) / folder.name)
-        print(f"{folder.name} -> {Path(argv[2]) / folder.name}")
-    report = Path(argv[1]) / "equivalence.json"     # what the served run found, to compare
+SHIPPED = (PLAN_NAME, LOG_NAME + ".gz", "equivalence.json")
+
+
+def _shipped(path: Path) -> bool:
+    """True if ``path`` is a file ``ship_run`` writes: JSON (gzip-compressed for the log)
+    holding an object, as a served run's plan, log and equivalence are."""
+    try:
+        return path.name in SHIPPED and isinstance(vllm_schedule.read_json(path), dict)
+    except vllm_schedule.ServeLogError:
+        return False
+
+
+def _write_shipped(path: Path, data: bytes) -> None:
+    check_file(path, kind="a shipped vLLM run file fleetsim wrote", is_kind=_shipped)
+    write_file(path, data)
+
+
+def ship_run(run_folder: Path, dest: Path) -> int:
+    """``python -m calibrate vllm-ship RUN_FOLDER DEST``: copy a served run's workloads
+    and its equivalence.json into DEST for the tests (``make vllm-recorded``), replacing
+    only files shipped before."""
+    for folder in recorded([str(run_folder)]):
+        ship(folder, dest / folder.name)
+        print(f"{folder.name} -> {dest / folder.name}")
+    report = run_folder / "equivalence.json"     # what the served run found, to compare
     if report.is_file():
-        (Path(argv[2]) / report.name).write_bytes(report.read_bytes())
+        _write_shipped(dest / report.name, report.read_bytes())
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,7 +1,7 @@
 """vLLM V1's host time per step on this CPU: recorded with a stub model, fitted linearly.
 
-    python -m calibrate.engines.vllm_cpu.host record --out LOG.jsonl [--reps N] [--seed S]
-    python -m calibrate.engines.vllm_cpu.host fit LOG.jsonl [--out FIT.yaml]
+    python -m calibrate vllm-host record --out LOG.jsonl [--reps N] [--seed S]
+    python -m calibrate vllm-host fit LOG.jsonl [--out FIT.yaml]
 
 ``record`` runs ``calibrate/engines/vllm_cpu/host_serve.py`` in the vLLM environment (``make vllm``;
 ``FLEETSIM_VLLM_PYTHON`` names another): vLLM 0.32's engine with a stub executor in place
@@ -22,19 +22,22 @@ Nothing here imports vLLM or times anything: the tests fit shipped and synthetic
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import yaml
+from scipy.optimize import lsq_linear
 
+from calibrate.engines.vllm_cpu.run_folder import vllm_python
+from calibrate.output import starts_with, write_report
 from sim.config.errors import ScenarioError
+from sim.output.output_paths import check_file
 
 ROOT = Path(__file__).resolve().parents[3]
 SERVE_SCRIPT = Path(__file__).resolve().parent / "host_serve.py"
@@ -197,7 +200,6 @@ def fit(log: HostLog) -> HostFit:
     grid points' medians, each weighted by 1 / its median (so that a 0.1 ms step counts as
     much as a 20 ms one: c0 is read off the small steps); a ScenarioError when the grid
     cannot determine the three."""
-    from scipy.optimize import lsq_linear
     points = point_medians(log.rows)
     X = np.array([[1.0, p.B, p.prompt_tokens] for p in points])
     if len(points) < 3 or np.linalg.matrix_rank(X) < 3:
@@ -280,21 +282,27 @@ def report(result: HostFit, log=print) -> None:
         log(f"{phase:<8}{d:>5}{pre:>6}{p.B:>6.0f}{p.prompt_tokens:>7.0f}{p.steps:>6}{cells}")
 
 
+FIT_MARK = "# vLLM V1 host time per step, fitted by"      # a fit fleetsim wrote
+FIT_HEADER = FIT_MARK + " `python -m calibrate vllm-host fit`\n"
+
+
 def write_yaml(result: HostFit, path: Path) -> Path:
-    import yaml
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = ("# vLLM V1 host time per step, fitted by `python -m calibrate.engines.vllm_cpu.host fit`\n"
-            + yaml.safe_dump(to_yaml_dict(result), sort_keys=False))
-    path.write_text(text, encoding="utf-8")
-    return path
+    """The fit as YAML, replacing only a fit this command wrote."""
+    text = FIT_HEADER + yaml.safe_dump(to_yaml_dict(result), sort_keys=False)
+    return write_report(path, text, FIT_MARK, "a vllm-host fit fleetsim wrote")
+
+
+def _is_host_log(path: Path) -> bool:
+    """True if ``path`` begins with a vllm-host log's header line."""
+    return starts_with(path, '{"format":"%s"' % FORMAT)
 
 
 # -- recording ----------------------------------------------------------------------------
 def record(out: Path, reps: int, seed: int, timeout_s: float = 3600.0) -> Path:
-    """Runs the stub-executor engine in the vLLM environment; the log's path."""
-    from calibrate.engines.vllm_cpu.engine import vllm_python
+    """Runs the stub-executor engine in the vLLM environment; the log's path (replacing
+    only a log this command wrote)."""
     python = vllm_python()
-    out.parent.mkdir(parents=True, exist_ok=True)
+    check_file(out, kind="a vllm-host log fleetsim wrote", is_kind=_is_host_log)
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", HF_HUB_OFFLINE="1",
                VLLM_NO_USAGE_STATS="1", VLLM_LOGGING_LEVEL="WARNING")
     with tempfile.TemporaryFile() as err:       # vLLM's output, quoted only on failure
@@ -313,38 +321,16 @@ def record(out: Path, reps: int, seed: int, timeout_s: float = 3600.0) -> Path:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m calibrate.engines.vllm_cpu.host",
-                                     description="vLLM V1's host time per step on this "
-                                                 "CPU (stub model), and its linear fit.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    rec = sub.add_parser("record", help="run vLLM with a stub executor over the grid")
-    rec.add_argument("--out", required=True, type=Path, help="the JSONL log to write")
-    rec.add_argument("--reps", type=int, default=12, help="passes over the grid")
-    rec.add_argument("--seed", type=int, default=0)
-    f = sub.add_parser("fit", help="fit c0 + c1*B + c2*prompt_tokens per stage")
-    f.add_argument("log", type=Path)
-    f.add_argument("--out", type=Path, help="the YAML to write (default: none)")
-    args = parser.parse_args(argv)
+def command(args) -> int:
+    """``python -m calibrate vllm-host record|fit``."""
     try:
-        if args.command == "record":
-            if args.reps < 1:
-                raise ScenarioError("expected at least 1", field="--reps")
-            path = record(args.out, args.reps, args.seed)
-            print(f"wrote {path}")
+        if args.step == "record":
+            print(f"wrote {record(args.out, args.reps, args.seed)}")
             return 0
         result = fit(read_log(args.log))
-    except ScenarioError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
     except ValueError as exc:           # a missing vLLM environment, named with its fix
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise ScenarioError(str(exc)) from None
     report(result)
     if args.out is not None:
         print(f"wrote {write_yaml(result, args.out)}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,15 +13,25 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
+import yaml
+
+import sim
+from calibrate.engines.hf import engine_profile, figures
+from calibrate.engines.records import ContinuousLimits, EngineStep
+from calibrate.engines.step_fit import (StepRows, fit_continuous, predicted_seconds,
+                                        scaled_engine)
 from calibrate.engines.vllm_cpu import schedule as vllm_schedule
-from calibrate.engines.vllm_cpu.targets import TIMING_TARGETS
+from calibrate.engines.vllm_cpu.run_folder import PLAN_NAME, VllmError, log_file
 from calibrate.engines.vllm_cpu.sentinel import MachineSpeed, machine_speed
+from calibrate.engines.vllm_cpu.targets import TIMING_TARGETS
+from sim.config.errors import ScenarioError
+
 
 def _engine_step(st: dict, idle_before_s: float, speed: float = 1.0):
     """A logged vLLM step as the fit reads it: (new tokens, context, is prefill) per
     sequence; a sequence decodes when it computes its one last known token past its
     prompt. Its time divided by ``speed`` (the machine's, against the reference)."""
-    from calibrate.engines.records import EngineStep
     seqs = tuple((int(q["new"]), int(q["computed"]),
                   not (q["new"] == 1 and q["computed"] == q["known"] - 1
                        and q["computed"] >= q["prompt"])) for q in st["seqs"])
@@ -64,9 +74,6 @@ def workload_step_ratio(profile: dict, fit, log: dict,
     ``speed``): about 1 when the machine ran the workload as the grid, normalised by the
     sentinels, says it would. Nothing is fitted on it: it says whether the timing
     comparison measures fleetsim or a change in the machine the sentinels missed."""
-    import numpy as np
-
-    from calibrate.engines.step_fit import StepRows, predicted_seconds
     steps = _workload_steps(log)
     if not steps:
         return None
@@ -80,13 +87,6 @@ def timing(folder: Path, log=print, out: Path | None = None) -> dict:
     """vLLM's step terms fitted on the run's calibration grid, and fleetsim (with them)
     against vLLM's measured requests on the workload; what it writes goes under ``out``
     (default: the run's folder), and its errors name the run's folder."""
-    import sim
-    import yaml
-
-    from calibrate.engines.step_fit import fit_continuous, scaled_engine
-    from calibrate.engines.records import ContinuousLimits
-    from calibrate.engines.hf import engine_profile, figures
-    from calibrate.engines.vllm_cpu.engine import PLAN_NAME, VllmError, log_file
     plan_data = vllm_schedule.read_json(folder / PLAN_NAME)
     log_data = vllm_schedule.read_json(log_file(folder))
     if "profile" not in plan_data or not log_data.get("calibration"):
@@ -130,7 +130,6 @@ def timing(folder: Path, log=print, out: Path | None = None) -> dict:
     pool["cost_model"] = {"type": "calibrated", "profile": profile_path.name}
     scen_path = work / "scenario.yaml"
     scen_path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
-    from sim.config.errors import ScenarioError
     try:
         req = sim.run(sim.load_scenario(scen_path)).requests
     except ScenarioError as exc:    # (it names the copy written under ``work``)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from calibrate import cli
 from calibrate.validate import published as vg
 from calibrate.validate.capacity import binding, published_binding
 
@@ -100,7 +101,7 @@ def test_a_saturated_row_whose_scenario_has_two_pools_is_refused_before_any_run(
     data["pools"]["other"] = dict(data["pools"]["p"])
     data["workload"]["streams"]["q"]["pool"] = "p"
     row.scenario.write_text(yaml.safe_dump(data))
-    assert vg.main(["--table", str(tmp_path / "published.yaml")]) == 2
+    assert cli.main(["validate-gpu", "--table", str(tmp_path / "published.yaml")]) == 2
     err = capsys.readouterr().err
     assert f"row known: {row.scenario}: pools: " in err
     assert "names one pool" in err and "names 2: other, p" in err

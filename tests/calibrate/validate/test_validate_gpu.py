@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 import sim
+from calibrate import cli
 from calibrate.validate import published as vg
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -138,7 +139,7 @@ def test_a_malformed_table_is_refused_naming_row_and_field(tmp_path, change, mes
     import re
     with pytest.raises(vg.TableError, match=re.escape(message)):
         vg.read_table(path)
-    assert vg.main(["--table", str(path)]) == 2
+    assert cli.main(["validate-gpu", "--table", str(path)]) == 2
 
 
 SATURATED = {"bounds": {"ttft_p99": "2s", "tpot_p99": "200ms"},
@@ -182,7 +183,7 @@ def test_a_malformed_saturated_field_is_refused_naming_row_and_field(tmp_path, s
     path = _table(tmp_path, saturated=saturated)
     with pytest.raises(vg.TableError, match=re.escape(message)):
         vg.read_table(path)
-    assert vg.main(["--table", str(path)]) == 2
+    assert cli.main(["validate-gpu", "--table", str(path)]) == 2
 
 
 def test_only_a_server_row_is_marked_saturated_and_a_misspelt_field_is_refused(tmp_path):
@@ -252,7 +253,7 @@ def test_a_row_runs_end_to_end_and_writes_its_report(tmp_path, capsys):
         "kind": "closed", "load": "low", "published": {"tpot_p50_ms": 7.0,
                                                         "ttft_p50_ms": 50.0}}]}))
     out = tmp_path / "out"
-    assert vg.main(["--table", str(table), "--out", str(out), "--cost-model", "scenario",
+    assert cli.main(["validate-gpu", "--table", str(table), "--out", str(out), "--cost-model", "scenario",
                     "--cost-model", "roofline"]) == 0
     report = json.loads((out / "validation-gpu.json").read_text())
     assert set(report) == {"scenario", "roofline"}
@@ -263,7 +264,7 @@ def test_a_row_runs_end_to_end_and_writes_its_report(tmp_path, capsys):
         assert r["error"]["tpot_p50_ms"] == pytest.approx(
             r["predicted"]["tpot_p50_ms"] / 7.0 - 1.0)
     assert "| one | TPOT p50 ms | 7.0 |" in (out / "validation-gpu.md").read_text()
-    assert vg.main(["--table", str(table), "--only", "two"]) == 2
+    assert cli.main(["validate-gpu", "--table", str(table), "--only", "two"]) == 2
     assert vg._out_problem(out) is None                  # its own reports: replaced
 
 
@@ -284,9 +285,9 @@ def test_out_never_replaces_a_users_file_or_writes_through_a_link(tmp_path):
 
 
 def test_before_checkout_needs_a_checkout_and_no_cost_model(tmp_path, capsys):
-    assert vg.main(["--before-checkout", str(tmp_path)]) == 2
+    assert cli.main(["validate-gpu", "--before-checkout", str(tmp_path)]) == 2
     assert "holds no fleetsim checkout" in capsys.readouterr().err
-    assert vg.main(["--before-checkout", str(ROOT), "--cost-model", "roofline"]) == 2
+    assert cli.main(["validate-gpu", "--before-checkout", str(ROOT), "--cost-model", "roofline"]) == 2
     assert "drop --cost-model" in capsys.readouterr().err
 
 
@@ -296,7 +297,7 @@ def test_an_invalid_row_scenario_is_refused_before_any_row_runs(tmp_path, capsys
     table.write_text(yaml.safe_dump({"rows": [{
         "name": "bad", "scenario": "bad.yaml", "source": "s", "setting": "s",
         "kind": "server", "load": "low", "published": {"ttft_p50_ms": 1.0}}]}))
-    assert vg.main(["--table", str(table)]) == 2
+    assert cli.main(["validate-gpu", "--table", str(table)]) == 2
     assert "row bad:" in capsys.readouterr().err
 
 

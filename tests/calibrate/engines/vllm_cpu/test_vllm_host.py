@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from calibrate import cli
 from calibrate.engines.vllm_cpu import host as vllm_host
 from sim.config.errors import ScenarioError
 
@@ -116,7 +117,7 @@ def test_fit_command_exits_2_with_the_located_error(tmp_path, capsys):
     rows = synthetic_rows(1e-4, 2e-5, 5e-7)
     rows[0]["B"] = -1
     path = write_log(tmp_path / "log.jsonl", rows)
-    assert vllm_host.main(["fit", str(path)]) == 2
+    assert cli.main(["vllm-host", "fit", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"{path}:2: B: expected a whole number >= 0" in err
     assert "Traceback" not in err

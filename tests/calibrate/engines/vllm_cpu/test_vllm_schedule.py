@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from calibrate.engines.vllm_cpu import engine as vllm_engine
+from calibrate.engines.vllm_cpu import run_folder
 from calibrate.engines.vllm_cpu import targets as vllm_report
 from calibrate.engines.vllm_cpu import schedule as vllm_schedule
 
@@ -159,7 +160,7 @@ def test_a_scenario_vllm_cannot_serve_is_refused_before_anything_runs(tmp_path, 
     path = _scenario(tmp_path, **edit)
     # no vLLM to fall back on: a scenario the plan let through could not start serving
     res = _cli("validate", "--engine", "vllm", str(path), "--out", str(tmp_path / "o"),
-               env={vllm_engine.VENV_ENV: str(tmp_path / "no-vllm")})
+               env={run_folder.VENV_ENV: str(tmp_path / "no-vllm")})
     assert res.returncode == 2, res.stderr
     assert expect in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "o").exists()
@@ -167,7 +168,7 @@ def test_a_scenario_vllm_cannot_serve_is_refused_before_anything_runs(tmp_path, 
 
 def test_a_missing_vllm_environment_names_the_fix(tmp_path):
     res = _cli("validate", "--engine", "vllm", str(SCENARIOS / "light.yaml"), "--out",
-               str(tmp_path / "o"), env={vllm_engine.VENV_ENV: str(tmp_path / "nope")})
+               str(tmp_path / "o"), env={run_folder.VENV_ENV: str(tmp_path / "nope")})
     assert res.returncode == 2
     assert "make vllm" in res.stderr and "Traceback" not in res.stderr
 
