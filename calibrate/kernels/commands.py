@@ -1,17 +1,10 @@
-"""The measured kernels' commands: ``profile --from aiconfigurator`` (its arguments and
-handler, mounted in ``profile``), ``gpu-profiles`` (the shipped GPU profiles rebuilt) and
+"""The measured kernels' commands: ``profile --from aiconfigurator``'s arguments (added to
+``profile``, whose handler builds from the kernels: ``from_kernels.command``), ``gpu-profiles`` (the shipped GPU profiles rebuilt) and
 ``roofline-fit`` (the roofline's constants fitted). The database and the simulator are
 imported only when a command runs."""
 from __future__ import annotations
 
 import argparse
-
-
-def profile_from_kernels(args: argparse.Namespace) -> int:
-    """``profile --from aiconfigurator``: a profile built from a database of GPU kernels
-    measured on real GPUs."""
-    from calibrate.kernels.from_kernels import command
-    return command(args)
 
 
 def add_from_kernels_arguments(cal: argparse.ArgumentParser) -> None:

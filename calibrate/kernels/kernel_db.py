@@ -39,11 +39,13 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from importlib.metadata import version
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from calibrate.fitting.tables import evaluate, make_table_raw
 
@@ -91,7 +93,6 @@ def package_root(root: str | Path | None = None) -> Path:
 
 def package_version() -> str | None:
     try:
-        from importlib.metadata import version
         return version("aiconfigurator-core")
     except Exception:                     # noqa: BLE001 - a fixture has no package
         return None
@@ -158,7 +159,6 @@ class KernelDb:
     def _table(self, family: str, name: str, version: str):
         key = (family, name, version)
         if key not in self._cache:
-            import pandas as pd
             path = self.root / self.gpu / family / self.engine / version / name
             try:
                 self._cache[key] = pd.read_parquet(path)

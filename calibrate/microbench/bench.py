@@ -19,16 +19,22 @@ per-step overhead left over by the terms; how calls are timed is
 """
 from __future__ import annotations
 
+import json
 import math
 import os
+import socket
 import statistics
+import tempfile
 from dataclasses import dataclass, field
 
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
 from calibrate.microbench import model as M
 from calibrate.fitting.shapes import ShardShape
 from calibrate.microbench.timing import Call, Factory, Log, Settings, Timer, copies
+
 
 def log_grid(lo: int, hi: int, per_octave: float = 2) -> list[int]:
     """Integers from lo to hi, about ``per_octave`` per doubling, ends included."""
@@ -198,9 +204,7 @@ def bench_dense(shard: ShardShape, s: Settings, tokens: list[int], timer: Timer)
 
 def _allreduce_worker(rank: int, world: int, port: int, hidden: int, dtype_name: str,
                       tokens: list[int], warmup: int, repeats: int, result_path: str) -> None:
-    import json
 
-    import torch.distributed as dist
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
@@ -235,11 +239,7 @@ def bench_tp_comm(shard, s, tokens, log) -> tuple[list[Point], bool]:
         visible = torch.cuda.device_count() if s.device == "cuda" else 0
         log(f"  tp_comm: not measured ({visible} GPU(s) visible, tp={s.tp}); recorded as zero")
         return [Point(n, 0.0, {"tokens": n}) for n in tokens], False
-    import json
-    import socket
-    import tempfile
 
-    import torch.multiprocessing as mp
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

@@ -11,6 +11,7 @@ CPU timings use a fixed ``torch.set_num_threads``; GPU timings CUDA events.
 """
 from __future__ import annotations
 
+import ctypes
 import math
 import platform
 import statistics
@@ -106,7 +107,6 @@ def _keep_freed_memory() -> None:
     virtual machine) land inside the timed calls.
     """
     try:
-        import ctypes
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
         return

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+import sim
 from calibrate.engines.step_fit import StepRows, step_errors
 from calibrate.engines.records import EngineRecord
 from calibrate.engines.hf.workload import METRICS, ValidationError, Workload, WorkloadResult
@@ -39,7 +40,6 @@ def figures(arrival, first, finish, output_tokens) -> dict:
 # -- one workload --------------------------------------------------------------------------
 def simulate(w: Workload, records: list[EngineRecord], profile_path: Path, work_dir: Path):
     """fleetsim on the requests the engine served, at the times it received them."""
-    import sim
     work_dir.mkdir(parents=True, exist_ok=True)
     trace = work_dir / "trace.csv"
     with open(trace, "w", newline="", encoding="utf-8") as fh:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from calibrate.engines.records import ContinuousLimits, EngineRecord, EngineStep
+from sim.config.inputs import InputFileError, open_regular
 
 FORMAT = "fleetsim-engine-log"
 VERSION = 1
@@ -84,7 +85,6 @@ class EngineLog:
     # -- reading ---------------------------------------------------------------------------
     @staticmethod
     def read(path: str | Path) -> "EngineLog":
-        from sim.config.inputs import InputFileError, open_regular
         path = Path(path)
         try:
             # a regular file only (a FIFO or a device is refused at once, never read)

@@ -11,6 +11,8 @@ import yaml
 from calibrate.engines.step_fit import EngineFit, step_errors
 from calibrate.fitting.shapes import ModelShape
 from calibrate.engines.hf.workload import Workload
+from calibrate.fitting.profile_file import write_profile
+from sim.cost.calibrated import load_profile, resolve_profile_path
 
 
 # -- profiles ----------------------------------------------------------------------------
@@ -26,7 +28,6 @@ def host_profile(path: Path, shape: ModelShape) -> Path | None:
     """``path`` if it was made on this CPU, else a profile of the same model made on this
     CPU in a folder under ``path``'s (profiles of several CPU kinds ship side by side)."""
     from calibrate.microbench import timing
-    from sim.cost.calibrated import load_profile
     host = timing.device_name("cpu")
     for cand in [path, *sorted(path.parent.glob(f"*/{path.name}"))]:
         try:
@@ -41,7 +42,6 @@ def base_profile(w: Workload, out_dir: Path, recalibrate: bool, log) -> tuple[Pa
     """The scenario's calibrated profile for this CPU, else a fresh calibration."""
     from calibrate.microbench import timing
     from calibrate.microbench.run import calibrate
-    from sim.cost.calibrated import load_profile, resolve_profile_path
     path = resolve_profile_path(w.scenario.pools[w.pool_name].cost_model.profile,
                                 w.path.resolve().parent)
     data = load_profile(path)
@@ -61,7 +61,6 @@ def base_profile(w: Workload, out_dir: Path, recalibrate: bool, log) -> tuple[Pa
 def engine_profile(base: dict, fit: EngineFit, engine_name: str, engine_version: str | None,
                    limits, path: Path, version_key: str = "transformers_version") -> dict:
     """``base`` with the fitted ``engine`` block, written to ``path``; returns it."""
-    from calibrate.fitting.profile_file import write_profile
     data = copy.deepcopy(base)
     data["engine"] = {
         "name": engine_name, version_key: engine_version,

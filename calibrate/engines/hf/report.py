@@ -11,6 +11,7 @@ import numpy as np
 
 from calibrate.engines.step_fit import EngineFit
 from calibrate.engines.hf.workload import METRICS, WorkloadResult
+from sim.config.paths import data_dir
 
 
 @dataclass
@@ -62,7 +63,6 @@ def format_table(report: ValidationReport) -> str:
 def _shown(path: Path, out_dir: Path) -> str:
     """A path inside the output folder relative to it (the folder is renamed into place);
     a shipped profile relative to the profiles folder."""
-    from sim.config.paths import data_dir
     path = Path(path).resolve()
     for base, prefix in ((out_dir.resolve(), ""), (data_dir("profiles").resolve(), "profiles/")):
         try:

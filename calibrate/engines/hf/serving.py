@@ -22,6 +22,9 @@ from calibrate.engines.hf.profiles import write_fit_steps, base_profile, engine_
 from calibrate.engines.hf.report import ValidationReport, write_report
 from calibrate.engines.hf.workload import (ValidationError, Workload, check_workloads,
                                          safe_name, draw_requests, load_workload)
+from calibrate.fitting.profile_file import write_profile
+from sim.config.errors import ScenarioError
+from sim.output.outputs import write_folder
 
 # the engines, the calibration and the host's name need torch: imported where they run,
 # so that a recorded run is analysed without it
@@ -128,7 +131,6 @@ def _built_in(out_dir: Path, force: bool, build) -> ValidationReport:
     """``build(tmp)`` writes a report into a temporary folder renamed to ``out_dir`` when
     complete (an existing folder is replaced only with ``force``); paths in the report
     are moved along."""
-    from sim.output.outputs import write_folder
     built: list[ValidationReport] = []
 
     def write(tmp: Path) -> list[Path]:
@@ -190,7 +192,6 @@ def _logged_workload(elog: EngineLog, where: Path, profile_path: Path, work: Pat
                              f"pool)") from None
     path = work / "scenario-recorded.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
-    from sim.config.errors import ScenarioError
     try:
         w = load_workload(path, allow_paths=(profile_path.parent,))
     except ScenarioError as exc:
@@ -232,8 +233,6 @@ def validate_logs(paths: list[str | Path], out_dir: str | Path, *, force: bool =
         raise ValidationError(f"engine logs of distinct workloads are needed, got {names}")
 
     def build(tmp: Path) -> ValidationReport:
-        from calibrate.fitting.profile_file import write_profile
-        from sim.config.errors import ScenarioError
         folder = tmp / "profile"
         folder.mkdir(parents=True, exist_ok=True)
         profile_path = folder / safe_name(logs[0].meta.get("profile_file", ""),

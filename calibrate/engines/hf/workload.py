@@ -8,8 +8,11 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+import sim
 from calibrate.engines.records import ContinuousLimits, EngineRecord, EngineRequest
 from calibrate.fitting.shapes import ModelShape
+from sim.config.resolve import resolve
+from sim.workload import generate_arrivals
 
 
 # metric name -> (what, target relative error or None)
@@ -56,8 +59,6 @@ class WorkloadResult:
 
 # -- scenarios ---------------------------------------------------------------------------
 def load_workload(path: str | Path, allow_paths: tuple[Path, ...] = ()) -> Workload:
-    import sim
-    from sim.config.resolve import resolve
     scenario = sim.load_scenario(path, allow_paths=allow_paths)
     raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     where = f"{path}"
@@ -106,7 +107,6 @@ def load_workload(path: str | Path, allow_paths: tuple[Path, ...] = ()) -> Workl
 
 def draw_requests(w: Workload) -> list[EngineRequest]:
     """The scenario's requests, drawn as ``fleetsim run`` draws them."""
-    from sim.workload import generate_arrivals
     workload_seq = np.random.SeedSequence(w.scenario.seed).spawn(3)[0]
     arr = generate_arrivals(w.scenario.workload, w.scenario.duration, workload_seq,
                             w.path.resolve().parent)

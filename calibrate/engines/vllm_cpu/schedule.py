@@ -25,6 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from calibrate.engines.vllm_cpu.serve import FORMAT as SERVE_FORMAT
+from sim.config.inputs import InputFileError, open_regular
+from sim.core.kv import KvCacheManager
+from sim.core.request import Request
+from sim.schedulers.base import ReplicaLimits
+from sim.schedulers.continuous import ContinuousConfig, ContinuousScheduler
 
 # what a step's difference is called, in the order they are looked for
 KINDS = ("batch", "new_tokens", "computed", "prefix_hit", "preempted", "extra_step",
@@ -221,7 +226,6 @@ MAX_RECORD_BYTES = 512 * 2**20
 def read_json(path: Path) -> dict:
     """A JSON file, gzip-compressed when its name ends in .gz; at most
     MAX_RECORD_BYTES once decompressed (a ServeLogError beyond), only a regular file."""
-    from sim.config.inputs import InputFileError, open_regular
     path = Path(path)
     try:
         with open_regular(path, max_bytes=MAX_RECORD_BYTES) as raw:
@@ -268,10 +272,6 @@ class _ForcedClock:
 
 def replay(log: ServeLog) -> list[StepBatch]:
     """fleetsim's continuous scheduler on the log's arrivals, one step at a time."""
-    from sim.core.kv import KvCacheManager
-    from sim.core.request import Request
-    from sim.schedulers.base import ReplicaLimits
-    from sim.schedulers.continuous import ContinuousConfig, ContinuousScheduler
 
     s = log.settings
     clock = _ForcedClock([st["end_s"] - st["start_s"] for st in log.steps])
