@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from calibrate.kernels import from_kernels
-from calibrate.kernels.kernel_db import GemmCurves, KernelDb, KernelDbError
+from calibrate.kernels.curves import GemmCurves
+from calibrate.kernels.kernel_db import KernelDb, KernelDbError
 from calibrate.fitting.shapes import ModelShape, ShardShape, load_model
 from sim.config import profiles
 from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel, load_profile
