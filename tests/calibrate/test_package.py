@@ -129,3 +129,16 @@ def test_fleetsim_calibrate_and_validate_are_calibrates_commands():
     ours = calibrate_parser()._subparsers._group_actions[0].choices
     assert fleetsim["calibrate"].get_default("func") is ours["profile"].get_default("func")
     assert fleetsim["validate"].get_default("func") is ours["validate"].get_default("func")
+
+
+def test_calibrate_is_one_subpackage_per_tool_of_small_modules():
+    """A handful of modules at calibrate's top (the command line, its shared arguments, the
+    output helper), the rest in one subpackage per tool, none over 450 lines."""
+    top = {p.name for p in (ROOT / "calibrate").glob("*.py")}
+    assert top == {"__init__.py", "__main__.py", "arguments.py", "cli.py", "output.py"}
+    tools = {p.name for p in (ROOT / "calibrate").iterdir()
+             if p.is_dir() and (p / "__init__.py").is_file()}
+    assert tools == {"fitting", "microbench", "kernels", "engines", "validate"}
+    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "calibrate").rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 450}
+    assert not long, long
