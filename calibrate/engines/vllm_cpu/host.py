@@ -303,6 +303,7 @@ def record(out: Path, reps: int, seed: int, timeout_s: float = 3600.0) -> Path:
     only a log this command wrote)."""
     python = vllm_python()
     check_file(out, kind="a vllm-host log fleetsim wrote", is_kind=_is_host_log)
+    out.parent.mkdir(parents=True, exist_ok=True)     # the check leaves no folder behind
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", HF_HUB_OFFLINE="1",
                VLLM_NO_USAGE_STATS="1", VLLM_LOGGING_LEVEL="WARNING")
     with tempfile.TemporaryFile() as err:       # vLLM's output, quoted only on failure

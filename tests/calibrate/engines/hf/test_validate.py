@@ -402,6 +402,27 @@ def test_two_engines_log_their_own_steps(tiny_shape):
                                         ((1, 40, False),)]
 
 
+def test_logging_an_engines_steps_leaves_transformers_classes_and_objects_as_they_were(
+        tiny_shape):
+    """The step log is the engine's own manager (a subclass): transformers' batch
+    processor keeps its own methods, and no attribute of ours is set on its objects."""
+    from transformers.generation.continuous_batching import continuous_api as ca
+
+    from calibrate.engines.hf.engine import ContinuousEngine, ContinuousLimits, EngineRequest
+    methods = {name: ca.ContinuousBatchProcessor.__dict__[name]
+               for name in ("prepare_next_batch", "update_batch")}
+    engine = ContinuousEngine(tiny_shape, ContinuousLimits(64, 4, 16, 64))
+    with engine:
+        engine.run([EngineRequest(0.0, 10, 3)])
+        processor = engine._mgr.batch_processor
+        ours = [k for obj in (processor, processor.scheduler) for k in vars(obj)
+                if "fleetsim" in k or k == "schedule_batch"]
+    assert engine.steps
+    assert {name: ca.ContinuousBatchProcessor.__dict__[name] for name in methods} == methods
+    assert all(f.__module__ == ca.__name__ for f in methods.values())
+    assert ours == []
+
+
 def test_sequential_engine_serves_one_request_at_a_time(tiny_shape):
     from calibrate.engines.hf.engine import EngineRequest, SequentialEngine
     engine = SequentialEngine(tiny_shape)

@@ -144,3 +144,22 @@ def test_the_recorded_log_reproduces_the_v1_presets_host_time_per_sequence():
     for ref in ("vllm@v1", "vllm@async"):
         preset = engines.resolve(ref)
         assert preset.host_per_seq_s == pytest.approx(per_seq_s, rel=0.005), ref
+
+
+def test_fit_out_replaces_its_own_fit_but_never_a_file_fleetsim_did_not_write(tmp_path, capsys):
+    """``vllm-host fit --out`` writes as fleetsim run does: a fit it wrote is replaced, a
+    user's file (or a link) is refused with exit 2 and left as it was."""
+    out = tmp_path / "fit.yaml"
+    assert cli.main(["vllm-host", "fit", str(SHIPPED_LOG), "--out", str(out)]) == 0
+    assert out.read_text(encoding="utf-8") == SHIPPED_FIT.read_text(encoding="utf-8")
+    assert cli.main(["vllm-host", "fit", str(SHIPPED_LOG), "--out", str(out)]) == 0
+    mine = tmp_path / "notes.yaml"
+    mine.write_text("my notes\n", encoding="utf-8")
+    link = tmp_path / "link.yaml"
+    link.symlink_to(out)
+    capsys.readouterr()
+    for target in (mine, link):
+        assert cli.main(["vllm-host", "fit", str(SHIPPED_LOG), "--out", str(target)]) == 2
+        assert "Traceback" not in capsys.readouterr().err
+    assert mine.read_text(encoding="utf-8") == "my notes\n"
+    assert link.is_symlink()
