@@ -67,20 +67,20 @@ validate: $(DEV_STAMP) $(VLLM_STAMP)
 # when a headline target is missed (a saturated row's capacity ratio outside [1.0, 1.15]
 # among them).
 validate-gpu: $(DEV_STAMP)
-	$(PY) -m calibrate.validate_gpu --cost-model scenario --cost-model roofline \
+	$(PY) -m calibrate validate-gpu --cost-model scenario --cost-model roofline \
 		--out results/validate-gpu --strict
 
 # the shipped GPU profiles, rebuilt from NVIDIA AIConfigurator's measured kernels (the
 # kernels extra, part of the dev extras), for each engine; a few minutes, nothing timed
 gpu-profiles: $(DEV_STAMP)
 	for engine in vllm sglang trtllm; do \
-		$(PY) -m calibrate.gpu_profiles --engine $$engine --out profiles/calibrated/gpu || exit 1; \
+		$(PY) -m calibrate gpu-profiles --engine $$engine --out profiles/calibrated/gpu || exit 1; \
 	done
 
 # the roofline's constants fitted per operation to the same measured kernels, and its distance
 # from them per GPU (profiles/calibrated/gpu/roofline-fit.{yaml,md}); seconds, nothing timed
 roofline-fit: $(DEV_STAMP)
-	$(PY) -m calibrate.roofline_fit --out profiles/calibrated/gpu
+	$(PY) -m calibrate roofline-fit --out profiles/calibrated/gpu
 
 # the real vLLM engine (CPU build) in its own environment: its transformers pin clashes with
 # the project's. torch first, from the CPU build on disk; the packages that fail to load beside
@@ -110,7 +110,7 @@ validate-vllm: $(DEV_STAMP) $(VLLM_STAMP)
 # the recorded vLLM runs the tests replay (tests/data/vllm-recorded), from the last
 # validate-vllm run
 vllm-recorded: $(DEV_STAMP)
-	$(PY) -m calibrate.vllm_engine ship results/validate-vllm tests/data/vllm-recorded
+	$(PY) -m calibrate vllm-ship results/validate-vllm tests/data/vllm-recorded
 
 # vLLM V1's host time per step on this CPU (README, "vLLM V1's host time per step"): vLLM's
 # engine with a stub in place of the model forward over a grid of batch and prompt sizes,
@@ -118,8 +118,8 @@ vllm-recorded: $(DEV_STAMP)
 # VLLM_HOST_OUT=tests/data/vllm-host refreshes the log and fit the tests read.
 VLLM_HOST_OUT ?= results/vllm-host
 vllm-host: $(DEV_STAMP) $(VLLM_STAMP)
-	$(PY) -m calibrate.vllm_host record --out $(VLLM_HOST_OUT)/vllm_host_log.jsonl
-	$(PY) -m calibrate.vllm_host fit $(VLLM_HOST_OUT)/vllm_host_log.jsonl \
+	$(PY) -m calibrate vllm-host record --out $(VLLM_HOST_OUT)/vllm_host_log.jsonl
+	$(PY) -m calibrate vllm-host fit $(VLLM_HOST_OUT)/vllm_host_log.jsonl \
 		--out $(VLLM_HOST_OUT)/vllm_host_fit.yaml
 
 clean:

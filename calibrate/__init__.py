@@ -1,5 +1,7 @@
-"""Calibration of step-time cost models from torch microbenchmarks.
+"""Measuring step times and checking fleetsim against real engines: one subpackage per
+tool (``fitting``, ``microbench``, ``kernels``, ``engines``, ``validate``) behind one
+command line, ``python -m calibrate COMMAND`` (:mod:`calibrate.cli`).
 
-Imported only by ``fleetsim calibrate``; the simulator (``import sim``)
-never imports torch.
+Imported only by ``fleetsim calibrate`` and ``fleetsim validate``; the simulator
+(``import sim``) never imports torch.
 """

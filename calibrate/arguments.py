@@ -1,6 +1,6 @@
-"""The arguments of a torch calibration, declared once for ``fleetsim calibrate`` and
-``python -m calibrate`` (which runs where only torch, numpy, PyYAML and matplotlib are
-installed, so nothing here imports the simulator)."""
+"""Argument types shared by calibrate's commands, and the arguments of a torch calibration
+(``profile``, which is ``fleetsim calibrate``). Nothing here imports the simulator:
+``python -m calibrate --help`` builds every command's parser without it."""
 from __future__ import annotations
 
 import argparse

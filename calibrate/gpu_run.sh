@@ -17,8 +17,9 @@
 # points, on CUDA when torch sees a GPU and on the CPU otherwise: a smoke
 # test of this script that runs anywhere.
 #
-# Needs torch, numpy, PyYAML and matplotlib; not the simulator's other
-# dependencies (it runs `python -m calibrate`). PYTHON picks the interpreter
+# Needs torch, numpy, PyYAML, matplotlib and pydantic; not the simulator's
+# other dependencies (it runs `python -m calibrate profile`, which is
+# `fleetsim calibrate`). PYTHON picks the interpreter
 # (default: .venv/bin/python when present, else python3); CALIBRATE_DEVICE
 # forces cpu or cuda; CALIBRATE_JOBS replaces the list of jobs, e.g.
 # "llama-3.1-8b:1 llama-3.1-70b:4".
@@ -82,7 +83,7 @@ start=$SECONDS
 for job in "${jobs[@]}"; do
   read -r model tp <<<"$job"
   t0=$SECONDS
-  PYTHONUNBUFFERED=1 "$PYTHON" -m calibrate --model "$model" --device "$device" --tp "$tp" \
+  PYTHONUNBUFFERED=1 "$PYTHON" -m calibrate profile --model "$model" --device "$device" --tp "$tp" \
     --out "$out" ${extra[@]+"${extra[@]}"} 2>&1 | tee -a "$log"
   echo "gpu_run.sh: $model tp=$tp done in $((SECONDS - t0)) s" | tee -a "$log"
 done

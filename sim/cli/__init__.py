@@ -144,7 +144,13 @@ def _stdout_failed(args: argparse.Namespace, reason: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return run_parsed(build_parser().parse_args(argv))
+
+
+def run_parsed(args: argparse.Namespace) -> int:
+    """Run a parsed command (``args.func``) as fleetsim runs each: its errors reported as
+    ``error:`` lines with their exit codes, standard output's failures told apart. Also
+    how ``python -m calibrate`` runs its commands that use the simulator."""
     real_stdout = sys.stdout
     if real_stdout is not None:
         sys.stdout = _Stdout(real_stdout)

@@ -2,7 +2,7 @@
 when one matches the pool, the roofline otherwise.
 
 ``profiles/calibrated/gpu/<gpu>/<engine>/<model>-tp<N>-<dtype>[-kv<dtype>].yaml`` are
-built by ``python -m calibrate.gpu_profiles`` from NVIDIA AIConfigurator's database of
+built by ``python -m calibrate gpu-profiles`` from NVIDIA AIConfigurator's database of
 measured kernels. A pool whose model (by name and shape), GPU, TP, weight and KV dtypes
 have one runs on it; any other pool (another GPU or engine, a combination the database
 lacks kernels for, a model of the scenario's own) on the datasheet roofline. ``summary.json`` says which

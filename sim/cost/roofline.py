@@ -8,7 +8,7 @@ cache; prefill attention by arithmetic. Tensor parallelism divides FLOPs,
 weights and KV heads by ``tp`` and adds two ring all-reduces per layer.
 
 The efficiencies have the shape of GPU kernels measured on real GPUs
-(``calibrate.roofline_fit`` fits them, per operation, to NVIDIA
+(``calibrate.kernels.roofline_fit`` fits them, per operation, to NVIDIA
 AIConfigurator's database; ``profiles/calibrated/gpu/roofline-fit.md`` says how
 far the result sits from the kernels, per GPU):
 
@@ -43,7 +43,7 @@ from sim.cost.steps import LinearStepEnds
 ACTIVATION_BYTES = 2.0  # bf16 activations
 GEMMS_PER_LAYER = 4     # QKV, attention output, gate+up, down
 
-# Fitted to the measured kernels by ``python -m calibrate.roofline_fit`` (the median over
+# Fitted to the measured kernels by ``python -m calibrate roofline-fit`` (the median over
 # GPUs of each operation's fit; profiles/calibrated/gpu/roofline-fit.yaml, ``generic``).
 FITTED = {
     "flops_efficiency": 0.85,

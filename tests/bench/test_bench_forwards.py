@@ -26,7 +26,7 @@ def _host_profile() -> str:
     """The shipped tiny-llama profile made on this CPU kind (profiles of several kinds ship
     side by side: calibrated/cpu/ and calibrated/cpu/<kind>/); skip when there is none."""
     pytest.importorskip("torch")
-    from calibrate.timing import device_name
+    from calibrate.microbench.timing import device_name
     host = device_name("cpu")
     folder = resolve_profile_path(SHIPPED).parent
     for path in [folder / "tiny-llama.yaml", *sorted(folder.glob("*/tiny-llama.yaml"))]:
@@ -39,7 +39,7 @@ def _host_profile() -> str:
 def _forward_errors(path: str, rounds: int) -> tuple[list[float], str]:
     """Relative errors of the profile at ``path`` against whole forwards timed now, and a
     report."""
-    from calibrate.check import measure_forwards
+    from calibrate.microbench.check import measure_forwards
     forwards = measure_forwards(path, prefill=list(PREFILL_TOKENS), decode=list(DECODE),
                                 rounds=rounds)
     cost = CalibratedCostModel(profiles.find_model("tiny-llama"), profiles.find_hardware("cpu"),
@@ -65,7 +65,7 @@ def test_profile_predicts_whole_forwards_speed_divided_out():
     to day. With that divided out, the level (measured/predicted, median over the points)
     must be within 1.5x either way (a wrong layer count or a unit slip is off by far more)
     and each point within 30% of the level."""
-    from calibrate.check import machine_speed
+    from calibrate.microbench.check import machine_speed
     path = _host_profile()
     speed, points = machine_speed(path)
     errors, report = _forward_errors(path, rounds=5)

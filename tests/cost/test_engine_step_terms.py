@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate import from_kernels
-from calibrate.spec import ShardShape
+from calibrate.kernels import from_kernels
+from calibrate.fitting.shapes import ShardShape
 from sim.config import profiles
 from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
 from test_kernel_profiles import TINY, _write, gemm_ms, write_db

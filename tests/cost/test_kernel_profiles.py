@@ -14,9 +14,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from calibrate import from_kernels
-from calibrate.kernel_db import GemmCurves, KernelDb, KernelDbError
-from calibrate.spec import ModelShape, ShardShape, load_model
+from calibrate.kernels import from_kernels
+from calibrate.kernels.curves import GemmCurves
+from calibrate.kernels.kernel_db import KernelDb, KernelDbError
+from calibrate.fitting.shapes import ModelShape, ShardShape, load_model
 from sim.config import profiles
 from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel, load_profile
 

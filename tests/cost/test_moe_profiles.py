@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate import from_kernels
-from calibrate.kernel_db import KernelDb, KernelDbError
-from calibrate.spec import ModelShape, ShardShape
+from calibrate.kernels import from_kernels
+from calibrate.kernels.kernel_db import KernelDb, KernelDbError
+from calibrate.fitting.shapes import ModelShape, ShardShape
 from sim.config import profiles
 from sim.config.specs import ModelSpec
 from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel, load_profile

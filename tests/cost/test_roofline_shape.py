@@ -1,7 +1,7 @@
 """The roofline's shape: a GEMM efficiency that grows with the tokens in a step, weight and
 KV reads at their own efficiencies, an all-reduce on the link's one-way bandwidth with a
 latency that grows with TP; and the fit of its constants to measured kernels
-(``calibrate.roofline_fit``), on database-like rows made from known constants."""
+(``calibrate.kernels.roofline_fit``), on database-like rows made from known constants."""
 from __future__ import annotations
 
 import importlib.util
@@ -157,8 +157,8 @@ def synthetic_db(tmp_path_factory):
     H100-SXM datasheet: every GEMM the shipped models' shards (and LM heads) use, prefill
     and decode attention of their head counts, all-reduces over 2, 4 and 8 GPUs."""
     pd = pytest.importorskip("pandas")
-    from calibrate.from_kernels import layer_gemms
-    from calibrate.roofline_fit import shipped_shards
+    from calibrate.kernels.from_kernels import layer_gemms
+    from calibrate.kernels.roofline_fit import shipped_shards
     hw = hardware_spec("H100-SXM")
     root = tmp_path_factory.mktemp("kernels")
     shapes, heads = set(), set()
@@ -215,7 +215,7 @@ def test_fit_recovers_the_constants_of_database_like_rows(synthetic_db):
     weight-read and FLOP/s efficiencies per dtype and the half-share tokens; prefill and
     decode attention fixed times and efficiencies; all-reduce latency at two GPUs, its
     growth per GPU and the one-way link efficiency."""
-    from calibrate import roofline_fit
+    from calibrate.kernels import roofline_fit
     points = roofline_fit.collect("H100-SXM", root=synthetic_db)
     fit = roofline_fit.fit_gpu("H100-SXM", points)
     g = fit["gemm"]
@@ -239,7 +239,7 @@ def test_fit_recovers_the_constants_of_database_like_rows(synthetic_db):
 def test_generic_constants_are_the_median_over_gpus():
     """Each generic constant is the median of the GPUs' fits, to two significant digits; a
     constant a GPU could not fit (no fp8 GEMMs) is the median of the others."""
-    from calibrate.roofline_fit import generic
+    from calibrate.kernels.roofline_fit import generic
 
     def fit(eff, fp8=None):
         gemm = {"gemm_fixed_time_s": 1e-6, "gemm_half_tokens": 100.0,
@@ -260,9 +260,9 @@ def test_generic_constants_are_the_median_over_gpus():
 @pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
                     reason="the measured-kernel database (aiconfigurator-core) is not installed")
 def test_golden_shipped_report_regenerates_identically(tmp_path):
-    """python -m calibrate.roofline_fit on the installed database writes the shipped
+    """python -m calibrate roofline-fit on the installed database writes the shipped
     report byte for byte."""
-    from calibrate import roofline_report
+    from calibrate.kernels import roofline_report
     report = roofline_report.build_report(log=lambda *_: None)
     yaml_path, md_path = roofline_report.write_report(report, tmp_path)
     assert yaml_path.read_text(encoding="utf-8") == REPORT.read_text(encoding="utf-8")

@@ -592,7 +592,7 @@ def test_a_marked_stale_folder_holding_a_users_file_survives(tmp_path):
 
 
 def test_calibrate_replaces_only_its_own_profiles(tmp_path, capsys):
-    from sim.cli.calibrate import check_profile_files, is_profile
+    from calibrate.output import check_profile_files, is_profile
     from sim.config.errors import ScenarioError
     ours = tmp_path / "ours.yaml"
     ours.write_text("# header\nkind: fleetsim-calibrated-step-time\nversion: 1\n")
@@ -612,8 +612,8 @@ def test_calibrate_replaces_only_its_own_profiles(tmp_path, capsys):
 
 def test_calibrate_from_kernels_refuses_a_users_file_before_the_work(tmp_path, capsys,
                                                                      monkeypatch):
-    pytest.importorskip("calibrate.from_kernels")
-    from calibrate import from_kernels
+    pytest.importorskip("calibrate.kernels.from_kernels")
+    from calibrate.kernels import from_kernels
     from sim.cost.measured import profile_name
 
     def boom(*a, **k):

@@ -1,0 +1,44 @@
+"""Writing a calibrated profile: YAML with short flow-style rows, numbers to four
+significant digits (no torch here: profiles built from a kernel database use it too)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from calibrate.output import check_profile_files
+from sim.output.atomic_write import write_file
+
+
+def sig(x: float, digits: int = 4) -> float:
+    return float(f"{x:.{digits}g}")
+
+
+def exact_x(x: float):
+    """A table's x as written: exact (distinct sizes must stay distinct)."""
+    x = float(x)
+    return int(x) if x.is_integer() else x
+
+
+def table_rows(rows) -> list[list]:
+    return [[exact_x(r[0])] + [sig(v) for v in r[1:]] for r in rows]
+
+
+class ProfileDumper(yaml.SafeDumper):
+    pass
+
+
+def _flow_short_lists(dumper, data):
+    flow = len(data) <= 4 and all(isinstance(v, (int, float)) for v in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+ProfileDumper.add_representer(list, _flow_short_lists)
+
+
+def write_profile(profile: dict, path: Path) -> None:
+    header = ("# Calibrated step-time profile written by `fleetsim calibrate` (what the "
+              "numbers mean: `note`).\n")
+    text = yaml.dump(profile, Dumper=ProfileDumper, sort_keys=False, width=96, allow_unicode=True)
+    check_profile_files(path)           # replaces only a profile fleetsim wrote
+    write_file(path, header + text)     # never through a link; complete or not at all
