@@ -347,8 +347,10 @@ def replicas_chart(run: RunData) -> dict:
     arrivals = np.asarray(run.req["arrival_s"], dtype=np.float64)
     if len(arrivals):
         interval = float(getattr(run.scenario, "sample_interval", 1.0))
-        width = max(interval, float(arrivals.max()) / MAX_TIME_POINTS)
-        edges = np.arange(0.0, arrivals.max() + 2 * width, width)
+        last = float(arrivals.max())
+        bins = int(min(MAX_TIME_POINTS, np.floor(last / interval) + 1))
+        width = max(interval, last / bins)         # the bins reach the last arrival
+        edges = np.arange(bins + 1) * width
         counts, _ = np.histogram(arrivals, bins=edges)
         chart["panels"][0]["series"].append(
             _series("arrivals per s", edges[:-1], counts / width, colour=-1, axis=1,

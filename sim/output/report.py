@@ -179,7 +179,8 @@ def _chart_scripts(charts: dict[str, list[dict]]) -> list[str]:
     code drawing one with the other, all inline: the page needs no network."""
     return [f'<script type="application/json" id="fleetsim-charts">{charts_json(charts)}'
             "</script>",
-            f"<script>{_static('uPlot.iife.min.js')}</script>",
+            f"<script>/*! uPlot {UPLOT_VERSION}, under its licence:\n"
+            f"{_static('uPlot.LICENSE').strip()}\n*/\n{_static('uPlot.iife.min.js')}</script>",
             f"<script>{_static('report_charts.js')}</script>"]
 
 
