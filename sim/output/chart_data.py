@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.config.slos import targets
-from sim.output.columns import Coded
-from sim.output.slo import judged, within_every_bound
+from sim.config.slos import LATENCIES as SLO_LATENCIES, targets
+from sim.output.columns import Coded, Table
+from sim.output.slo import POLICY_REFUSALS, within_every_bound
 
 MS = 1e3
 HOUR_S = 3600.0
@@ -36,6 +36,7 @@ LOG_DECADES = 2.0       # a log x axis when the values span more than this many 
 CLOCK_STEPS_S = (600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 # the statistic an SLO bounds, as the share of requests above its target it allows
 SHARE_ABOVE = {"p50": 0.5, "p90": 0.1, "p95": 0.05, "p99": 0.01}
+DONE_COLUMNS = ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "output_tokens", "pool", "team")
 LATENCIES = (("ttft", "time to first token"), ("tpot", "time per output token"),
              ("e2e", "end-to-end latency"))
 
@@ -106,8 +107,10 @@ class RunData:
         self.name = str(self.summary.get("scenario") or self.scenario.name)
         self.req = results.tables.requests
         self.ts = results.tables.timeseries
-        self.done = self.req[_rows_of(self.req["status"], "completed")] if len(self.req) \
-            else self.req
+        # the completed requests' columns the charts read (not the whole table's)
+        done = Table({c: self.req[c] for c in DONE_COLUMNS}) if len(self.req) else self.req
+        self.done = done[_rows_of(self.req["status"], "completed")] if len(self.req) \
+            else done
         pools = [str(p) for p in self.summary.get("pools", {})]
         if len(self.req):
             pools += _groups(self.req["pool"])[1]
@@ -196,21 +199,25 @@ def ccdf_chart(run: RunData, metric: str, what: str) -> dict:
             "note": None if series else "no completed requests"}
 
 
-def _bin_quantiles(bins: np.ndarray, values: np.ndarray, q: float) -> tuple[np.ndarray,
-                                                                              np.ndarray]:
-    """Per bin (integer labels) of the finite ``values``: the bins present and each one's
-    ``q`` quantile (linear between order statistics, as numpy's and pandas' default)."""
+def _bin_quantiles(bins: np.ndarray, values: np.ndarray,
+                   qs: tuple[float, ...]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Per bin (integer labels) of the finite ``values``: the bins present and, for each
+    of ``qs``, each bin's quantile (linear between order statistics, as numpy's and
+    pandas' default)."""
     keep = np.isfinite(values)
     bins, values = bins[keep], values[keep]
     if len(values) == 0:
-        return np.zeros(0), np.zeros(0)
+        return np.zeros(0), [np.zeros(0) for _ in qs]
     order = np.lexsort((values, bins))
     bins, values = bins[order], values[order]
     labels, start, count = np.unique(bins, return_index=True, return_counts=True)
-    pos = start + q * (count - 1)
-    lo = np.floor(pos).astype(np.int64)
-    hi = np.ceil(pos).astype(np.int64)
-    return labels, values[lo] + (pos - lo) * (values[hi] - values[lo])
+    out = []
+    for q in qs:
+        pos = start + q * (count - 1)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.ceil(pos).astype(np.int64)
+        out.append(values[lo] + (pos - lo) * (values[hi] - values[lo]))
+    return labels, out
 
 
 def _bin_width_s(run: RunData) -> float:
@@ -232,8 +239,8 @@ def latency_over_time_chart(run: RunData) -> dict:
         series = []
         values = np.asarray(run.done[f"{metric}_s"], dtype=np.float64) if len(run.done) \
             else np.zeros(0)
-        for q, dash in ((50, False), (99, True)):
-            labels, got = _bin_quantiles(done_bins, values, q / 100.0)
+        labels, both = _bin_quantiles(done_bins, values, (0.5, 0.99))
+        for (q, dash), got in zip(((50, False), (99, True)), both):
             if len(labels):
                 series.append(_series(f"{metric.upper()} p{q}", labels * width, got * MS,
                                       colour=colour, dash=dash, digits=4))
@@ -243,11 +250,14 @@ def latency_over_time_chart(run: RunData) -> dict:
                        "rules": rules, "from_zero": True})
     fleet = targets(slo)
     if fleet and len(run.req):
-        req = judged(run.req)
-        ok = np.zeros(len(req), dtype=bool)
-        done = _rows_of(req["status"], "completed")
-        ok[done] = within_every_bound(req[done], fleet)
-        bins = np.floor(np.asarray(req["arrival_s"], dtype=np.float64) / width)
+        # the requests SLOs judge (all but policy refusals), as sim.output.slo.judged
+        judged = ~np.asarray(run.req["reject_reason"].isin(POLICY_REFUSALS))
+        done = _rows_of(run.req["status"], "completed")[judged]
+        latencies = {f"{m}_s": np.asarray(run.req[f"{m}_s"])[judged][done]
+                     for m in SLO_LATENCIES}
+        ok = np.zeros(int(judged.sum()), dtype=bool)
+        ok[done] = within_every_bound(Table(latencies), fleet)
+        bins = np.floor(np.asarray(run.req["arrival_s"], dtype=np.float64)[judged] / width)
         labels, inverse = np.unique(bins, return_inverse=True)
         share = np.bincount(inverse, weights=ok, minlength=len(labels)) / \
             np.bincount(inverse, minlength=len(labels))

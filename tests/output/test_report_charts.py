@@ -390,3 +390,19 @@ def test_report_inlines_the_chart_library_and_fetches_nothing(results):
     assert tags == ["script"] * 3
     assert not re.search(r"<script[^>]*\bsrc=", page)
     assert re.findall(r"https?://[^\s\"')]*", page) == ["https://github.com/leeoniya/uPlot"]
+
+
+def test_latency_over_time_is_each_bins_percentiles_and_attainment(results):
+    """The page's latency over time holds the figures the PNG draws (pandas' per-bin
+    quantiles and attainment, sim.output.plots_requests), computed with numpy alone."""
+    import numpy as np
+    panels = _charts(results)["latency_over_time"]["panels"]
+    table = plots_requests.percentiles_over_time(results)
+    for panel, metric in zip(panels, ("TTFT", "TPOT")):
+        for series in panel["series"]:
+            np.testing.assert_allclose(series["x"], table["time_s"], atol=1e-6)
+            np.testing.assert_allclose(series["y"], table[series["label"]] * 1e3, atol=1e-4)
+    attained = plots_requests.attainment_over_time(results)
+    share = panels[2]["series"][0]
+    np.testing.assert_allclose(share["x"], attained["time_s"], atol=1e-6)
+    np.testing.assert_allclose(share["y"], attained["attainment"] * 100.0, atol=1e-3)
