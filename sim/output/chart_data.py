@@ -13,7 +13,7 @@ by index). A series holds its own ``x`` and ``y``; the page joins them on x.
 Sizes stay bounded whatever the run's length: a share-slower curve is drawn through at
 most :data:`CCDF_POINTS` ranks of its values (even in rank, and log-spaced into the tail
 so p99.9 is as exact as the median), latency over time is a percentile per one of
-:data:`plots_requests.TIME_BINS` bins, and a time series of more than :data:`MAX_TIME_POINTS`
+:data:`TIME_BINS` bins, and a time series of more than :data:`MAX_TIME_POINTS`
 samples is averaged over buckets of samples.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ HOUR_S = 3600.0
 MAX_TEAMS = 20          # series or bars per team: the busiest ones, as the PNGs
 CCDF_POINTS = 1200      # per share-slower curve: half even in rank, half log-spaced in the tail
 MAX_TIME_POINTS = 2000  # per series over time
-TIME_BINS = 60          # latency percentiles over time (as plots_requests)
+TIME_BINS = 60          # latency percentiles over time (the PNG's too)
 LENGTH_BINS = 40
 LOG_DECADES = 2.0       # a log x axis when the values span more than this many decades
 # steps between hh:mm ticks (s): the smallest giving at most 8 ticks over the axis
@@ -60,12 +60,18 @@ def _rows_of(column, name: str) -> np.ndarray:
     return codes == names.index(name) if name in names else np.zeros(len(codes), bool)
 
 
+def clock_step_s(span_s: float) -> int:
+    """The step between an hh:mm axis's ticks over ``span_s``: the smallest of
+    :data:`CLOCK_STEPS_S` giving at most 8 ticks."""
+    return next((s for s in CLOCK_STEPS_S if span_s / s <= 8), CLOCK_STEPS_S[-1])
+
+
 def time_axis(span_s: float, label: str = "simulated time") -> dict:
     """An x axis over simulated time: seconds for an hour or less, hh:mm past an hour."""
     if span_s <= HOUR_S:
         return {"label": f"{label} (s)", "log": False, "format": "number",
                 "range": [0.0, max(span_s, 1.0)]}
-    step = next((s for s in CLOCK_STEPS_S if span_s / s <= 8), CLOCK_STEPS_S[-1])
+    step = clock_step_s(span_s)
     return {"label": f"{label} (hh:mm)", "log": False, "format": "hhmm", "step_s": step,
             "range": [0.0, span_s]}
 
@@ -275,7 +281,9 @@ def latency_over_time_chart(run: RunData) -> dict:
             "note": None if len(run.done) else "no completed requests"}
 
 
-def _length_bins(values: np.ndarray) -> tuple[np.ndarray, bool]:
+def length_bins(values: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Edges for a histogram of token counts: log-spaced when they span more than two
+    decades, else even."""
     lo, hi = max(float(values.min()), 1.0), max(float(values.max()), 1.0)
     if hi / lo > 100.0:
         return np.geomspace(lo, hi * 1.0001, LENGTH_BINS + 1), True
@@ -292,7 +300,7 @@ def lengths_charts(run: RunData) -> list[dict]:
         series, rules, log = [], [], False
         x_range = None
         if len(values):
-            edges, log = _length_bins(values)
+            edges, log = length_bins(values)
             counts, _ = np.histogram(values, bins=edges)
             # a step after each left edge, and the last edge closing the last bin
             series = [_series("requests", edges, np.append(counts, counts[-1]), kind="step",
