@@ -406,3 +406,18 @@ def test_latency_over_time_is_each_bins_percentiles_and_attainment(results):
     share = panels[2]["series"][0]
     np.testing.assert_allclose(share["x"], attained["time_s"], atol=1e-6)
     np.testing.assert_allclose(share["y"], attained["attainment"] * 100.0, atol=1e-3)
+
+
+def test_charts_of_a_run_with_no_requests_say_so(results):
+    """No request and no sample: every chart is there, with a note instead of data."""
+    import dataclasses
+
+    import numpy as np
+    from sim.output.columns import Table
+    from sim.output.results import RunTables
+    requests = results.tables.requests
+    none = RunTables(requests[np.zeros(len(requests), dtype=bool)], Table({}))
+    charts = _charts(dataclasses.replace(results, tables=none, summary={}))
+    assert list(charts) == RUN_CHARTS
+    assert all(c["note"] for c in charts.values())
+    assert not [s for c in charts.values() for p in c["panels"] for s in p["series"]]
