@@ -175,7 +175,7 @@ def charts_json(charts: dict[str, list[dict]]) -> str:
 
 
 def _chart_scripts(charts: dict[str, list[dict]]) -> list[str]:
-    """The run's chart data, uPlot (its licence notice kept in its first line) and the
+    """The run's chart data, uPlot (its licence text in a comment before it) and the
     code drawing one with the other, all inline: the page needs no network."""
     return [f'<script type="application/json" id="fleetsim-charts">{charts_json(charts)}'
             "</script>",
