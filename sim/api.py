@@ -269,8 +269,8 @@ def run(scenario: Scenario, *, progress: ProgressFn | None = None,
 
 
 def write_results(results: Results, folder: str | Path, *, force: bool = False,
-                  report: bool = True, requests: bool = True, csv: bool = False
-                  ) -> list[Path]:
+                  report: bool = True, requests: bool = True, csv: bool = False,
+                  png: bool = False) -> list[Path]:
     """:meth:`Results.write`: the files ``fleetsim run --out folder`` writes, by its writer
     (:func:`sim.output.outputs.write_outputs`) and under its rules: an existing non-empty
     ``folder`` is replaced only with ``force`` and only if fleetsim wrote it, never one
@@ -281,7 +281,7 @@ def write_results(results: Results, folder: str | Path, *, force: bool = False,
     if scenario._source is not None:
         inputs.append(scenario._source)
     return write_outputs(results, Path(folder), force=force, inputs=inputs, report=report,
-                         requests=requests, csv=csv)
+                         requests=requests, csv=csv, png=png)
 
 
 def refused(scenario: Scenario, exc: RunRefused) -> ScenarioError:

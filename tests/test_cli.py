@@ -124,9 +124,9 @@ def test_run_writes_outputs_and_refuses_existing_folder(tmp_path, capsys):
     assert main(["run", str(path), "--out", str(out), "--force", "--quiet"]) == 0
 
 
-def test_no_report_writes_the_same_data_files_without_plots_or_page(tmp_path, capsys):
-    """`run --no-report` writes the data files a full run writes, byte for byte, and
-    neither plots/ nor report.html; a later full run may replace its folder."""
+def test_no_report_writes_the_same_data_files_without_the_page(tmp_path, capsys):
+    """`run --no-report` writes the data files a full run writes, byte for byte, and no
+    report.html; a later full run may replace its folder. A full run draws no PNGs."""
     path = write(tmp_path, GOOD)
     full, bare = tmp_path / "full", tmp_path / "bare"
     assert main(["run", str(path), "--out", str(full), "--quiet"]) == 0
@@ -136,9 +136,31 @@ def test_no_report_writes_the_same_data_files_without_plots_or_page(tmp_path, ca
                      "summary.json", "timeseries.csv"]
     for name in names[1:]:
         assert (bare / name).read_bytes() == (full / name).read_bytes(), name
-    assert (full / "report.html").is_file() and (full / "plots").is_dir()
+    assert (full / "report.html").is_file() and not (full / "plots").exists()
     assert main(["run", str(path), "--out", str(bare), "--quiet", "--force"]) == 0
     assert (bare / "report.html").is_file()
+
+
+def test_png_draws_the_charts_as_png_files_beside_the_page(tmp_path, capsys):
+    """`run --png` adds plots/*.png (matplotlib) to a full run's files, which stay byte
+    for byte the same; with --no-report, the PNGs without the page; never with
+    --replications (no run folder to draw)."""
+    from sim.output.plots import FIGURES
+    path = write(tmp_path, GOOD)
+    plain, drawn = tmp_path / "plain", tmp_path / "drawn"
+    assert main(["run", str(path), "--out", str(plain), "--quiet"]) == 0
+    assert main(["run", str(path), "--out", str(drawn), "--quiet", "--png"]) == 0
+    assert sorted(p.name for p in (drawn / "plots").iterdir()) == sorted(FIGURES)
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in (drawn / "plots").iterdir())
+    for p in plain.iterdir():
+        if p.name != ".fleetsim-output":        # (its list of the files written)
+            assert (drawn / p.name).read_bytes() == p.read_bytes(), p.name
+    only = tmp_path / "only"
+    assert main(["run", str(path), "--out", str(only), "--quiet", "--png", "--no-report"]) == 0
+    assert (only / "plots").is_dir() and not (only / "report.html").exists()
+    assert main(["run", str(path), "--out", str(tmp_path / "r"), "--png",
+                 "--replications", "2"]) == 2
+    assert "--png" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("extra", [["--sweep", "sweep.csv"], ["--replications", "2"]],

@@ -21,7 +21,7 @@ import sim
 from sim.output.outputs import write_outputs
 
 ROOT = Path(__file__).resolve().parent.parent
-COMPARED = ("summary.json", "requests.parquet")
+COMPARED = ("summary.json", "requests.parquet", "report.html")
 
 SCENARIO = """\
 name: determinism
@@ -94,29 +94,17 @@ pools:
                 policy: priority}
 """
 
-# Loads the scenario, optionally overrides the seed, writes the outputs. Plots
-# are written last and not compared, so they are skipped to keep this quick.
+# Loads the scenario, optionally overrides the seed, writes the outputs (no PNGs: they
+# are drawn only when asked for).
 CHILD = """\
 import sys
 import sim
-import sim.output.plots
 from sim.output.outputs import write_outputs
-sim.output.plots.save_all = lambda results, folder, images=None: []
-sim.output.plots.render_all = lambda results: dict.fromkeys(sim.output.plots.FIGURES, b"")
 scenario = sim.load_scenario(sys.argv[1])
 if len(sys.argv) > 3:
     scenario = sim.with_overrides(scenario, seed=int(sys.argv[3]))
 write_outputs(sim.run(scenario), sys.argv[2])
 """
-
-
-@pytest.fixture(autouse=True)
-def _no_plots(monkeypatch):
-    """write_outputs writes the plots after every compared file; skip them (slow)."""
-    import sim.output.plots
-    monkeypatch.setattr(sim.output.plots, "save_all", lambda results, folder, images=None: [])
-    monkeypatch.setattr(sim.output.plots, "render_all",
-                        lambda results: dict.fromkeys(sim.output.plots.FIGURES, b""))
 
 
 @pytest.fixture(scope="module")
@@ -129,14 +117,8 @@ def scenario_path(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def reference(scenario_path, tmp_path_factory) -> dict[str, bytes]:
     """The outputs of one in-process run."""
-    import sim.output.plots
     out = tmp_path_factory.mktemp("reference") / "out"
-    results = sim.run(sim.load_scenario(scenario_path))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sim.output.plots, "save_all", lambda results, folder, images=None: [])
-        mp.setattr(sim.output.plots, "render_all",
-                   lambda results: dict.fromkeys(sim.output.plots.FIGURES, b""))
-        write_outputs(results, out)
+    write_outputs(sim.run(sim.load_scenario(scenario_path)), out)
     return _read(out)
 
 

@@ -30,6 +30,8 @@ def test_wheel_runs_shipped_scenario_from_another_directory(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert (work / "out" / "summary.json").is_file()
+    page = (work / "out" / "report.html").read_text(encoding="utf-8")
+    assert "uPlot" in page and "fleetsimCharts" in page      # the chart library shipped
 
 
 def _check_metadata(wheel: Path) -> None:
@@ -46,6 +48,9 @@ def _check_metadata(wheel: Path) -> None:
     assert meta["Version"] == sim.__version__
     assert meta["License-Expression"] == "Apache-2.0"
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    # the report's chart library, inlined into each report.html, with its own licence
+    for name in ("uPlot.iife.min.js", "uPlot.min.css", "uPlot.LICENSE", "report_charts.js"):
+        assert f"sim/output/static/{name}" in names, name
     requires = meta.get_all("Requires-Dist")
     dask = [r for r in requires if r.startswith("dask")]
     assert dask and all("extra ==" in r for r in dask), dask

@@ -160,6 +160,14 @@ def test_results_write_writes_the_files_fleetsim_run_writes(tmp_path):
         _files(tmp_path / "api-csv")["requests.csv"]
     sim.run(quickstart()).write(tmp_path / "none", requests=False, report=False)
     assert not any(n.startswith("requests.") for n in _files(tmp_path / "none"))
+    # --png as a keyword: the PNGs as the command line draws them
+    assert not any(n.startswith("plots/") for n in api)
+    assert main(["run", "scenarios/quickstart.yaml", "--duration", "20s", "--quiet", "--png",
+                 "--no-report", "--out", str(tmp_path / "cli-png")]) == 0
+    sim.run(quickstart()).write(tmp_path / "api-png", png=True, report=False)
+    cli_png, api_png = _files(tmp_path / "cli-png"), _files(tmp_path / "api-png")
+    assert {n: b for n, b in cli_png.items() if n.startswith("plots/")} == \
+        {n: b for n, b in api_png.items() if n.startswith("plots/")} != {}
 
 
 def test_results_write_refuses_a_folder_fleetsim_did_not_write(tmp_path):

@@ -51,7 +51,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             bar.stop()
     write_file(out, csv_safe(table).to_csv(index=False))
     if args.report:
-        from sim.output.report import build_sweep_report
+        from sim.output.sweep_report import build_sweep_report
         write_file(Path(args.report), build_sweep_report(table, scenario.name,
                                                                   scenario.slos))
     if not args.quiet:
@@ -65,7 +65,7 @@ def _is_sweep_table(path: Path) -> bool:
     """True if ``path`` starts with the header of a `fleetsim sweep` table."""
     import csv
 
-    from sim.output.report import SWEEP_X, SWEEP_Y
+    from sim.output.sweep_table import SWEEP_X, SWEEP_Y
     try:
         with open(path, encoding="utf-8", newline="") as fh:
             header = next(csv.reader([fh.readline(65536)]), [])

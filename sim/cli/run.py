@@ -67,7 +67,7 @@ def _read_sweep(path: str):
     import pandas as pd
 
     from sim.config.inputs import InputFileError, open_regular, shown
-    from sim.output.report import check_sweep_table
+    from sim.output.sweep_table import check_sweep_table
     try:
         with open_regular(path) as fh:
             table = pd.read_csv(fh, encoding="utf-8")
@@ -99,6 +99,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.no_report and args.replications > 1:
         raise ScenarioError("--replications writes replications.json and no report: "
                             "--no-report does not go with it", field="--no-report")
+    if args.png and args.replications > 1:
+        raise ScenarioError("--replications writes replications.json and no charts: --png "
+                            "does not go with it", field="--png")
     if args.no_requests and args.csv:
         raise ScenarioError("--csv copies the request table as CSV, which --no-requests "
                             "leaves out: give one", field="--csv")
@@ -125,7 +128,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             progress.close()
     written = write_outputs(results, out_dir, force=args.force, sweep=sweep, inputs=inputs,
                             report=not args.no_report, requests=not args.no_requests,
-                            csv=args.csv)
+                            csv=args.csv, png=args.png)
     if args.json:
         print(json.dumps(results.summary, indent=2))
     elif not args.quiet:
@@ -150,8 +153,10 @@ def add_run(sub) -> None:
     run.add_argument("--quiet", action="store_true", help="print nothing but errors")
     run.add_argument("--json", action="store_true", help="print summary.json instead of tables")
     run.add_argument("--no-report", action="store_true",
-                     help="write the data files only, without plots/ and report.html "
-                          "(most of a small run's time beyond its simulation)")
+                     help="write the data files only, without report.html")
+    run.add_argument("--png", action="store_true",
+                     help="also draw the report's charts as PNG files under plots/ "
+                          "(with matplotlib: a second or more)")
     run.add_argument("--csv", action="store_true",
                      help="write requests.csv (and steps.csv with record_steps) beside "
                           "their Parquet files: the same rows, four times the size")

@@ -10,6 +10,7 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from sim.core.request import Status
+from sim.output import chart_data
 
 FIGSIZE = (7.0, 4.2)
 DPI = 110
@@ -100,9 +101,7 @@ def log_x(ax) -> None:
     log_axis(ax, "x")
 
 
-HOUR_S = 3600.0
-# steps between hh:mm ticks (s): the smallest giving at most 8 ticks over the axis
-_CLOCK_STEPS_S = (600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+HOUR_S = chart_data.HOUR_S
 
 
 def hhmm(seconds: float, _pos=None) -> str:
@@ -119,7 +118,7 @@ def time_axis(ax, span_s: float, label: str = "simulated time") -> None:
         return
     from matplotlib.ticker import FuncFormatter, MultipleLocator
 
-    step = next((s for s in _CLOCK_STEPS_S if span_s / s <= 8), _CLOCK_STEPS_S[-1])
+    step = chart_data.clock_step_s(span_s)
     ax.xaxis.set_major_locator(MultipleLocator(step))
     ax.xaxis.set_major_formatter(FuncFormatter(hhmm))
     ax.set_xlim(0.0, span_s)
@@ -139,13 +138,7 @@ def scenario_name(results) -> str:
 def slo_targets(results, metric: str) -> list[tuple[str, float]]:
     """The fleet-wide SLO targets (seconds) on ``metric`` (``ttft``, ``tpot``, ``e2e``...),
     as ``(statistic, target)``: p50 ... p99 and mean."""
-    slos = getattr(results.scenario, "slos", None)
-    out = []
-    for stat in ("mean", "p50", "p90", "p95", "p99"):
-        target = getattr(slos, f"{metric}_{stat}", None)
-        if target is not None:
-            out.append((stat, float(target)))
-    return out
+    return chart_data.slo_targets(results.scenario, metric)
 
 
 SLO_STYLE = {"color": "0.25", "linewidth": 1.0, "linestyle": ":"}
@@ -164,7 +157,7 @@ def completed(results) -> pd.DataFrame:
 
 # a figure shows at most this many teams (the ones with the most requests): a line or a
 # bar each, past which a plot is unreadable and slow to draw
-MAX_PLOTTED_TEAMS = 20
+MAX_PLOTTED_TEAMS = chart_data.MAX_TEAMS
 
 
 def busiest_teams(req: pd.DataFrame) -> list[str]:

@@ -10,8 +10,11 @@ The folder holds::
     steps.csv          the same rows as steps.parquet (only with ``csv``)
     timeseries.csv     one row per pool per sample
     scenario.yaml      the scenario as validated, every default filled in
-    plots/*.png        see :mod:`sim.output.plots` (not with ``report=False``)
-    report.html        one self-contained page (not with ``report=False``)
+    report.html        one self-contained page, its charts drawn by the browser from
+                       the run's data in it (not with ``report=False``)
+    plots/*.png        the same charts as PNG images, see :mod:`sim.output.plots` (only
+                       with ``png=True``: drawing them with matplotlib takes longer than
+                       a small run)
     .fleetsim-output   the marker that lets ``--force`` replace the folder later
 
 Everything is written into a hidden sibling folder first and renamed into
@@ -148,10 +151,10 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def _write_all(results, folder: Path, sweep=None, report: bool = True,
-               requests: bool = True, csv: bool = False) -> list[Path]:
-    """Write every output file into ``folder`` (the plots and the page only with
-    ``report``, the request table only with ``requests``, the CSV copies of the
-    per-row tables only with ``csv``); returns their paths."""
+               requests: bool = True, csv: bool = False, png: bool = False) -> list[Path]:
+    """Write every output file into ``folder`` (the page only with ``report``, the PNG
+    plots only with ``png``, the request table only with ``requests``, the CSV copies of
+    the per-row tables only with ``csv``); returns their paths."""
     written = []
     path = folder / "summary.json"
     _write_text(path, summary_json(results.summary))
@@ -173,29 +176,26 @@ def _write_all(results, folder: Path, sweep=None, report: bool = True,
     path = folder / "scenario.yaml"
     _write_text(path, dump_data(results.scenario.model_dump(mode="json")))
     written.append(path)
-    if not report:
-        return written
-
-    from sim.output import plots  # matplotlib is slow to import; only pay when drawing
-    images = plots.render_all(results)      # drawn once: the files and the report
-    written += plots.save_all(results, folder / "plots", images)
-
-    from sim.output.report import build_report
-    path = folder / "report.html"
-    _write_text(path, build_report(results, sweep, images=images))
-    written.append(path)
+    if png:
+        from sim.output import plots  # matplotlib is slow to import; only pay when drawing
+        written += plots.save_all(results, folder / "plots")
+    if report:
+        from sim.output.report import build_report
+        path = folder / "report.html"
+        _write_text(path, build_report(results, sweep))
+        written.append(path)
     return written
 
 
 def write_outputs(results, out_dir: Path, *, force: bool = False, sweep=None,
                   inputs=(), report: bool = True, requests: bool = True,
-                  csv: bool = False) -> list[Path]:
+                  csv: bool = False, png: bool = False) -> list[Path]:
     """Write ``results`` to ``out_dir`` and return the final paths of the files written
-    (``report=False``: the data files only, no plots and no report.html; drawing them is
-    most of a small run's time beyond its simulation). ``requests=False`` leaves out the
-    per-request table (the summary, time series, plots and report are made from the
-    run's columns all the same); ``csv`` writes requests.csv (and steps.csv) beside
-    their Parquet files.
+    (``report=False``: no report.html; ``png``: the charts as PNG files under plots/ as
+    well, drawn with matplotlib, which costs more than a small run). ``requests=False``
+    leaves out the per-request table (the summary, time series, plots and report are made
+    from the run's columns all the same); ``csv`` writes requests.csv (and steps.csv)
+    beside their Parquet files.
 
     An existing non-empty ``out_dir`` is replaced only with ``force`` and only if
     fleetsim wrote it (see :mod:`sim.output.output_paths`; written by
@@ -207,5 +207,5 @@ def write_outputs(results, out_dir: Path, *, force: bool = False, sweep=None,
     if csv and not requests:
         raise ValueError("csv copies the request table, which requests=False leaves out")
     return write_folder(lambda folder: _write_all(results, folder, sweep, report, requests,
-                                                  csv), out_dir,
+                                                  csv, png), out_dir,
                         force=force, inputs=inputs, command="run")

@@ -23,9 +23,9 @@ from sim.output.figure_kit import (FIGSIZE, MS, SLO_STYLE, busiest_teams, colour
                                    plain_text, png_bytes, pools, scenario_name, slo_targets,
                                    time_axis, title)
 
-__all__ = ["FIGURES", "new_figure", "plain_text", "png_bytes", "render_all", "save_all"]
+from sim.output.chart_data import LOG_DECADES as _LOG_DECADES, SHARE_ABOVE as _SHARE_ABOVE
 
-_LOG_DECADES = 2.0   # log x axis when the data spans more than this many decades
+__all__ = ["FIGURES", "new_figure", "plain_text", "png_bytes", "render_all", "save_all"]
 
 
 
@@ -50,10 +50,6 @@ def _exceedance(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     above = 1.0 - below
     keep = above > 0
     return x[keep], above[keep]
-
-
-# the statistic an SLO bounds, as the share of requests above its target it allows
-_SHARE_ABOVE = {"p50": 0.5, "p90": 0.1, "p95": 0.05, "p99": 0.01}
 
 
 def _cdf_figure(results, column: str, label: str, metric: str, what: str) -> Figure:

@@ -11,13 +11,12 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from sim.config.slos import targets
+from sim.output.chart_data import TIME_BINS, length_bins
 from sim.core.request import Status
 from sim.output.figure_kit import (FIGSIZE, MS, completed, fixed_figure, log_x, note,
                                    plain_text, scenario_name, time_axis, title)
 from sim.output.slo import judged, within_every_bound
 
-TIME_BINS = 60
-LENGTH_BINS = 40
 # latency percentiles drawn over time: (column, percentile, label)
 LATENCY_LINES = (("ttft_s", 50, "TTFT p50"), ("ttft_s", 99, "TTFT p99"),
                  ("tpot_s", 50, "TPOT p50"), ("tpot_s", 99, "TPOT p99"))
@@ -107,15 +106,6 @@ def latency_over_time_figure(results) -> Figure:
     return fig
 
 
-def _length_bins(values: np.ndarray) -> tuple[np.ndarray, bool]:
-    """Edges for a histogram of token counts: log-spaced when they span more than two
-    decades, else even."""
-    lo, hi = max(float(values.min()), 1.0), max(float(values.max()), 1.0)
-    if hi / lo > 100.0:
-        return np.geomspace(lo, hi * 1.0001, LENGTH_BINS + 1), True
-    return np.linspace(lo - 0.5, hi + 0.5, min(LENGTH_BINS, int(hi - lo) + 1) + 1), False
-
-
 @plain_text
 def lengths_figure(results) -> Figure:
     """Histograms of the prompt and output lengths (tokens) of the requests that arrived;
@@ -133,7 +123,7 @@ def lengths_figure(results) -> Figure:
         if len(values) == 0:
             note(ax, "no requests")
             continue
-        edges, log = _length_bins(values)
+        edges, log = length_bins(values)
         counts, _ = np.histogram(values, bins=edges)
         ax.stairs(counts, edges, fill=True, alpha=0.6, color="C0")
         if log:

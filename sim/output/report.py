@@ -1,28 +1,34 @@
 """report.html: one self-contained page a planner can send.
 
-The scenario, the summary, latency CDFs, queue and replicas over time and
-per-team usage, with the plots embedded as PNG data. Every string that came
-from a scenario (team, pool, model names, the YAML itself) is HTML-escaped, its control
-characters shown as ``\\xNN``.
+The scenario, the summary, then the charts: latency (share of requests slower, per pool
+and team), latency and SLO attainment over time, prompt and output lengths, replicas,
+throughput, queue, KV use and GPU busy time over time, and per-team usage. The charts are
+drawn by the browser (uPlot, inlined with the page, so it works offline as one file) from
+the run's data embedded as JSON (:mod:`sim.output.chart_data`): hovering shows the values,
+and writing the page costs no plotting library. Every string that came from a scenario
+(team, pool, model names, the YAML itself) is HTML-escaped, its control characters shown
+as ``\\xNN``; in the embedded JSON ``<``, ``>`` and ``&`` are written as ``\\u003c`` ...,
+so no name can end its script element.
 """
 from __future__ import annotations
 
 import base64
 import html
+import json
 import re
+from functools import cache
+from pathlib import Path
 
 import yaml
-from matplotlib.figure import Figure
 
-from sim.output.figure_kit import SLO_STYLE, log_axis, title
-from sim.output.plots import new_figure, plain_text, png_bytes
 from sim.output.spans import pool_window
 from sim.output.table import plain_number
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;
 text-align:right}th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
-pre{background:#f8f8f8;padding:1em;overflow:auto;font-size:.85em}img{max-width:100%}"""
+pre{background:#f8f8f8;padding:1em;overflow:auto;font-size:.85em}img{max-width:100%}
+.chart{margin:1em 0 2em}.note{color:#555;font-size:.9em}"""
 
 
 # characters HTML may not hold as text: C0 controls but tab, line feed and carriage return,
@@ -53,24 +59,26 @@ def _table(header: list[str], rows: list[list]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _png(fig: Figure | bytes, alt: str = "plot") -> str:
+def _png(fig, alt: str = "plot") -> str:
+    """``fig`` (PNG bytes, or a matplotlib Figure drawn here) as an inline image."""
     if not isinstance(fig, bytes):
+        from sim.output.figure_kit import png_bytes
         fig = png_bytes(fig, dpi=100)
     data = base64.b64encode(fig).decode("ascii")
     return f'<img alt="{_e(alt)}" src="data:image/png;base64,{data}">'
 
 
-def build_report(results, sweep=None, images: dict[str, bytes] | None = None) -> str:
+def build_report(results, sweep=None) -> str:
     """The run's page; ``sweep`` (a ``fleetsim sweep`` table) adds its
-    latency curves; ``images``: the plots already drawn (by name in
-    :data:`sim.output.plots.FIGURES`)."""
-    from sim.output import plots
+    latency curves."""
+    from sim.output.chart_data import run_charts
 
-    images = images if images is not None else plots.render_all(results)
+    charts = run_charts(results)
     s = results.summary
     lat = s["latency_s"]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'>"
-             f"<title>fleetsim: {_e(s['scenario'])}</title><style>{CSS}</style></head><body>",
+             f"<title>fleetsim: {_e(s['scenario'])}</title><style>{CSS}</style>"
+             f"<style>{_static('uPlot.min.css')}</style></head><body>",
              f"<h1>{_e(s['scenario'])}</h1>",
              f"<p>{_e(results.scenario.description)}</p>" if results.scenario.description else "",
              *_slo_section(s.get("slo")),
@@ -114,28 +122,66 @@ def build_report(results, sweep=None, images: dict[str, bytes] | None = None) ->
              "<p class='note'>A team's cost per hour and per day: its cost over the run, "
              "at the run's rate (the run's cost over its simulated hours).</p>",
              "<h2>Latency</h2>",
-             _png(images["ttft_cdf.png"], "CDF of time to first token"),
-             _png(images["tpot_cdf.png"], "CDF of time per output token"),
-             _png(images["e2e_cdf.png"], "CDF of end-to-end latency"),
+             "<p class='note'>Charts are drawn from the run's data in this page; hover for "
+             "values, drag to zoom, double-click to zoom out.</p>",
+             "<noscript><p>The charts need JavaScript (no network: the page carries "
+             "everything it draws with).</p></noscript>",
+             *_holders(charts["latency"]),
              "<h2>Latency and SLO attainment over time</h2>",
-             _png(images["latency_over_time.png"],
-                  "latency percentiles and SLO attainment over time"),
+             *_holders(charts["over_time"]),
              "<h2>Prompt and output lengths</h2>",
-             _png(images["lengths.png"], "histograms of prompt and output lengths"),
+             *_holders(charts["lengths"]),
              "<h2>Load, replicas and cost over time</h2>",
-             _png(images["replicas.png"], "replicas and arrivals over time"),
-             _png(images["throughput.png"],
-                  "output tokens per second and cost per hour over time"),
-             _png(images["queue.png"], "queued and running requests over time"),
-             _png(images["kv_util.png"], "KV cache use over time"),
+             *_holders(charts["load"]),
              "<h2>Per team: latency, cost, rejections</h2>",
-             _png(images["teams.png"], "per team: TTFT, cost and rejections"),
+             *_holders(charts["teams"]),
              *(_sweep_section(sweep, results.scenario.slos, s["scenario"])
                if sweep is not None else []),
              "<h2>Scenario</h2>",
              f"<p>{_e(_provenance(results))}</p>",
-             f"<pre>{_e(_scenario_text(results.scenario))}</pre></body></html>"]
+             f"<pre>{_e(_scenario_text(results.scenario))}</pre>",
+             *_chart_scripts(charts), "</body></html>"]
     return "\n".join(p for p in parts if p)
+
+
+def _sweep_section(table, slos, name) -> list[str]:
+    from sim.output.sweep_report import sweep_section     # matplotlib: only with a sweep
+    return sweep_section(table, slos, name)
+
+
+UPLOT_VERSION = "1.6.32"        # sim/output/static/README.md says where it came from
+STATIC = Path(__file__).parent / "static"
+
+
+@cache
+def _static(name: str) -> str:
+    """A file shipped in sim/output/static (the chart library, its style, the page's
+    drawing code)."""
+    return (STATIC / name).read_text(encoding="utf-8")
+
+
+def _holders(charts: list[dict]) -> list[str]:
+    """An element per chart for the page's script to draw into."""
+    return [f'<div class="chart" id="chart-{_e(c["name"])}" role="img" '
+            f'aria-label="{_e(c["alt"])}"></div>' for c in charts]
+
+
+def charts_json(charts: dict[str, list[dict]]) -> str:
+    """The charts as JSON that may stand inside a script element: ``<``, ``>`` and ``&``
+    escaped (a name cannot close the element), no NaN (null instead)."""
+    text = json.dumps({"charts": [c for part in charts.values() for c in part]},
+                      separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _chart_scripts(charts: dict[str, list[dict]]) -> list[str]:
+    """The run's chart data, uPlot (its licence text in a comment before it) and the
+    code drawing one with the other, all inline: the page needs no network."""
+    return [f'<script type="application/json" id="fleetsim-charts">{charts_json(charts)}'
+            "</script>",
+            f"<script>/*! uPlot {UPLOT_VERSION}, under its licence:\n"
+            f"{_static('uPlot.LICENSE').strip()}\n*/\n{_static('uPlot.iife.min.js')}</script>",
+            f"<script>{_static('report_charts.js')}</script>"]
 
 
 # the latencies' statistics shown, as summary.json names them (p999: the 99.9th percentile)
@@ -242,148 +288,3 @@ def _slo_section(slo: dict | None) -> list[str]:
             _table(["scope", "objective", "target", "measured", "margin", "verdict"], rows)]
 
 
-SWEEP_X = "output_tokens_per_s"
-SWEEP_Y = ("ttft_p99_s", "tpot_p99_s")
-
-
-def sweep_varied(table) -> list[str]:
-    """The columns a sweep varied: those before its first figure."""
-    cols = list(table.columns)
-    return cols[:cols.index("arrived")] if "arrived" in cols else []
-
-
-def check_sweep_table(table, where: str) -> None:
-    import numpy as np
-    import pandas as pd
-
-    from sim.config.errors import ScenarioError
-    for column in map(str, table.columns):    # pandas renames a second 'x' to 'x.1'
-        stem, dot, number = column.rpartition(".")
-        if dot and number.isdigit() and stem in table.columns:
-            raise ScenarioError(f"{where} names column {stem!r} twice", file=where, line=1)
-    missing = [c for c in (SWEEP_X, *SWEEP_Y) if c not in table.columns]
-    if missing or not sweep_varied(table):
-        raise ScenarioError(f"{where} is not a `fleetsim sweep` table (missing "
-                            f"{', '.join(missing) or 'the varied columns'})", file=where)
-    for column in (SWEEP_X, *SWEEP_Y):
-        given = table[column]
-        values = pd.to_numeric(given, errors="coerce").to_numpy(dtype=np.float64)
-        # empty is allowed (a point where no request finished); anything else is a
-        # finite number of at least 0
-        bad = (given.notna().to_numpy() & ~(np.isfinite(values) & (values >= 0)))
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise ScenarioError("not a figure a sweep writes (a finite number, at least "
-                                "0, or empty)", file=where, line=row + 2, field=column)
-    if len(table) == 0:
-        raise ScenarioError(f"{where} is a sweep table of no points (a header only)",
-                            file=where)
-
-
-MAX_SWEEP_LINES = 12     # more values of the first varied field: points coloured by it
-
-# a varied field that sets the offered load (arrival rates, their scale, closed-loop
-# clients): its sweep is drawn against the throughput achieved
-LOAD_WORDS = ("rate", "rate_scale", "arrival", "clients")
-
-
-def is_load_field(field: str) -> bool:
-    return any(part in LOAD_WORDS for part in str(field).split("."))
-
-
-def sweep_x(table) -> str:
-    """The x axis of a sweep's curves: the throughput achieved when the sweep varied the
-    load (or nothing else), else the last field it varied (replicas, TP, a price ...)."""
-    varied = sweep_varied(table)
-    if not varied or any(is_load_field(v) for v in varied):
-        return SWEEP_X
-    return varied[-1]
-
-
-def _slo_target(slos, column: str) -> float | None:
-    """The fleet-wide SLO target (seconds) on a sweep column (``ttft_p99_s``), if set."""
-    return getattr(slos, column[:-2], None) if slos is not None and column.endswith("_s") \
-        else None
-
-
-@plain_text
-def sweep_figure(table, x: str | None = None, ys: tuple[str, ...] = SWEEP_Y, *, slos=None,
-                 name: str | None = None) -> Figure:
-    """Latency (ms) over a sweep's points against ``x`` (default :func:`sweep_x`): one
-    line per value of the first varied field when two or more were varied (past
-    :data:`MAX_SWEEP_LINES` values, one scatter coloured by it), else one line. Latency
-    is on a log scale with plain tick labels when any is above zero; each fleet-wide SLO
-    target of ``slos`` is a dotted line, so the knee (where a curve crosses it) shows.
-    ``name``: the scenario's, in the title."""
-    import numpy as np
-    import pandas as pd
-
-    x = sweep_x(table) if x is None else x
-    varied = sweep_varied(table)
-    fig = new_figure((5.2 * len(ys), 3.8))
-    if name is not None:
-        title(fig, name, "latency against " + x.replace("_", " "))
-    grouped = len(varied) > 1 and varied[0] != x
-    groups = ([(f"{varied[0]} = {key}", part) for key, part in table.groupby(varied[0], sort=True)]
-              if grouped else [(None, table)])
-    for i, y in enumerate(ys):
-        ax = fig.add_subplot(1, len(ys), i + 1)
-        ms = pd.to_numeric(table[y], errors="coerce") * 1e3
-        if len(groups) > MAX_SWEEP_LINES:
-            codes = pd.factorize(table[varied[0]], sort=True)[0]
-            dots = ax.scatter(table[x], ms, c=codes, s=8, cmap="viridis")
-            fig.colorbar(dots, ax=ax, label=f"{varied[0]} (rank of {len(groups)} values)")
-        else:
-            for label, part in groups:
-                part = part.sort_values(x)
-                ax.plot(part[x], ms[part.index], "o-", label=label)
-        target = _slo_target(slos, y)
-        if target is not None:
-            ax.axhline(target * 1e3, **SLO_STYLE,
-                       label=f"SLO {y[:-2].replace('_', ' ').upper()} {target * 1e3:,g} ms")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-        ax.set_xlabel(x.replace("_", " "))
-        if x == SWEEP_X:
-            from matplotlib.ticker import StrMethodFormatter
-            ax.xaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))    # 20,000
-        ax.set_ylabel(y[:-2].replace("_", " ").upper() + " (ms)")
-        if (ms.to_numpy(dtype=np.float64) > 0).any():
-            log_axis(ax, "y")   # points at 0 (none finished that fast) are left off
-        ax.grid(True, alpha=0.3)
-    return fig
-
-
-def _sweep_section(table, slos=None, name: str | None = None) -> list[str]:
-    varied = sweep_varied(table)
-    shown = varied + [c for c in ("requests_per_s", SWEEP_X, "ttft_p50_s", "ttft_p99_s",
-                                  "tpot_p50_s", "tpot_p99_s", "rejected", "cost_usd")
-                      if c in table.columns]
-    from sim.output import pareto
-
-    x = sweep_x(table)
-    heading = "Sweep: latency against " + _e(x.replace("_", " "))
-    parts = [f"<h2>{heading}</h2>",
-             f"<p>{len(table)} sweep points over {_e(', '.join(varied))}"
-             + ("; the dotted lines are the SLO targets" if slos is not None
-                and any(_slo_target(slos, y) is not None for y in SWEEP_Y) else "")
-             + ".</p>",
-             _png(sweep_figure(table, slos=slos, name=name),
-                  "latency against " + x.replace("_", " ") + " over the sweep"),
-             _table(shown, table[shown].values.tolist())]
-    if pareto.views(table):
-        labels = [", ".join(f"{v}={row[v]}" for v in varied) for _, row in table.iterrows()]
-        parts += ["<h2>Pareto views</h2>",
-                  "<p>The points no other beats on both figures, joined and named.</p>",
-                  _png(pareto.pareto_figure(table, labels, name),
-                       "Pareto fronts of the sweep's points")]
-    return parts
-
-
-def build_sweep_report(table, name: str, slos=None) -> str:
-    """A page of its own for a sweep: the curves (against the scenario's fleet-wide
-    ``slos``, when given) and the table."""
-    return "\n".join([f"<!doctype html><html><head><meta charset='utf-8'>"
-                      f"<title>fleetsim sweep: {_e(name)}</title><style>{CSS}</style></head>"
-                      f"<body><h1>{_e(name)}: sweep</h1>", *_sweep_section(table, slos, name),
-                      "</body></html>"])

@@ -64,16 +64,16 @@ class Results:
         return self.tables.steps.frame() if self.tables.steps is not None else None
 
     def write(self, folder, *, force: bool = False, report: bool = True,
-              requests: bool = True, csv: bool = False) -> list:
+              requests: bool = True, csv: bool = False, png: bool = False) -> list:
         """Write the files ``fleetsim run --out folder`` writes (summary.json, the request
-        table as Parquet, the time series, scenario.yaml, and unless ``report=False`` the
-        plots and report.html; ``requests=False``: no request table, ``csv=True``: the
-        request table as CSV too, as ``--no-requests`` and ``--csv`` do) and return their
-        paths. An existing non-empty ``folder`` is replaced only with ``force`` and only if
+        table as Parquet, the time series, scenario.yaml, and unless ``report=False``
+        report.html; ``requests=False``: no request table, ``csv=True``: the request table
+        as CSV too, ``png=True``: the charts as PNG files under plots/, as
+        ``--no-requests``, ``--csv`` and ``--png`` do) and return their paths. An existing non-empty ``folder`` is replaced only with ``force`` and only if
         fleetsim wrote it; otherwise ScenarioError."""
         from sim.api import write_results
         return write_results(self, folder, force=force, report=report, requests=requests,
-                             csv=csv)
+                             csv=csv, png=png)
 
 
 def latencies(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

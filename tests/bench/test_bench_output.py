@@ -1,7 +1,7 @@
 """What a run costs beyond its simulation (``make bench``; not part of ``make test``).
 
 ``fleetsim run`` is timed end to end as a user runs it (a new process: start, imports,
-reading the scenario, the simulation, summary, tables, plots, report, exit) and the
+reading the scenario, the simulation, summary, tables, report, exit) and the
 simulation's own wall time is read from what it prints. The package is byte-compiled
 first, as Python does on a first run (unless PYTHONDONTWRITEBYTECODE is set, as it is on
 the machine this was written on) and pip does on a non-editable install. Targets:
@@ -10,8 +10,8 @@ the machine this was written on) and pip does on a non-editable install. Targets
   the first simulated event and from the last event to the exit (end to end less the
   event loop; setting the run up, its arrivals and cost model, counts as fixed), under
   0.5 s with ``--no-report`` (the data files only), and within 1.0 s as a user runs it by
-  default (the plots and report.html too; timed alternately with ``--no-report`` runs, and
-  the report's own share printed); the floor under it is printed too: a bare process
+  default (report.html too, its charts drawn by the browser from the data it embeds, no
+  PNGs; timed alternately with ``--no-report`` runs, and the report's own share printed); the floor under it is printed too: a bare process
   importing the modules from outside fleetsim that the run loaded (numpy, pydantic,
   pyarrow, ...), timed alternately with the runs;
 - bench-fleet (one simulated hour, 64 replicas, about 1.9 million requests): end to end
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PYTHON = ROOT / ".venv" / "bin" / "python"
 FLEETSIM = ROOT / ".venv" / "bin" / "fleetsim"
 FIXED_COST_TARGET_S = 0.5
-REPORT_FIXED_COST_TARGET_S = 1.0     # a default run: the plots and report.html written
+REPORT_FIXED_COST_TARGET_S = 1.0     # a default run: report.html written (no PNGs)
 END_TO_END_TARGET = 1.3
 BEST_OF = 5
 
@@ -123,7 +123,7 @@ def test_fixed_cost_of_a_small_run(tmp_path, capsys):
 
 
 def test_fixed_cost_of_a_small_run_with_its_report(tmp_path, capsys):
-    """The quick start as run by default (plots and report.html) against ``--no-report``,
+    """The quick start as run by default (report.html) against ``--no-report``,
     alternately, so both see the machine's speed (a shared machine's load comes and goes)."""
     plain, full = [], []
     for _ in range(BEST_OF):
@@ -133,8 +133,8 @@ def test_fixed_cost_of_a_small_run_with_its_report(tmp_path, capsys):
     fixed_plain, fixed_full = p_total - p_events, f_total - f_events
     with capsys.disabled():
         print(f"\n\nquickstart with its report, best of {BEST_OF} on {os.cpu_count()} cores: "
-              f"fixed cost {fixed_full:.2f} s (--no-report {fixed_plain:.2f} s: the plots and "
-              f"the page {fixed_full - fixed_plain:.2f} s); target "
+              f"fixed cost {fixed_full:.2f} s (--no-report {fixed_plain:.2f} s: the page "
+              f"{fixed_full - fixed_plain:.2f} s); target "
               f"{REPORT_FIXED_COST_TARGET_S} s")
     assert fixed_full <= REPORT_FIXED_COST_TARGET_S
 

@@ -59,10 +59,11 @@ pools:
 """
 
 EXPECTED_FILES = ["summary.json", "requests.parquet", "timeseries.csv",
-                  "scenario.yaml", "plots/ttft_cdf.png", "plots/tpot_cdf.png",
-                  "plots/e2e_cdf.png", "plots/latency_over_time.png", "plots/lengths.png",
-                  "plots/queue.png", "plots/kv_util.png", "plots/replicas.png",
-                  "plots/throughput.png", "plots/teams.png", "report.html"]
+                  "scenario.yaml", "report.html"]
+PNG_FILES = ["plots/ttft_cdf.png", "plots/tpot_cdf.png", "plots/e2e_cdf.png",
+             "plots/latency_over_time.png", "plots/lengths.png", "plots/queue.png",
+             "plots/kv_util.png", "plots/replicas.png", "plots/throughput.png",
+             "plots/teams.png"]
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +79,12 @@ def written(results, tmp_path_factory):
     return out, write_outputs(results, out)
 
 
+@pytest.fixture(scope="module")
+def written_png(results, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out") / "results" / "two-pools-png"
+    return out, write_outputs(results, out, png=True)
+
+
 def leftovers(folder: Path) -> list[str]:
     return [p.name for p in folder.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
 
@@ -89,8 +96,11 @@ def test_scenario_exercises_rejections_and_unfinished(results):
 
 
 def test_all_files_written(written):
+    """A default run writes the data, scenario.yaml and report.html; no PNGs (the page
+    draws its charts)."""
     out, paths = written
     assert sorted(paths) == sorted(out / f for f in EXPECTED_FILES)
+    assert not (out / "plots").exists()
     assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
     assert not (out / "steps.parquet").exists() and not (out / "steps.csv").exists()
     assert leftovers(out.parent) == []
@@ -176,8 +186,15 @@ def test_summary_names_each_pools_weight_and_kv_dtypes(tmp_path):
         {"fast": ("fp8", "bf16"), "capped": ("fp8", "fp8")}
 
 
-def test_pngs_have_signature(written):
-    out, _ = written
+def test_png_writes_every_plot_beside_the_report(written_png):
+    """``png=True`` (``fleetsim run --png``) adds the charts as PNG files under plots/."""
+    out, paths = written_png
+    assert sorted(paths) == sorted(out / f for f in EXPECTED_FILES + PNG_FILES)
+    assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
+
+
+def test_pngs_have_signature(written_png):
+    out, _ = written_png
     for name in ("ttft_cdf", "tpot_cdf", "queue", "kv_util", "replicas", "teams"):
         assert (out / "plots" / f"{name}.png").read_bytes()[:8] == PNG_SIGNATURE
 
@@ -195,11 +212,11 @@ def test_existing_folder_refused_without_force(written, results):
 
 def test_force_replaces_and_output_is_byte_identical(results, tmp_path):
     out = tmp_path / "run"
-    first = write_outputs(results, out)
+    first = write_outputs(results, out, png=True)
     snapshot = {p: p.read_bytes() for p in first}
     (out / "summary.json").write_text("from an older run")
     (tmp_path / "sibling").mkdir()
-    second = write_outputs(results, out, force=True)
+    second = write_outputs(results, out, force=True, png=True)
     assert second == first
     assert (out / "summary.json").read_text() != "from an older run"
     assert (tmp_path / "sibling").is_dir()
@@ -241,12 +258,12 @@ def test_file_in_the_way_is_an_error(results, tmp_path):
 
 
 def test_failed_write_leaves_nothing(results, tmp_path, monkeypatch):
-    import sim.output.plots
+    import sim.output.report
 
     def boom(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(sim.output.plots, "save_all", boom)
+    monkeypatch.setattr(sim.output.report, "build_report", boom)
     with pytest.raises(RuntimeError):
         write_outputs(results, tmp_path / "run")
     assert list(tmp_path.iterdir()) == []
@@ -323,7 +340,8 @@ def test_names_with_dollar_signs_are_drawn_as_written(tmp_path):
         "      arrival: {type: poisson, rate: 4/s}\n      prompt_tokens: 100\n"
         "      output_tokens: 10\npools:\n  'c$^$': {model: llama-3.1-8b, hardware: H100-SXM}\n",
         encoding="utf-8")
-    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet",
+                 "--png"]) == 0
     assert (tmp_path / "out" / "plots" / "teams.png").stat().st_size > 0
     assert (tmp_path / "out" / "report.html").stat().st_size > 0
     assert main(["sweep", str(scenario), "--vary", "pools.c$^$.replicas=1,2", "--vary",

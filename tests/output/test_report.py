@@ -6,8 +6,13 @@ import sim
 from sim.output.report import build_report
 
 
-def test_report_embeds_plots_and_escapes_scenario_strings():
-    """Team and pool names with markup appear escaped; plots are inline PNG."""
+def test_report_embeds_its_chart_data_and_escapes_scenario_strings():
+    """Team and pool names with markup appear escaped, in the tables and in the charts'
+    embedded data (where no name can close its script element); the charts' data, code
+    and library are in the page."""
+    import json
+    import re
+
     evil = "<script>alert(1)</script>"
     scn = Scenario.model_validate({
         "name": "r&d <fleet>", "duration": 10, "description": evil,
@@ -17,11 +22,16 @@ def test_report_embeds_plots_and_escapes_scenario_strings():
         "pools": {"p<b>": {"model": "llama-3.1-8b", "hardware": "H100-SXM"}},
     })
     page = build_report(sim.run(scn))
-    assert "<script>" not in page
+    assert evil not in page and page.count("</script>") == 3     # the page's own three
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "p&lt;b&gt;" in page and "r&amp;d &lt;fleet&gt;" in page
-    assert page.count("data:image/png;base64,") >= 6
-    assert "http://" not in page and "https://" not in page       # nothing fetched
+    data = re.search(r'<script type="application/json" id="fleetsim-charts">(.*?)</script>',
+                     page, re.S).group(1)
+    assert "<" not in data and ">" not in data and "&" not in data
+    charts = json.loads(data)["charts"]
+    assert len(charts) == page.count('class="chart"') == 11
+    assert charts[0]["title"] == "r&d <fleet>: time to first token, share of requests slower"
+    assert "pool p<b>" in [s["label"] for s in charts[0]["panels"][0]["series"]]
 
 
 def test_control_characters_reach_no_page_raw():
@@ -32,7 +42,7 @@ def test_control_characters_reach_no_page_raw():
     import pydantic
     import pytest
 
-    from sim.output.report import build_sweep_report
+    from sim.output.sweep_report import build_sweep_report
     stream = {"team": "t", "model": "llama-3.1-8b", "arrival": {"type": "poisson", "rate": 2},
               "prompt_tokens": 100, "output_tokens": 20}
     pools = {"p": {"model": "llama-3.1-8b", "hardware": "H100-SXM"}}
@@ -81,7 +91,7 @@ def test_report_shows_the_throughput_latency_curve_of_a_sweep():
 
 
 def test_sweep_curves_draw_one_line_per_value_of_the_first_varied_field():
-    from sim.output.report import sweep_figure, sweep_varied
+    from sim.output.sweep_report import sweep_figure, sweep_varied
     _, table = _small_sweep()
     assert sweep_varied(table) == ["pools.p.replicas", "workload.rate_scale"]
     fig = sweep_figure(table)
@@ -99,7 +109,7 @@ def test_a_sweep_of_many_values_is_one_scatter_and_zero_latencies_warn_nothing()
 
     import pandas as pd
 
-    from sim.output.report import MAX_SWEEP_LINES, sweep_figure
+    from sim.output.sweep_report import MAX_SWEEP_LINES, sweep_figure
     n = MAX_SWEEP_LINES + 1
     table = pd.DataFrame({"a": [i for i in range(n) for _ in (0, 1)],
                           "b": [0, 1] * n, "arrived": 10,

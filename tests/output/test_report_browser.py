@@ -1,6 +1,7 @@
 """report.html in a real browser (headless Chromium driven by Selenium): the page loads,
-logs nothing to the console, every image decodes, and names from the scenario are text,
-not markup.
+logs nothing to the console, draws every chart of its data (uPlot, inline) with tick
+labels that are plain numbers (hh:mm past an hour), shows values on hover, and names from
+the scenario are text, not markup; the sweep and size pages load and every image decodes.
 
 Chromium and ChromeDriver come from Debian (``make test`` installs them when missing).
 Run elsewhere without them, the test is skipped, unless ``FLEETSIM_BROWSER=required`` (as
@@ -17,7 +18,6 @@ import pytest
 import sim
 from sim.config.scenario import Scenario
 from sim.output.outputs import write_outputs
-from sim.output.plots import FIGURES
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -51,31 +51,104 @@ def browser():
     driver.quit()
 
 
+def _run_page(folder, name: str, duration_s: float, rate: float, slos=None):
+    scn = Scenario.model_validate({
+        "name": name, "description": HOSTILE_DESCRIPTION, "duration": duration_s,
+        "sample_interval": 5,
+        "workload": {"streams": {
+            "s": {"team": HOSTILE_TEAM, "model": "llama-3.1-8b",
+                  "arrival": {"type": "poisson", "rate": rate},
+                  "prompt_tokens": 400, "output_tokens": 60},
+            "t": {"team": "second", "model": "llama-3.1-8b",
+                  "arrival": {"type": "poisson", "rate": rate / 2},
+                  "prompt_tokens": {"type": "lognormal", "mean": 600, "cv": 1.0},
+                  "output_tokens": 30}}},
+        "pools": {"p": {"model": "llama-3.1-8b", "hardware": "H100-SXM"}},
+        **({"slos": slos} if slos else {}),
+    })
+    write_outputs(sim.run(scn), folder)
+    return folder / "report.html"
+
+
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    scn = Scenario.model_validate({
-        "name": "browser <check>", "description": HOSTILE_DESCRIPTION, "duration": 20,
-        "workload": {"streams": {"s": {"team": HOSTILE_TEAM, "model": "llama-3.1-8b",
-                                       "arrival": {"type": "poisson", "rate": 6},
-                                       "prompt_tokens": 400, "output_tokens": 60}}},
-        "pools": {"p": {"model": "llama-3.1-8b", "hardware": "H100-SXM"}},
-        "slos": {"ttft_p99": "500ms"},
-    })
-    out = tmp_path_factory.mktemp("browser") / "run"
-    write_outputs(sim.run(scn), out)
-    return out / "report.html"
+    return _run_page(tmp_path_factory.mktemp("browser") / "run", "browser <check>", 20, 6,
+                     {"ttft_p99": "500ms"})
 
 
-def test_report_loads_cleanly_in_chromium(browser, page):
+@pytest.fixture(scope="module")
+def long_page(tmp_path_factory):
+    """Two simulated hours of light traffic: its time axes read hh:mm."""
+    return _run_page(tmp_path_factory.mktemp("browser") / "long", "long <check>", 7200, 0.05)
+
+
+# every chart's uPlot objects (one per panel) and the tick labels each of its axes drew
+TICKS = """
+const out = {};
+for (const [name, plots] of Object.entries(window.fleetsimCharts)) {
+  out[name] = plots.map(u => u.axes.map(a => a._values || []));
+}
+return out;"""
+
+
+def _spec(browser) -> list[dict]:
+    return browser.execute_script(
+        "return JSON.parse(document.getElementById('fleetsim-charts').textContent).charts")
+
+
+def test_report_draws_its_charts_cleanly_in_chromium(browser, page):
     browser.get(page.as_uri())
     assert browser.title == "fleetsim: browser <check>"
-    images = browser.execute_script(
-        "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.alt])")
-    assert len(images) == len(FIGURES)              # no image but the plots
-    assert all(done and width > 0 for done, width, _ in images), images
-    assert all(alt and alt != "plot" for _, _, alt in images)
-    assert browser.execute_script("return document.scripts.length") == 0
     assert browser.get_log("browser") == []         # no error, warning or message
+    assert browser.execute_script("return document.images.length") == 0
+    scripts = browser.execute_script(
+        "return Array.from(document.scripts).map(s => [s.src, s.type])")
+    assert scripts == [["", "application/json"], ["", ""], ["", ""]]     # all inline
+    spec = _spec(browser)
+    ticks = browser.execute_script(TICKS)
+    assert sorted(ticks) == sorted(c["name"] for c in spec)     # every chart drawn
+    for chart in spec:
+        drawn = [p for p in chart["panels"] if p["series"]]
+        assert len(ticks[chart["name"]]) == len(drawn) >= 1, chart["name"]
+        titles = browser.execute_script(
+            f"return window.fleetsimCharts[{chart['name']!r}][0].root"
+            ".querySelector('.u-title').textContent")
+        assert titles == chart["title"] and titles.startswith("browser <check>: ")
+        for panel in ticks[chart["name"]]:
+            x, y = panel[0], panel[1]
+            assert x and y, chart["name"]
+            for axis in panel[1:] + ([] if chart["x"]["format"] == "category" else [x]):
+                for label in axis:
+                    assert "$" not in label and not re.search(r"\de[+-]?\d", label)
+                    assert re.fullmatch(r"-?\d{1,3}(,\d{3})*(\.\d+)?", label), \
+                        (chart["name"], axis)
+    categories = ticks["teams"][0][0]
+    assert HOSTILE_TEAM in categories and "second" in categories
+    assert all(re.fullmatch(r"\d+", t) for t in ticks["queue"][0][0])   # seconds
+
+
+def test_hovering_a_chart_shows_its_values(browser, page):
+    """uPlot's cursor: a point under the mouse puts each series' value in the legend."""
+    browser.get(page.as_uri())
+    values = browser.execute_script("""
+        const u = window.fleetsimCharts.queue[0];
+        u.setCursor({left: u.bbox.width / devicePixelRatio / 2, top: 10});
+        return Array.from(u.root.querySelectorAll('.u-legend .u-value')).map(v => v.textContent);""")
+    assert len(values) == 2 and all(re.fullmatch(r"[\d,.]+", v) for v in values), values
+
+
+def test_time_axes_read_hh_mm_past_an_hour_in_chromium(browser, long_page):
+    browser.get(long_page.as_uri())
+    assert browser.get_log("browser") == []
+    ticks = browser.execute_script(TICKS)
+    for name in ("latency_over_time", "replicas", "throughput", "queue", "kv_util"):
+        for panel in ticks[name]:
+            assert panel[0] and all(re.fullmatch(r"\d\d:\d\d", t) for t in panel[0]), \
+                (name, panel[0])
+            assert "01:00" in panel[0], name
+    labels = browser.execute_script(      # the x axis's label, under the bottom panel
+        "return Object.values(window.fleetsimCharts).map(us => us[us.length - 1].axes[0].label)")
+    assert "simulated time (hh:mm)" in labels and "arrival time (hh:mm)" in labels
 
 
 def test_scenario_names_are_text_not_markup(browser, page):
@@ -94,7 +167,7 @@ def sweep_and_size_pages(tmp_path_factory):
     import pandas as pd
 
     from sim.config.slos import parse_slo
-    from sim.output.report import build_sweep_report
+    from sim.output.sweep_report import build_sweep_report
     from sim.output.size_report import build_size_report
     from sim.planning.sweep import sweep
 

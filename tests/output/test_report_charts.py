@@ -16,7 +16,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 import sim
 from sim.config.scenario import Scenario
 from sim.output import plots, plots_requests
-from sim.output.report import build_report, build_sweep_report, sweep_figure
+from sim.output.report import build_report
+from sim.output.sweep_report import build_sweep_report, sweep_figure
 
 SLOS = {"ttft_p99": "2s", "tpot_p99": "50ms", "e2e_p95": "20s"}
 
@@ -200,3 +201,223 @@ def test_pareto_views_are_titled_with_the_scenario_name():
                           "cost_usd_per_h": [12.0, 30.0]})
     fig = pareto.pareto_figure(table, ["a", "b"], "charts-run")
     assert fig.get_suptitle().startswith("charts-run: ")
+
+
+# the run report's charts, drawn by the browser from a spec built here (sim.output.chart_data)
+
+def _charts(results) -> dict[str, dict]:
+    from sim.output.chart_data import run_charts
+    return {c["name"]: c for part in run_charts(results).values() for c in part}
+
+
+def _texts(value, key=None):
+    """Every text of a chart spec a reader sees (labels, titles, formats, category names),
+    with the key it is under."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _texts(v, k)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _texts(v, key)
+    elif isinstance(value, str):
+        yield key, value
+
+
+RUN_CHARTS = ["ttft_ccdf", "tpot_ccdf", "e2e_ccdf", "latency_over_time", "prompt_lengths",
+              "output_lengths", "replicas", "throughput", "queue", "kv_util", "teams"]
+TIME_CHARTS = ["latency_over_time", "replicas", "throughput", "queue", "kv_util"]
+
+
+def test_the_report_draws_every_chart_titled_with_the_scenario(results):
+    charts = _charts(results)
+    assert list(charts) == RUN_CHARTS
+    assert all(c["title"].startswith("charts-run: ") for c in charts.values())
+
+
+def test_no_chart_text_is_mathtext_or_scientific(results, long_results):
+    """No label, title or tick format holds "$" (mathtext) or an exponent (``1e+03``):
+    every tick is a plain number, hh:mm or a name."""
+    for run in (results, long_results):
+        texts = [(k, t) for c in _charts(run).values() for k, t in _texts(c)]
+        assert texts
+        assert not [t for _, t in texts if "$" in t or re.search(r"\de[+-]?\d", t)]
+        formats = {t for k, t in texts if k == "format"}
+        assert formats <= {"number", "hhmm", "category"}
+
+
+def test_latency_tails_are_shares_slower_on_log_axes_with_the_slo_in_ms(results):
+    """TTFT, TPOT and E2E: the share of requests slower than x (ms) on a log y axis
+    reaching below 1%, each fleet-wide SLO target a rule at its value in ms inside the
+    x axis (2 s is 2,000 ms), and the share it allows (p99: 0.01) a rule too."""
+    charts = _charts(results)
+    for name, target_ms, share in (("ttft_ccdf", 2000.0, 0.01), ("tpot_ccdf", 50.0, 0.01),
+                                   ("e2e_ccdf", 20_000.0, 0.05)):
+        chart = charts[name]
+        panel, = chart["panels"]
+        assert panel["y"]["log"] and panel["y"]["range"][0] <= 0.01, name
+        assert panel["y"]["range"][1] == 1.0
+        assert "(ms)" in chart["x"]["label"]
+        xs = [r["value"] for r in panel["rules"] if r["axis"] == "x"]
+        assert xs == [target_ms], name
+        lo, hi = chart["x"]["range"]
+        assert lo <= target_ms <= hi, name
+        assert [r["value"] for r in panel["rules"] if r["axis"] == "y"] == [share]
+        pools = [s for s in panel["series"] if s["label"] == "pool p"]
+        assert pools and max(pools[0]["y"]) <= 1.0 and min(pools[0]["y"]) > 0.0
+    over_time = charts["latency_over_time"]["panels"]
+    assert [r["value"] for r in over_time[0]["rules"]] == [2000.0]
+    assert [r["value"] for r in over_time[1]["rules"]] == [50.0]
+    teams = charts["teams"]["panels"][0]
+    assert [r["value"] for r in teams["rules"]] == [2000.0]
+
+
+def test_no_slo_rule_where_no_slo_is_declared(long_results):
+    charts = _charts(long_results)
+    rules = [r["label"] for c in charts.values() for p in c["panels"] for r in p["rules"]]
+    assert not [label for label in rules if label.startswith("SLO")]
+
+
+def test_share_slower_curves_follow_the_data(results):
+    """The pool's curve at each drawn latency is the share of its completed requests
+    slower than it."""
+    import numpy as np
+    done = results.requests[results.requests["status"].astype(str) == "completed"]
+    ttft_ms = np.sort(done["ttft_s"].to_numpy()) * 1e3
+    series = _charts(results)["ttft_ccdf"]["panels"][0]["series"][0]
+    for x, share in list(zip(series["x"], series["y"]))[::50]:
+        assert share == pytest.approx((ttft_ms > x + 1e-6).mean(), abs=1e-6)
+
+
+def test_browser_charts_time_axes_read_hh_mm_past_an_hour(results, long_results):
+    for name in TIME_CHARTS:
+        axis = _charts(long_results)[name]["x"]
+        assert axis["format"] == "hhmm" and "hh:mm" in axis["label"], name
+        assert 3600 % axis["step_s"] == 0 and axis["range"][1] > 3600.0
+        short = _charts(results)[name]["x"]
+        assert short["format"] == "number" and short["label"].endswith("(s)"), name
+
+
+def test_browser_charts_draw_gpu_busy_beside_kv_use(results):
+    import numpy as np
+    panels = _charts(results)["kv_util"]["panels"]
+    assert [p["y"]["label"] for p in panels] == ["KV cache used (%)", "GPU busy (%)"]
+    ts = results.timeseries
+    np.testing.assert_allclose(panels[1]["series"][0]["y"], ts["busy_frac"] * 100.0,
+                               atol=1e-4)
+
+
+def _tiled(results, times: int):
+    """``results`` with its requests and samples repeated ``times`` times, one after
+    another in time: a long, busy run without simulating it."""
+    import dataclasses
+
+    import numpy as np
+    from sim.output.columns import Coded, Table
+    from sim.output.results import RunTables
+
+    def tile(table, shift_columns, span_s):
+        out = {}
+        offsets = np.repeat(np.arange(times) * span_s, len(table))
+        for name in table.columns:
+            col = table[name]
+            if isinstance(col, Coded):
+                out[name] = Coded(np.tile(col.codes, times), col.names)
+            else:
+                out[name] = np.tile(col, times)
+                if name in shift_columns:
+                    out[name] = out[name] + offsets
+        return Table(out)
+
+    span = float(results.summary["end_s"])
+    req = tile(results.tables.requests, {"arrival_s", "admitted_s", "first_token_s",
+                                         "finish_s"}, span)
+    ts = tile(results.tables.timeseries, {"time_s"}, span)
+    return dataclasses.replace(results, tables=RunTables(req, ts))
+
+
+def test_a_long_runs_chart_data_stays_small(results):
+    """A day of a busy fleet (here the run's 40 s repeated to about a million requests)
+    is drawn through a bounded number of points: a share-slower curve through at most
+    CCDF_POINTS, a series over time at most MAX_TIME_POINTS; the page's data a few MB."""
+    from sim.output import chart_data
+    from sim.output.report import charts_json
+
+    times = 1_000_000 // len(results.tables.requests) + 1
+    big = _tiled(results, times)
+    assert len(big.tables.requests) >= 1_000_000
+    charts = chart_data.run_charts(big)
+    flat = {c["name"]: c for part in charts.values() for c in part}
+    for name, chart in flat.items():
+        limit = chart_data.CCDF_POINTS if name.endswith("_ccdf") else \
+            chart_data.MAX_TIME_POINTS
+        for panel in chart["panels"]:
+            for series in panel["series"]:
+                assert len(series["x"]) == len(series["y"]) <= limit, (name, series["label"])
+    assert flat["latency_over_time"]["x"]["format"] == "hhmm"
+    assert len(charts_json(charts)) < 2_000_000
+
+
+def test_a_default_run_imports_neither_matplotlib_nor_pandas(tmp_path):
+    """Writing a run's report costs no plotting library: ``fleetsim run`` (report.html
+    and all) imports neither matplotlib nor pandas; ``--png`` draws with matplotlib."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "sim", "run",
+                           "scenarios/v1-single.yaml", "--out", str(tmp_path / "out"),
+                           "--quiet"], capture_output=True, text=True, cwd=root, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "sim.output.report" in imported and (tmp_path / "out" / "report.html").is_file()
+    assert not {m for m in imported if m.split(".")[0] in ("matplotlib", "pandas")}
+    assert not (tmp_path / "out" / "plots").exists()
+
+
+def test_report_inlines_the_chart_library_and_fetches_nothing(results):
+    """The page carries uPlot (its licence with it), the charts' code and data: no script
+    or style is fetched; the only address in it is uPlot's home, in its licence banner."""
+    from sim.output.report import STATIC, UPLOT_VERSION
+    page = build_report(results)
+    library = (STATIC / "uPlot.iife.min.js").read_text(encoding="utf-8")
+    assert library in page and (STATIC / "uPlot.min.css").read_text() in page
+    assert f"uPlot {UPLOT_VERSION}, under its licence" in page
+    assert "Permission is hereby granted, free of charge" in page
+    assert f"(v{UPLOT_VERSION})" in library
+    tags = re.findall(r"<(script|link|img|iframe)\b[^>]*>", page)
+    assert tags == ["script"] * 3
+    assert not re.search(r"<script[^>]*\bsrc=", page)
+    assert re.findall(r"https?://[^\s\"')]*", page) == ["https://github.com/leeoniya/uPlot"]
+
+
+def test_latency_over_time_is_each_bins_percentiles_and_attainment(results):
+    """The page's latency over time holds the figures the PNG draws (pandas' per-bin
+    quantiles and attainment, sim.output.plots_requests), computed with numpy alone."""
+    import numpy as np
+    panels = _charts(results)["latency_over_time"]["panels"]
+    table = plots_requests.percentiles_over_time(results)
+    for panel, metric in zip(panels, ("TTFT", "TPOT")):
+        for series in panel["series"]:
+            np.testing.assert_allclose(series["x"], table["time_s"], atol=1e-6)
+            np.testing.assert_allclose(series["y"], table[series["label"]] * 1e3, atol=1e-4)
+    attained = plots_requests.attainment_over_time(results)
+    share = panels[2]["series"][0]
+    np.testing.assert_allclose(share["x"], attained["time_s"], atol=1e-6)
+    np.testing.assert_allclose(share["y"], attained["attainment"] * 100.0, atol=1e-3)
+
+
+def test_charts_of_a_run_with_no_requests_say_so(results):
+    """No request and no sample: every chart is there, with a note instead of data."""
+    import dataclasses
+
+    import numpy as np
+    from sim.output.columns import Table
+    from sim.output.results import RunTables
+    requests = results.tables.requests
+    none = RunTables(requests[np.zeros(len(requests), dtype=bool)], Table({}))
+    charts = _charts(dataclasses.replace(results, tables=none, summary={}))
+    assert list(charts) == RUN_CHARTS
+    assert all(c["note"] for c in charts.values())
+    assert not [s for c in charts.values() for p in c["panels"] for s in p["series"]]
