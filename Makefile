@@ -46,7 +46,8 @@ test: $(DEV_STAMP) browser
 
 # timed: simulation speed, soak runs, the calibrated profile against whole forwards timed
 # now; fails when a target is missed. Run it alone on a quiet machine.
-bench: $(DEV_STAMP) $(PEERS_STAMP)
+bench: $(DEV_STAMP)
+	$(MAKE) peers || echo "vllm-sr-sim could not be installed: the peer comparison is skipped"
 	$(PY) -m pytest -m bench -q -s tests/bench
 
 # the peer simulators the bench compares fleetsim with, each in its own environment
