@@ -7,8 +7,10 @@ STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
+PEERS_VENV := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed
 
-.PHONY: demo test browser bench validate validate-gpu validate-vllm vllm-recorded vllm-host vllm gpu-profiles roofline-fit clean install
+.PHONY: demo test browser bench peers validate validate-gpu validate-vllm vllm-recorded vllm-host vllm gpu-profiles roofline-fit clean install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -45,7 +47,19 @@ test: $(DEV_STAMP) browser
 # timed: simulation speed, soak runs, the calibrated profile against whole forwards timed
 # now; fails when a target is missed. Run it alone on a quiet machine.
 bench: $(DEV_STAMP)
+	$(MAKE) peers || echo "vllm-sr-sim could not be installed: the peer comparison is skipped"
 	$(PY) -m pytest -m bench -q -s tests/bench
+
+# the peer simulators the bench compares fleetsim with, each in its own environment
+# (tests/bench/test_bench_peers.py skips without it): vllm-sr-sim, request-level, numpy and
+# scipy only (no torch)
+$(PEERS_STAMP):
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q vllm-sr-sim==0.1.0.dev20260713123629
+	$(PEERS_VENV)/bin/python -c "import fleet_sim; print('vllm-sr-sim', fleet_sim.__version__)"
+	touch $@
+
+peers: $(PEERS_STAMP)
 
 # timed: the README's validation tables, fleetsim against real engines serving on this
 # CPU: transformers (about 20 minutes), then vLLM (validate-vllm, about 25 minutes, its
@@ -123,4 +137,4 @@ vllm-host: $(DEV_STAMP) $(VLLM_STAMP)
 		--out $(VLLM_HOST_OUT)/vllm_host_fit.yaml
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) results build dist *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) $(PEERS_VENV) results build dist *.egg-info

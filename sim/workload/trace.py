@@ -25,6 +25,7 @@ import numpy as np
 from sim.config.lengths import MAX_TOKENS
 from sim.config.workload import TraceArrivalConfig
 from sim.config.inputs import MAX_DATA_BYTES, DataFiles, InputFileError, as_data_files, open_regular
+from sim.workload.plain_csv import read_plain_columns
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -222,7 +223,6 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...],
     columns, may say how many of its rows are the last wanted: reading stops there. More
     than ``max_rows`` rows wanted is an error (``too_many``, when given, is its message).
     """
-    import pandas as pd
     try:
         quoted = scan_text(path)
     except InputFileError as exc:
@@ -231,6 +231,14 @@ def read_csv_columns(path: pathlib.Path, columns: tuple[str, ...],
     except OSError as exc:
         raise WorkloadDataError(path, f"cannot read: {exc.strerror or exc}") from None
     max_rows = MAX_CSV_ROWS if max_rows is None else max_rows
+    if not quoted and not datetimes:    # numbers only: most files are plain, read without pandas
+        try:
+            plain = read_plain_columns(path, columns, open_data, max_rows, enough)
+        except (InputFileError, OSError):
+            plain = None                # the reader below says what is wrong
+        if plain is not None:
+            return plain
+    import pandas as pd
     record_lines = None         # exact lines when a quoted field may span several
     if quoted:
         try:

@@ -2,7 +2,7 @@
 
 Used by test_bench_fleet.py in a fresh subprocess per run, so peak RSS is
 that run's alone:  python tests/bench/fleetbench.py SCENARIO [--replicas N]
-[--rate R] [--duration S] [--exact]
+[--rate R] [--duration S] [--exact] [--trace LIST]
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import argparse
 import json
 import resource
 import time
+from pathlib import Path
 
 import sim
 from sim.config.scenario import Scenario
@@ -22,13 +23,16 @@ def main() -> None:
     ap.add_argument("--rate", type=float, help="requests/s of the first stream")
     ap.add_argument("--duration", type=float)
     ap.add_argument("--exact", action="store_true")
+    ap.add_argument("--trace", help="the first stream replays this request list (its "
+                                    "arrival must be a trace)")
     ap.add_argument("--save", help="write the request table here (parquet)")
     ap.add_argument("--cost-model", choices=("scenario", "roofline"), default="scenario",
                     help="the scenario's own cost model (the default path: measured "
                          "kernels where a profile exists) or the roofline, for comparison")
     args = ap.parse_args()
 
-    base = sim.load_scenario(args.scenario)
+    base = sim.load_scenario(args.scenario, allow_paths=[Path(args.trace).resolve().parent]
+                             if args.trace else [])
     data = base.model_dump()
     if args.duration:
         data["duration"] = args.duration
@@ -42,8 +46,11 @@ def main() -> None:
     if args.rate:
         stream = next(iter(data["workload"]["streams"].values()))
         stream["arrival"]["rate"] = {"type": "constant", "value": args.rate}
+    if args.trace:
+        stream = next(iter(data["workload"]["streams"].values()))
+        stream["arrival"]["path"] = str(Path(args.trace).resolve())
     scenario = Scenario.model_validate(data)
-    scenario._source = base._source
+    scenario._source, scenario._allow_paths = base._source, base._allow_paths
 
     t0 = time.perf_counter()
     results = sim.run(scenario)
@@ -53,8 +60,10 @@ def main() -> None:
     n = len(results.requests)
     print(json.dumps({
         "requests": n,
+        "completed": results.summary["requests"]["completed"],
         "simulated_s": results.summary["end_s"],
         "sim_wall_s": results.wall_s,
+        "setup_wall_s": results.extra["setup_s"],
         "total_wall_s": total_s,
         "requests_per_wall_s": n / results.wall_s,
         "events": results.extra["events"],
@@ -62,6 +71,9 @@ def main() -> None:
         "steps": results.extra["steps"],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         "ttft_p50_s": results.summary["latency_s"]["ttft"]["p50"],
+        "ttft_mean_s": results.summary["latency_s"]["ttft"]["mean"],
+        "requests_per_s": results.summary["throughput"]["requests_per_s"],
+        "output_tokens_per_s": results.summary["throughput"]["output_tokens_per_s"],
         "busy_frac": next(iter(results.summary["pools"].values()))["busy_frac"],
         "cost_model": next(iter(results.summary["pools"].values())).get("cost_model"),
     }))
