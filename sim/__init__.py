@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import importlib
 
+from sim import version as _version
+
 __all__ = ["load_scenario", "run", "with_overrides", "size", "sweep", "compare", "check",
            "Results", "ScenarioError"]
-__version__ = "0.1.0"
+__version__ = _version.__version__       # one source: sim/version.py
 
 _HOMES = {"load_scenario": "sim.api", "run": "sim.api", "with_overrides": "sim.api",
           "size": "sim.workflows", "sweep": "sim.workflows", "compare": "sim.workflows",

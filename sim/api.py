@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from sim.output.results import Results, collect
 from sim.core.checks import RunRefused
 from sim.core.simulation import ProgressFn, Simulation, Watch
 from sim.workload import WorkloadDataError
+from sim.config.data_files import length_files
 from sim.config.yamlio import LineMap, load_yaml
 
 
@@ -91,36 +92,6 @@ def _scenario_keys() -> list[str]:
     return [info.alias or name for name, info in Scenario.model_fields.items()]
 
 
-def _length_files(loc: tuple, cfg) -> Iterator[tuple[tuple, str]]:
-    """``(loc, path)`` of every length distribution read from a file under ``cfg``."""
-    if getattr(cfg, "type", None) == "empirical" and getattr(cfg, "path", None) is not None:
-        yield loc + ("path",), cfg.path
-    for i, component in enumerate(getattr(cfg, "components", None) or ()):
-        yield from _length_files(loc + ("components", i, "dist"), component.dist)
-
-
-def data_files(scenario: Scenario) -> list[Path]:
-    """The files a scenario reads besides itself: traces, length distributions and
-    calibrated profiles (those that can be found), where they would be read from."""
-    files = scenario_files(scenario)
-    found: list[str] = []
-    for stream in scenario.workload.streams.values():
-        if stream.arrival.type == "trace":
-            found.append(stream.arrival.path)
-        for key in ("prompt_tokens", "output_tokens"):
-            found += [text for _loc, text in _length_files((), getattr(stream, key))]
-    paths = [files.locate(text) for text in found]
-    from sim.cost.calibrated import resolve_profile_path
-    for pool in scenario.pools.values():
-        profile = pool.cost_model.profile_file()
-        if profile:
-            try:
-                paths.append(resolve_profile_path(profile, files))
-            except (ValueError, OSError):
-                pass
-    return paths
-
-
 def _check_data_files(scenario: Scenario, path: Path, line_map: LineMap) -> None:
     """Trace and length files named by the scenario are regular files where they may be
     read from (see :mod:`sim.config.inputs`), relative to the scenario file."""
@@ -132,7 +103,7 @@ def _check_data_files(scenario: Scenario, path: Path, line_map: LineMap) -> None
             named.append((here + ("arrival", "path"), stream.arrival.path, "trace file"))
         for key in ("prompt_tokens", "output_tokens"):
             named += [(loc, text, "length file")
-                      for loc, text in _length_files(here + (key,), getattr(stream, key))]
+                      for loc, text in length_files(here + (key,), getattr(stream, key))]
     problems = []
     for loc, text, kind in named:
         try:
@@ -186,7 +157,7 @@ def _dotted(given_set: Mapping[str, Any] | None, fields: dict[str, Any],
             given: dict[str, Any]) -> dict[str, Any]:
     """The dotted overrides of ``set`` and the keywords, each path once, none inside
     another, none also given as ``seed=`` or ``duration_s=``."""
-    from sim.planning.overrides import nested_in
+    from sim.config.overrides import nested_in
     if given_set is not None and not isinstance(given_set, Mapping):
         raise ScenarioError(f"set= takes a mapping of dotted paths to values, e.g. "
                             f"{{'pools.main.replicas': 3}}, not a {type(given_set).__name__}",
@@ -212,10 +183,10 @@ def _dotted(given_set: Mapping[str, Any] | None, fields: dict[str, Any],
 
 
 def _with_dotted(scenario: Scenario, dotted: dict[str, Any]) -> Scenario:
-    """:func:`sim.planning.overrides.with_values` (what ``--set`` runs), then the whole
+    """:func:`sim.config.overrides.with_values` (what ``--set`` runs), then the whole
     scenario's checks; a problem on a field the overrides did not give says they made
     it."""
-    from sim.planning.overrides import with_values
+    from sim.config.overrides import with_values
     try:
         out = cross_check(with_values(scenario, dotted))
     except ScenarioError as exc:
@@ -266,22 +237,6 @@ def run(scenario: Scenario, *, progress: ProgressFn | None = None,
     simulation.wall_s = time.perf_counter() - t0
     simulation.setup_s = setup_s
     return collect(simulation.account())
-
-
-def write_results(results: Results, folder: str | Path, *, force: bool = False,
-                  report: bool = True, requests: bool = True, csv: bool = False,
-                  png: bool = False) -> list[Path]:
-    """:meth:`Results.write`: the files ``fleetsim run --out folder`` writes, by its writer
-    (:func:`sim.output.outputs.write_outputs`) and under its rules: an existing non-empty
-    ``folder`` is replaced only with ``force`` and only if fleetsim wrote it, never one
-    holding the scenario or a data file it read."""
-    from sim.output.outputs import write_outputs
-    scenario = results.scenario
-    inputs = [str(p) for p in data_files(scenario)]
-    if scenario._source is not None:
-        inputs.append(scenario._source)
-    return write_outputs(results, Path(folder), force=force, inputs=inputs, report=report,
-                         requests=requests, csv=csv, png=png)
 
 
 def refused(scenario: Scenario, exc: RunRefused) -> ScenarioError:

@@ -74,7 +74,7 @@ def sweep(scenario: Scenario, vary: Mapping[str, Any], *, workers: int = 1) -> p
     figures (``ttft_p99_s``, ``requests_per_s``, ``cost_usd``, ... and ``POOL.FIELD``
     per pool), as the command's CSV table. Checked before any run as the command's
     ``--vary`` is (each point's scenario, no value twice, at most 10,000 points)."""
-    from sim.planning.overrides import check_distinct, check_grid, parse_vary
+    from sim.config.overrides import check_distinct, check_grid, parse_vary
     from sim.planning.sweep import sweep as sweep_table
     if not isinstance(vary, Mapping) or not vary:
         raise ScenarioError("vary= maps dotted paths to their values, e.g. "

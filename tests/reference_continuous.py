@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 from sim.cost.shape import BatchShape
-from sim.core.request import Request
+from sim.entities.request import Request
 from sim.schedulers.base import Scheduler, Segment
 from sim.schedulers.waiting import PriorityQueue
 

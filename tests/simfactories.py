@@ -18,8 +18,8 @@ from sim.config.scenario import Scenario
 from sim.cost.base import CostModel
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.cost.shape import BatchShape
-from sim.core.kv import KvCacheManager
-from sim.core.request import Request
+from sim.entities.kv import KvCacheManager
+from sim.entities.request import Request
 from sim.output.results import Results
 from sim.schedulers.base import ReplicaLimits
 from sim.schedulers.continuous import ContinuousConfig, ContinuousScheduler

@@ -350,8 +350,11 @@ def test_invariants_hold_for_random_small_scenarios(kind, data):
         check_invariants(scenario,
                          every_arrival_recorded=not retry_may_be_pending_at_cut_off(scenario))
     except RunRefused as exc:
-        # a stream whose every request is too long for its pools is refused before it runs
-        assert "longer than its pool serves" in exc.message, exc.message
+        # refused before it runs: a stream whose every request is too long for its pools,
+        # or a run whose streams draw no request at all (a bursty gamma stream over a few
+        # seconds may draw none)
+        assert ("longer than its pool serves" in exc.message
+                or "no stream draws a request" in exc.message), exc.message
         assume(False)
 
 

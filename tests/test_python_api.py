@@ -11,7 +11,7 @@ import pytest
 
 import sim
 from sim.cli import main
-from sim.planning.overrides import with_values
+from sim.config.overrides import with_values
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "python-api.md"

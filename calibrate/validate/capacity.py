@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 import sim
 from sim.config.slos import Slo
-from sim.planning.overrides import with_values
+from sim.config.overrides import with_values
 from sim.planning.size import max_rate
 from sim.planning.trial import verdict
 

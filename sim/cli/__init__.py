@@ -21,7 +21,7 @@ import threading
 # stands. (Before any of fleetsim's models are built: ``import sim`` builds none.)
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
-from sim import __version__  # noqa: E402
+from sim.version import __version__  # noqa: E402
 from sim.cli.calibrate import add_calibrate  # noqa: E402
 from sim.cli.inspect import add_inspect  # noqa: E402
 from sim.cli.planning import add_planning  # noqa: E402

@@ -157,7 +157,7 @@ def load_from_args(args: argparse.Namespace, scenario_path: str | None = None):
     overrides (--seed, --duration, --set, --warmup) applied and checked."""
     import sim
     from sim.api import cross_check
-    from sim.planning.overrides import parse_value, refuse_clash, with_values
+    from sim.config.overrides import parse_value, refuse_clash, with_values
 
     base = sim.load_scenario(args.scenario if scenario_path is None else scenario_path,
                              allow_paths=allowed_paths(args))
@@ -210,7 +210,7 @@ def _blamed(problem, base, groups: dict[str, dict], given: dict[str, str]):
     alone make it (all of them when none does alone)."""
     from sim.api import cross_check, given_by, located
     from sim.config.errors import Problem
-    from sim.planning.overrides import with_values
+    from sim.config.overrides import with_values
 
     flag = given_by(given, problem.field or "")
     if flag is not None:
@@ -260,7 +260,7 @@ def inputs_of(args: argparse.Namespace, scenario=None) -> list[str]:
     found += list(getattr(args, "scenarios", None) or [])
     found += list(getattr(args, "from_logs", None) or [])
     if scenario is not None:
-        from sim.api import data_files
+        from sim.config.data_files import data_files
         found += [str(p) for p in data_files(scenario)]
     return [f for f in found if f]
 

@@ -20,7 +20,7 @@ from sim.cli.common import (path_arg, tolerance_arg, count_bar, load_from_args,
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from sim.output.atomic_write import write_file
     from sim.output.output_paths import check_file
-    from sim.planning.overrides import check_distinct, check_grid, parse_vary
+    from sim.config.overrides import check_distinct, check_grid, parse_vary
     from sim.output.outputs import csv_safe
     from sim.planning.runner import DaskSchedulerError
     from sim.planning.sweep import sweep

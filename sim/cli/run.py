@@ -15,7 +15,7 @@ from sim.cli.common import (duration_arg, path_arg, count_arg, MAX_REPLICATIONS,
 
 
 def _cmd_replications(args: argparse.Namespace, scenario) -> int:
-    from sim.planning.overrides import with_values
+    from sim.config.overrides import with_values
     from sim.planning.runner import run_many
     from sim.planning.stats import aggregate, slo_met_share
 

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from sim.config import units
-from sim.gateway.retry import RetryPolicy
+from sim.config.retry import RetryPolicy
 from sim.config.common import (
     FilePath,
     Flag,

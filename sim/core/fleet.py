@@ -19,9 +19,9 @@ from sim.cost import CostModel, build_cost_model
 from sim.config.engines import FrontEnd, front_end
 from sim.cost.engine_host import with_engine_host
 from sim.gateway.fair_queue import FairQueue
-from sim.core.gaps import GapHistogram
-from sim.core.kv import KvCacheManager
-from sim.core.request import Request
+from sim.schedulers.gaps import GapHistogram
+from sim.entities.kv import KvCacheManager
+from sim.entities.request import Request
 from sim.routers import ROUTERS
 from sim.routers.base import Router
 from sim.schedulers import SCHEDULERS, ReplicaLimits, Scheduler

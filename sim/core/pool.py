@@ -24,13 +24,13 @@ import simpy
 from sim.autoscalers.metrics import PoolView, sample
 from sim.config.resolve import ResolvedPool
 from sim.core.fleet import PoolParts
-from sim.core.kv import KvCacheManager
+from sim.entities.kv import KvCacheManager
 from sim.core.replica import DRAINING, READY, STARTING, Replica
-from sim.core.request import Request
-from sim.core.wakeup import call_after
-from sim.output.accounts import PoolAccount
-from sim.output.recorder import PoolSample, Recorder
-from sim.output.usage import PoolUsage
+from sim.entities.request import Request
+from sim.entities.wakeup import call_after
+from sim.recording.accounts import PoolAccount
+from sim.recording.recorder import PoolSample, Recorder
+from sim.recording.usage import PoolUsage
 from sim.schedulers.base import Scheduler
 
 

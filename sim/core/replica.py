@@ -5,7 +5,7 @@ next segment and schedules one SimPy timeout for its end. New requests wake
 an idle replica (after the events of the current instant, so simultaneous
 arrivals share a step) and cut a fast-forwarded segment at the first step
 boundary after the arrival, exactly where the step-by-step loop would have
-admitted them. Callbacks on bare wake-ups (``sim.core.wakeup``), the superseded
+admitted them. Callbacks on bare wake-ups (``sim.entities.wakeup``), the superseded
 one cancelled, keep this to about one event per segment.
 
 The engine decides which step an arrival can join (``sim/config/engines.py``): the
@@ -25,11 +25,11 @@ from collections import deque
 
 import simpy
 
-from sim.output.recorder import Recorder, StepRow
-from sim.core.request import Request
+from sim.recording.recorder import Recorder, StepRow
+from sim.entities.request import Request
 from sim.schedulers.base import Scheduler, Segment
-from sim.output.usage import PoolUsage
-from sim.core.wakeup import WakeUp, call_after
+from sim.recording.usage import PoolUsage
+from sim.entities.wakeup import WakeUp, call_after
 
 # A replica's life cycle: asked for (paid from then), serving, finishing what it holds,
 # gone.

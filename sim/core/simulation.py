@@ -22,18 +22,18 @@ import simpy
 
 from sim.config.inputs import DataFiles
 from sim.config.resolve import Resolved
-from sim.core.block_keys import HashKeys, SessionKeys
+from sim.entities.block_keys import HashKeys, SessionKeys
 from sim.core.checks import (RunRefused, check_request_count, check_servable,
                              check_step_times)
 from sim.core.fleet import pool_parts
 from sim.core.pool import Pool
-from sim.core.request import Request, Status
-from sim.core.wakeup import call_after, events_scheduled
+from sim.entities.request import Request, Status
+from sim.entities.wakeup import call_after, events_scheduled
 from sim.core.work import REFUSED_PAUSE_S, check_work, closed_loop_paces
 from sim.gateway.routes import Escalate, HandOff
 from sim.gateway.service import Gateway
-from sim.output.accounts import RunAccount
-from sim.output.recorder import Recorder
+from sim.recording.accounts import RunAccount
+from sim.recording.recorder import Recorder
 from sim.workload import RequestArrivals, generate_arrivals
 
 ProgressFn = Callable[[float, float], None]

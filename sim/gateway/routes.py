@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.config.gateway import DisaggregatedConfig, ServedModelConfig
-from sim.core.request import Request
+from sim.entities.request import Request
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ from sim.gateway.budget import PeriodBudget
 from sim.gateway.retry import retry_delay_s
 from sim.gateway.routes import Next, Route, build_route
 from sim.gateway.token_bucket import TokenBucket
-from sim.core.request import Request
-from sim.core.wakeup import call_after
+from sim.entities.request import Request
+from sim.entities.wakeup import call_after
 
 RETRYABLE = {"rate_limited_rpm", "rate_limited_tpm", "concurrency_limit", "budget_exhausted",
              "shed_queue_full", "replica_lost"}

@@ -9,7 +9,7 @@ import pandas as pd
 import matplotlib
 from matplotlib.figure import Figure
 
-from sim.core.request import Status
+from sim.entities.request import Status
 from sim.output import chart_data
 
 FIGSIZE = (7.0, 4.2)

@@ -46,7 +46,7 @@ def marker_text(command: str | None = None, files: list[str] | None = None,
     pid); ``files`` are the relative paths written, sorted; ``stage`` marks a folder
     still being written (what a killed run leaves, and the only kind a later run
     removes unasked)."""
-    from sim import __version__
+    from sim.version import __version__
     data: dict = {"written_by": "fleetsim", "version": __version__}
     if command:
         data["command"] = command

@@ -209,3 +209,19 @@ def write_outputs(results, out_dir: Path, *, force: bool = False, sweep=None,
     return write_folder(lambda folder: _write_all(results, folder, sweep, report, requests,
                                                   csv, png), out_dir,
                         force=force, inputs=inputs, command="run")
+
+
+def write_results(results, folder: str | Path, *, force: bool = False,
+                  report: bool = True, requests: bool = True, csv: bool = False,
+                  png: bool = False) -> list[Path]:
+    """:meth:`Results.write`: the files ``fleetsim run --out folder`` writes, by its writer
+    (:func:`sim.output.outputs.write_outputs`) and under its rules: an existing non-empty
+    ``folder`` is replaced only with ``force`` and only if fleetsim wrote it, never one
+    holding the scenario or a data file it read."""
+    from sim.config.data_files import data_files
+    scenario = results.scenario
+    inputs = [str(p) for p in data_files(scenario)]
+    if scenario._source is not None:
+        inputs.append(scenario._source)
+    return write_outputs(results, Path(folder), force=force, inputs=inputs, report=report,
+                         requests=requests, csv=csv, png=png)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sim.core.request import Status
+from sim.entities.request import Status
 from sim.output import plots_requests
 from sim.output.figure_kit import (FIGSIZE, MS, SLO_STYLE, busiest_teams, colours,
                                    completed, fixed_figure, log_axis, log_x, new_figure, note,

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 
 from sim.config.slos import targets
 from sim.output.chart_data import TIME_BINS, length_bins
-from sim.core.request import Status
+from sim.entities.request import Status
 from sim.output.figure_kit import (FIGSIZE, MS, completed, fixed_figure, log_x, note,
                                    plain_text, scenario_name, time_axis, title)
 from sim.output.slo import judged, within_every_bound

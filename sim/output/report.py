@@ -241,7 +241,7 @@ def _scenario_text(scenario) -> str:
 def _provenance(results) -> str:
     """What made these figures: the tool's version, each pool's step-time source and
     price source."""
-    from sim import __version__
+    from sim.version import __version__
     from sim.config.profiles import find_hardware
 
     scenario = results.scenario

@@ -15,9 +15,9 @@ from functools import cached_property
 import numpy as np
 
 from sim.config.scenario import Scenario
-from sim.output.accounts import RunAccount
+from sim.recording.accounts import RunAccount
 from sim.output.columns import Coded, Table
-from sim.output.recorder import REQUEST_COLUMNS, REQUEST_ROW
+from sim.recording.recorder import REQUEST_COLUMNS, REQUEST_ROW
 from sim.output.summary import EarlierWork, summarise
 from sim.output.timeseries import build_timeseries
 
@@ -71,7 +71,7 @@ class Results:
         as CSV too, ``png=True``: the charts as PNG files under plots/, as
         ``--no-requests``, ``--csv`` and ``--png`` do) and return their paths. An existing non-empty ``folder`` is replaced only with ``force`` and only if
         fleetsim wrote it; otherwise ScenarioError."""
-        from sim.api import write_results
+        from sim.output.outputs import write_results
         return write_results(self, folder, force=force, report=report, requests=requests,
                              csv=csv, png=png)
 

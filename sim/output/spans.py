@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.core.request import Status
-from sim.output.accounts import PoolAccount
+from sim.entities.request import Status
+from sim.recording.accounts import PoolAccount
 from sim.output.columns import Table
 
 

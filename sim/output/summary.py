@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.core.gaps import GapHistogram
-from sim.core.request import Status
-from sim.output.accounts import RunAccount
+from sim.schedulers.gaps import GapHistogram
+from sim.entities.request import Status
+from sim.recording.accounts import RunAccount
 from sim.output.columns import Coded, Table
 from sim.output.slo import slo_section
 from sim.output.spans import active_span, pool_in_span, rates, stream_figures

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.output.accounts import PoolAccount
+from sim.recording.accounts import PoolAccount
 from sim.output.columns import Table
 
 

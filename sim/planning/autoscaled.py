@@ -25,7 +25,7 @@ from sim.config.errors import ScenarioError
 from sim.config.scenario import Scenario
 from sim.config.slos import Slo
 from sim.output.slo import margins
-from sim.planning.overrides import with_values
+from sim.config.overrides import with_values
 from sim.planning.progress import TrialCounter
 from sim.planning.runner import (map_tasks, scenario_from_payload, scenario_payload,
                                  side_by_side)

@@ -7,7 +7,7 @@ import pandas as pd
 import sim
 from sim.config.scenario import Scenario
 from sim.planning.options import OPTION_FIELDS, option_values
-from sim.planning.overrides import with_values
+from sim.config.overrides import with_values
 
 
 def by_cost(table: pd.DataFrame, *first: str) -> pd.DataFrame:

@@ -30,7 +30,7 @@ from sim.config.errors import ScenarioError
 from sim.config.resolve import resolve
 from sim.config.scenario import Scenario
 from sim.config.slos import Slo
-from sim.planning.overrides import with_values
+from sim.config.overrides import with_values
 from sim.planning.progress import TrialCounter
 from sim.planning.budget import (NARROWER_COUNTS, bisection_steps, refuse_over_budget,
                                  replica_cap, sizing_field, sizing_floor)

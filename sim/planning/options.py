@@ -7,7 +7,7 @@ import itertools
 import sim
 from sim.config.resolve import resolve
 from sim.config.scenario import Scenario
-from sim.planning.overrides import with_values
+from sim.config.overrides import with_values
 
 
 def option_grid(scenario: Scenario, pool: str) -> list[dict]:

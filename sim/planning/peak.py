@@ -32,7 +32,7 @@ from sim.config.errors import ScenarioError
 from sim.config.scenario import Scenario
 from sim.config.slos import Slo
 from sim.config.workload import PiecewiseRateConfig
-from sim.planning.overrides import with_values
+from sim.config.overrides import with_values
 from sim.workload.rates import build_rate
 
 GRID_POINTS = 4_001         # window starts tried over the run, besides the breakpoints

@@ -25,7 +25,7 @@ from sim.planning.budget import check_budget, replica_cap, search_bound, sizing_
 from sim.planning.chosen import by_cost
 from sim.planning.options import (OPTION_FIELDS, option_gpus, option_grid, option_source,
                                   option_values)
-from sim.planning.overrides import with_values
+from sim.config.overrides import with_values
 from sim.planning.progress import TrialCounter, Watch, option_text, run_trial
 from sim.planning.runner import (Payload, map_tasks, scenario_from_payload, scenario_payload,
                                  side_by_side)

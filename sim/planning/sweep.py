@@ -6,9 +6,10 @@ from typing import Any
 
 import pandas as pd
 
+from sim.api import cross_check
 from sim.config.scenario import Scenario
 from sim.output.spans import pool_window
-from sim.planning.overrides import with_varied
+from sim.config.overrides import with_varied
 from sim.planning.runner import Progress, run_many
 
 ROW_FIELDS = {
@@ -102,7 +103,7 @@ def sweep(scenario: Scenario, varies: list[tuple[str, list[Any]]], *, executor: 
     """Run every point of the grid; the table does not depend on the executor."""
     points = grid(varies)
     # every point checked up front (before any runs), an error naming its --vary values
-    scenarios = [with_varied(scenario, point, whole=True) for point in points]
+    scenarios = [with_varied(scenario, point, check=cross_check) for point in points]
     summaries = run_many(scenarios, executor=executor, workers=workers, scheduler=scheduler,
                          progress=progress)
     return pd.DataFrame([{**point, **summary_row(s)} for point, s in zip(points, summaries)])

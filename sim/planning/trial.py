@@ -15,7 +15,7 @@ from sim.output.slo import measure
 from sim.planning.budget import sizing_floor
 from sim.planning.hopeless import hopeless_watch
 from sim.planning.options import configured_option, option_gpus, option_source
-from sim.planning.overrides import with_values
+from sim.config.overrides import with_values
 from sim.planning.progress import run_trial
 from sim.planning.verdict import Confidence, Verdict, judge
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from sim.config.errors import ScenarioError
 from sim.config.slos import Slo
 from sim.config.scenario import Scenario
-from sim.planning.overrides import with_values
+from sim.config.overrides import with_values
 
 
 def stationary_problem(scenario: Scenario, sized: frozenset[str] = frozenset()) -> str | None:

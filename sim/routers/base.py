@@ -8,10 +8,30 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
-from sim.core.replica import Replica
-from sim.core.request import Request
+from sim.entities.request import Request
+
+
+class Replica(Protocol):
+    """What a router may read of a replica (the simulation's replicas give it; a test's
+    stand-in may give no more): its index in the pool, its requests in flight, its KV
+    cache's blocks in use and in all, and how much of a request's prompt its prefix
+    cache holds."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def num_outstanding(self) -> int: ...
+
+    @property
+    def kv_blocks_total(self) -> int: ...
+
+    def kv_used_blocks(self) -> int: ...
+
+    def cached_prompt_tokens(self, req: Request) -> int: ...
+
 
 HasRoom = Callable[[Replica], bool] | None
 

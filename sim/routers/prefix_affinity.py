@@ -35,9 +35,8 @@ import numpy as np
 from pydantic import Field
 
 from sim.config.common import StrictModel
-from sim.core.replica import Replica
-from sim.core.request import Request
-from sim.routers.base import BoundedLoadRouter, HasRoom
+from sim.entities.request import Request
+from sim.routers.base import BoundedLoadRouter, HasRoom, Replica
 
 
 class PrefixAffinityConfig(StrictModel):

@@ -6,9 +6,8 @@ from typing import Literal, Sequence
 import numpy as np
 
 from sim.config.common import StrictModel
-from sim.core.replica import Replica
-from sim.core.request import Request
-from sim.routers.base import HasRoom, Router
+from sim.entities.request import Request
+from sim.routers.base import HasRoom, Replica, Router
 
 
 class RoundRobinConfig(StrictModel):

@@ -24,9 +24,9 @@ import numpy as np
 from sim.config.common import StrictModel
 from sim.cost.base import IDLE_AFTER_S, CostModel
 from sim.cost.steps import StepEnds
-from sim.core.gaps import GapHistogram
-from sim.core.kv import KvCacheManager
-from sim.core.request import Request
+from sim.schedulers.gaps import GapHistogram
+from sim.entities.kv import KvCacheManager
+from sim.entities.request import Request
 
 
 class Segment:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 
-from sim.core.request import Request
+from sim.entities.request import Request
 
 
 def _admission_order(req: Request) -> int:

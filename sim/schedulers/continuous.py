@@ -40,8 +40,8 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from sim.config.common import Flag, PositiveInt, PositiveSeconds
-from sim.core.kv import blocks_for
-from sim.core.request import Request
+from sim.entities.kv import blocks_for
+from sim.entities.request import Request
 from sim.schedulers.base import Problem, Scheduler, SchedulerConfigBase, Segment
 from sim.schedulers.cohort import DecodeCohort
 from sim.schedulers.ordering import ORDERS

@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING
 
-from sim.core.request import Request
+from sim.entities.request import Request
 from sim.schedulers.waiting import PriorityQueue
 
 if TYPE_CHECKING:

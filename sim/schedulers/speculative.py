@@ -70,8 +70,8 @@ from pydantic import Field, model_validator
 from sim.config.common import Name, PositiveInt, Seconds
 from sim.cost.base import CostModel
 from sim.cost.shape import BatchShape
-from sim.core.kv import blocks_for
-from sim.core.request import Request
+from sim.entities.kv import blocks_for
+from sim.entities.request import Request
 from sim.schedulers.base import Scheduler, Segment
 from sim.schedulers.continuous import BatchLimits, ContinuousScheduler
 

@@ -18,8 +18,8 @@ from pydantic import Field
 
 from sim.config.common import PositiveInt, Seconds
 from sim.cost.shape import BatchShape
-from sim.core.kv import blocks_for
-from sim.core.request import Request
+from sim.entities.kv import blocks_for
+from sim.entities.request import Request
 from sim.schedulers.base import Problem, Scheduler, SchedulerConfigBase, Segment, StepEnds
 
 

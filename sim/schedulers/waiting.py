@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from sim.core.request import Request
+from sim.entities.request import Request
 
 
 class FcfsQueue(deque):

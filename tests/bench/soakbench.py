@@ -33,7 +33,7 @@ import psutil
 import sim
 from sim.config.resolve import resolve
 from sim.config.scenario import Scenario
-from sim.output.recorder import ColumnTable
+from sim.recording.recorder import ColumnTable
 from sim.output.results import collect
 from sim.core.simulation import Simulation
 

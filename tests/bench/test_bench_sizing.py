@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 
 import sim
-from sim.planning.overrides import with_values
+from sim.config.overrides import with_values
 from sim.planning.runner import map_tasks, scenario_from_payload, scenario_payload
 from sim.planning.options import OPTION_FIELDS, option_values
 from sim.planning.trial import verdict

@@ -3,8 +3,8 @@ starting from its conversation's earlier turns, traced prompts naming their bloc
 from __future__ import annotations
 
 from simfactories import make_request
-from sim.core.block_keys import HashKeys, SessionKeys
-from sim.core.kv import KvCacheManager
+from sim.entities.block_keys import HashKeys, SessionKeys
+from sim.entities.kv import KvCacheManager
 
 BS = 16
 

@@ -10,7 +10,7 @@ from simfactories import (GIB, KV_HEAVY_BYTES_PER_TOKEN, KV_HEAVY_NAME, hardware
                           make_pool, make_request, make_scenario, model_spec, run_scenario)
 from sim.config.resolve import resolve
 from sim.cost.memory import kv_budget
-from sim.core.kv import KvCacheManager, blocks_for
+from sim.entities.kv import KvCacheManager, blocks_for
 
 
 def budget(*, model=KV_HEAVY_NAME, hardware="H100-SXM", tp=1, weight_dtype="bf16",

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import simpy
 
-from sim.core.wakeup import call_after
+from sim.entities.wakeup import call_after
 
 
 def test_wakeup_fires_at_its_time_with_each_callback():

@@ -59,7 +59,7 @@ def _max_running(scn) -> int:
 
 
 def test_trtllm_admits_only_what_can_finish_unless_the_scheduler_says_otherwise():
-    from sim.planning.overrides import with_values
+    from sim.config.overrides import with_values
     on_demand = _max_running(_kv_tight("vllm"))
     no_evict = _max_running(_kv_tight("vllm", kv_admission="guaranteed_no_evict"))
     assert no_evict < on_demand
@@ -143,7 +143,7 @@ def test_requests_in_the_front_end_count_as_in_flight_for_the_autoscaler():
     from sim.config.resolve import resolve
     from sim.core.fleet import pool_parts
     from sim.core.pool import Pool
-    from sim.output.recorder import Recorder
+    from sim.recording.recorder import Recorder
     from tests.simfactories import make_request
     scn = make_scenario(pool=make_pool(front_end=1.0))
     resolved, problems = resolve(scn)

@@ -12,7 +12,7 @@ from sim.gateway import FairQueue
 
 
 class Item:
-    """A queued request stand-in (identity semantics, like sim.core.request.Request)."""
+    """A queued request stand-in (identity semantics, like sim.entities.request.Request)."""
 
     def __init__(self, name: str, team: str, priority: int = 0, cost: float = 1.0) -> None:
         self.name, self.team, self.priority, self.cost = name, team, priority, cost

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.output import recorder
+from sim.recording import recorder
 from sim.output.columns import Coded
-from sim.output.recorder import ColumnTable
+from sim.recording.recorder import ColumnTable
 
 
 def test_rows_across_buffer_flushes_and_column_growth_come_back_in_order(monkeypatch):
@@ -47,8 +47,8 @@ def test_each_request_column_holds_the_attribute_it_declares():
     """A request whose every recorded attribute has its own value: each column of the
     recorded row reads back that attribute (interned strings decoded), so no two
     columns can be swapped and a new field is read where it is declared."""
-    from sim.output.recorder import REQUEST_ROW, Recorder
-    from sim.core.request import Request
+    from sim.recording.recorder import REQUEST_ROW, Recorder
+    from sim.entities.request import Request
     from sim.output.results import REQUEST_TABLE_COLUMNS
     assert len({f.column for f in REQUEST_ROW}) == len(REQUEST_ROW)
     assert {f.column for f in REQUEST_ROW if f.in_table} <= set(REQUEST_TABLE_COLUMNS)
@@ -80,7 +80,7 @@ def test_float_fields_of_row_types_are_stored_as_floats():
     """Every field a row type declares ``float`` is a float column (under postponed
     annotations the declarations are names, and a missed lookup made them int32)."""
     from typing import get_type_hints
-    from sim.output.recorder import PoolSample, StepRow, columns_of
+    from sim.recording.recorder import PoolSample, StepRow, columns_of
     for row in (PoolSample, StepRow):
         for name, kind in get_type_hints(row).items():
             assert np.dtype(columns_of(row)[name]).kind == ("f" if kind is float else "i"), name

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from sim.output.usage import PoolUsage
+from sim.recording.usage import PoolUsage
 
 
 def overlap_by_bin(runs, interval_s: float, num_bins: int):

@@ -13,7 +13,7 @@ from sim.config.scenario import Scenario
 from sim.config.slos import parse_slo
 from sim.config.errors import ScenarioError
 from sim.planning.autoscaled import autoscaled_size, bounds_values, lowest_floor, targets_tried
-from sim.planning.overrides import with_values
+from sim.config.overrides import with_values
 from sim.planning.trial import verdict
 
 # (200 ms: on vllm@async one warm replica meets 500 ms at every target tried)

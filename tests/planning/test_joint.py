@@ -14,7 +14,7 @@ from sim.cli import main
 from sim.config.scenario import Scenario
 from sim.config.slos import parse_slo
 from sim.planning.joint import coupling, joint_size, pair_cost_per_h
-from sim.planning.overrides import with_values
+from sim.config.overrides import with_values
 from sim.planning.options import configured_option, option_values
 from sim.planning.trial import verdict
 

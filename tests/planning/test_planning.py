@@ -12,7 +12,7 @@ from sim.config import profiles
 from sim.cli import main
 from sim.config.scenario import Scenario
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
-from sim.planning.overrides import parse_vary, with_values
+from sim.config.overrides import parse_vary, with_values
 from sim.planning.runner import run_many
 from sim.planning.size import size
 from sim.planning.trial import evaluate
@@ -484,7 +484,7 @@ def test_replication_figures_leave_out_the_seed_and_never_go_below_zero():
 def test_max_rate_stops_where_a_larger_load_would_be_refused():
     """Doubling the load past max_requests ended the search in an error about the
     scenario; it now stops there and says how far it got and why."""
-    from sim.planning.overrides import with_values
+    from sim.config.overrides import with_values
     from sim.planning.size import max_rate
     from sim.config.slos import parse_slo
     scenario = with_values(chat(duration=20, rate=4), {"max_requests": 400})
@@ -506,7 +506,7 @@ def test_setting_a_blocks_type_drops_the_old_types_defaults_but_not_the_users_se
     """--set pools.p.scheduler.type=single on a pool with the default continuous scheduler
     gave eight 'unknown key' errors about settings nobody wrote; a setting the user gave
     the old type is still theirs, and named."""
-    from sim.planning.overrides import with_values
+    from sim.config.overrides import with_values
     plain = chat(duration=10, rate=2)
     single = with_values(plain, {"pools.p.scheduler.type": "single"})
     assert single.pools["p"].scheduler.type == "single"
@@ -537,7 +537,7 @@ def test_size_keeps_an_idle_pool_at_its_sizing_floor_and_prices_it():
     option, paid for at its price."""
     from sim.config.resolve import resolve
     from sim.config.slos import parse_slo
-    from sim.planning.overrides import with_values
+    from sim.config.overrides import with_values
     from sim.planning.size import size
     scenario = sim.with_overrides(sim.load_scenario(ROOT / "scenarios" / "disaggregated.yaml"),
                                   duration_s=10)
@@ -556,7 +556,7 @@ def test_max_rate_is_a_multiple_of_the_scenarios_own_load():
     """A scenario at rate_scale 4 of 4/s and one at 16/s are the same load: max_rate gave
     the first 4x the requests per second (its trials overwrote rate_scale, and the answer
     was then multiplied by the scaled rate)."""
-    from sim.planning.overrides import with_values
+    from sim.config.overrides import with_values
     from sim.planning.size import max_rate
     from sim.config.slos import parse_slo
     slos = [parse_slo("ttft_p99=1s")]
@@ -580,7 +580,7 @@ def test_replications_give_each_slo_the_share_of_seeds_that_met_it():
 def test_a_name_holding_dots_is_one_key_of_an_override_path():
     """A pool named 'a.b' (a valid name) had no --set spelling, and size and check failed
     on their own overrides ('no field a at pools')."""
-    from sim.planning.overrides import split_path, with_values
+    from sim.config.overrides import split_path, with_values
     from sim.planning.size import size
     from sim.config.slos import parse_slo
     data = {"pools": {"a.b": {"replicas": 1}, "a": {"replicas": 1}}}
@@ -601,7 +601,7 @@ def test_size_and_check_handle_a_spot_pool_and_a_cold_start():
     held by a one-row schedule that replaces what preemptions take."""
     from sim.planning.size import min_replicas
     from sim.config.slos import parse_slo
-    from sim.planning.overrides import with_values
+    from sim.config.overrides import with_values
     scenario = sim.with_overrides(sim.load_scenario(ROOT / "scenarios" / "spot-fleet.yaml"),
                                   duration_s=300)
     spot = [p for p, cfg in scenario.pools.items()

@@ -14,7 +14,7 @@ from sim.cli import main
 from sim.cli.trial_progress import CLEAR, TrialLine
 from sim.config.scenario import Scenario
 from sim.config.slos import parse_slo
-from sim.planning.overrides import with_values
+from sim.config.overrides import with_values
 from sim.planning.size import size
 
 from tests.planning.test_autoscaled import diurnal

@@ -172,7 +172,7 @@ def test_growing_to_the_flow_bound_finds_the_same_count_in_fewer_trials():
 def test_the_search_starts_at_the_sizing_floor():
     """sizing.min_replicas: 6 on the λS = 2.3 stream (3 servers suffice): no count under 6
     is tried and the answer is the floor; with a floor of 2 the answer is still 3."""
-    from sim.planning.overrides import with_values
+    from sim.config.overrides import with_values
     from sim.planning.size import min_replicas
     s = prefill_s()
     scn = one_at_a_time({"type": "gamma", "rate": 2.3 / s, "cv": 0.001}, 100 * s, 10 * s)

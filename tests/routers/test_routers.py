@@ -64,3 +64,25 @@ def test_round_robin_skips_replicas_without_room():
     picks = [router.pick(None, replicas, lambda r: r.index not in full).index for _ in range(4)]
     assert picks == [0, 2, 0, 2]
     assert router.pick(None, replicas, lambda r: False) is None
+
+
+def test_the_simulations_replica_gives_routers_all_they_read():
+    """Routers are typed against a protocol of what they read (sim.routers.base.Replica),
+    not the simulation's class: every member of the protocol is one of
+    sim.core.replica.Replica's, with the same kind (a property stays a property, a method a
+    method)."""
+    import inspect
+
+    from sim.core.replica import Replica as SimulationReplica
+    from sim.routers.base import Replica as RouterView
+
+    members = {name for name in vars(RouterView) if not name.startswith("_")}
+    assert members == {"index", "num_outstanding", "kv_blocks_total", "kv_used_blocks",
+                       "cached_prompt_tokens"}
+    for name in members:
+        wanted = vars(RouterView)[name]
+        if name == "index":                       # a plain attribute of each replica
+            assert "index" in inspect.signature(SimulationReplica.__init__).parameters
+            continue
+        given = inspect.getattr_static(SimulationReplica, name)
+        assert isinstance(given, property) == isinstance(wanted, property), name

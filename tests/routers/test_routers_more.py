@@ -16,7 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 import sim
 from simfactories import FakeReplica
 from sim.config.scenario import Scenario
-from sim.core.request import Request
+from sim.entities.request import Request
 from sim.routers import ROUTERS, RouterConfig
 from sim.routers.least_kv import LeastKvConfig, LeastKvRouter
 from sim.routers.power_of_two import PowerOfTwoConfig, PowerOfTwoRouter

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from simfactories import make_continuous_scheduler, make_cost_model, make_request, run_step
 
-from sim.core.gaps import GapHistogram
-from sim.core.kv import KvCacheManager
+from sim.schedulers.gaps import GapHistogram
+from sim.entities.kv import KvCacheManager
 from sim.cost.base import DecodeRun
 from sim.cost.steps import LinearStepEnds
 from sim.schedulers.base import ReplicaLimits

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 import sim
 from sim.config.scenario import Scenario
-from sim.core.kv import KvCacheManager
+from sim.entities.kv import KvCacheManager
 from sim.cost import build_cost_model
 from sim.cost.engine_host import with_engine_host
-from sim.core.request import Request
+from sim.entities.request import Request
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ import numpy as np
 
 import sim
 from sim.config.scenario import Scenario
-from sim.core.request import Request
+from sim.entities.request import Request
 from sim.schedulers.waiting import PriorityQueue
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """The decode cohort's bookkeeping stays the size of its members."""
 from __future__ import annotations
 
-from sim.core.request import Request
+from sim.entities.request import Request
 from sim.schedulers.cohort import DecodeCohort
 
 

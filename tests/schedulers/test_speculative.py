@@ -14,7 +14,7 @@ from simfactories import (hardware_spec, make_continuous_scheduler, make_cost_mo
 from sim.config.specs import ModelSpec
 from sim.config.resolve import resolve
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
-from sim.core.kv import KvCacheManager, blocks_for
+from sim.entities.kv import KvCacheManager, blocks_for
 from sim.schedulers.base import ReplicaLimits
 from sim.core.fleet import draft_cost_model
 from sim.schedulers.speculative import (SpeculativeConfig, SpeculativeScheduler,

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from calibrate.engines.vllm_cpu.serve import FORMAT as SERVE_FORMAT
 from sim.config.inputs import InputFileError, open_regular
-from sim.core.kv import KvCacheManager
-from sim.core.request import Request
+from sim.entities.kv import KvCacheManager
+from sim.entities.request import Request
 from sim.schedulers.base import ReplicaLimits
 from sim.schedulers.continuous import ContinuousConfig, ContinuousScheduler
 

@@ -13,7 +13,7 @@ from typing import NamedTuple, get_type_hints
 
 import numpy as np
 
-from sim.core.gaps import GapHistogram
+from sim.schedulers.gaps import GapHistogram
 
 
 # Small enough that a buffer's rows (and the floats they hold) are still in the

@@ -12,7 +12,7 @@ import copy
 import difflib
 import json
 import types
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any, Union, get_args, get_origin
 
 import pydantic
@@ -179,14 +179,14 @@ def check_distinct(scenario: Scenario, varies: list[tuple[str, list[Any]]]) -> N
             seen[key] = value
 
 
-def with_varied(scenario: Scenario, point: dict[str, Any], whole: bool = False) -> Scenario:
-    """:func:`with_values` for one point of a sweep (with ``whole``, the whole scenario's
-    checks too: names that exist, pools that fit); an error names the --vary values at
-    fault."""
-    from sim.api import cross_check
+def with_varied(scenario: Scenario, point: dict[str, Any],
+                check: Callable[[Scenario], Scenario] | None = None) -> Scenario:
+    """:func:`with_values` for one point of a sweep, then ``check`` (the whole scenario's
+    checks, such as :func:`sim.api.cross_check`: names that exist, pools that fit) where
+    given; an error names the --vary values at fault."""
     try:
         out = with_values(scenario, point)
-        return cross_check(out) if whole else out
+        return check(out) if check is not None else out
     except ScenarioError as exc:
         given = ", ".join(f"{path}={short_repr(value)}" for path, value in point.items())
         raise ScenarioError.many([Problem(f"with --vary {given}: {p.message}", field=p.field)

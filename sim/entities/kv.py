@@ -53,7 +53,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import NamedTuple
 
-from sim.core.request import Request
+from sim.entities.request import Request
 
 
 class Admitted(NamedTuple):

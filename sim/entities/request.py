@@ -65,7 +65,7 @@ class Request:
         self.prefix_group: str | None = None   # shared-prefix key for prefix-affinity routing
         self.prefix_tokens = 0                 # length of that shared prefix
         self.prefix_blocks = 0                 # KV blocks held through the prefix cache
-        self.block_keys = None                 # its blocks' identities (sim.core.block_keys)
+        self.block_keys = None                 # its blocks' identities (sim.entities.block_keys)
         self.session_next = -1                 # its conversation's next turn (arrival row)
         self.session = -1                      # its conversation, numbered in its stream
         self.turn = -1                         # its turn in that conversation, from 1

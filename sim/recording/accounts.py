@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sim.config.scenario import Scenario
-from sim.output.usage import PoolUsage
+from sim.recording.usage import PoolUsage
 
 if TYPE_CHECKING:
-    from sim.output.recorder import Recorder
+    from sim.recording.recorder import Recorder
 
 
 @dataclass(frozen=True)

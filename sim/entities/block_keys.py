@@ -1,6 +1,6 @@
 """Names of a request's KV blocks for the prefix cache: equal names mean equal tokens from
 the start of the prompt to the end of that block (as vLLM chains each block's hash to its
-parent's), so the cache (:mod:`sim.core.kv`) can share exactly the blocks two prompts have
+parent's), so the cache (:mod:`sim.entities.kv`) can share exactly the blocks two prompts have
 in common. A pool names blocks of its own size; the names do not depend on it beyond the
 block's index.
 
