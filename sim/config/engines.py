@@ -46,7 +46,7 @@ host terms (the preset's mode, join rule and front end still apply), as a pool's
 explicit ``front_end:`` replaces the preset's front end (and its token hop: the
 override is the whole front end). A calibrated profile measured on a whole engine
 (an ``engine`` block) holds that engine's host work, front end and joins already: no
-preset timing is added to it. A pipeline-parallel pool (pp > 1) keeps its cost model's
+preset timing is added to it (nor a finished request's extra step). A pipeline-parallel pool (pp > 1) keeps its cost model's
 host terms, once per micro-batch (``sim/cost/pipeline.py``).
 
 The vLLM preset's former front end, AIConfigurator's 0.8 ms x layers, is gone: it was
@@ -199,17 +199,20 @@ def resolve(ref: str, inline: dict[str, EngineEntry] | None = None) -> EnginePre
         finished_extra_steps=preset.finished_extra_steps.value)
 
 
-def with_engine_scheduling(preset: EnginePreset, scheduler_cfg):
+def with_engine_scheduling(preset: EnginePreset, scheduler_cfg,
+                           measured_on_engine: bool = False):
     """The scheduler's settings with the engine's KV admission, prefill-only steps and
     finished request's extra step where they leave them unset (``null``, the continuous
-    scheduler's default)."""
+    scheduler's default); no extra step when the step times were measured on the whole
+    engine (as with its join rule: the measured engine's own pipelining holds it)."""
     update = {}
     if getattr(scheduler_cfg, "kv_admission", "") is None:
         update["kv_admission"] = preset.kv_admission
     if getattr(scheduler_cfg, "prefill_only_steps", "") is None:
         update["prefill_only_steps"] = preset.prefill_only_steps
     if getattr(scheduler_cfg, "finished_extra_step", "") is None:
-        update["finished_extra_step"] = preset.finished_extra_steps == 1
+        update["finished_extra_step"] = (preset.finished_extra_steps == 1
+                                         and not measured_on_engine)
     return scheduler_cfg.model_copy(update=update) if update else scheduler_cfg
 
 

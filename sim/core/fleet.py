@@ -61,7 +61,7 @@ def pool_parts(spec: ResolvedPool, rng: np.random.Generator,
     # the pool's front end, else the engine's, unless the steps were measured on it
     front = front_end(engine, cfg.front_end, cost.measures_engine)
     # the scheduler's settings, with what they leave to the engine filled in
-    sched_cfg = with_engine_scheduling(engine, cfg.scheduler)
+    sched_cfg = with_engine_scheduling(engine, cfg.scheduler, cost.measures_engine)
     sched_cls = SCHEDULERS.built_by(cfg.scheduler)
     extra = sched_cls.pool_parts(spec, sched_cfg, rng, models, base_dir)
     limits = ReplicaLimits(max_model_len=spec.max_model_len)
