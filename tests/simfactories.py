@@ -272,7 +272,8 @@ def toy_engine(**values) -> dict:
     defaults = {"host_mode": "sync", "host_constant_s": 0.0, "host_per_seq_s": 0.0,
                 "join": "next", "multi_step": 1, "front_end_constant_s": 0.0,
                 "front_end_per_prompt_token_s": 0.0, "token_hop_s": 0.0,
-                "kv_admission": "on_demand", "prefill_only_steps": False}
+                "kv_admission": "on_demand", "prefill_only_steps": False,
+                "finished_extra_steps": 0}
     preset = {"describes": "a test engine"}
     for key, value in {**defaults, **values}.items():
         preset[key] = {"value": value, "source": "a hand-worked test schedule"}

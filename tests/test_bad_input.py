@@ -837,10 +837,11 @@ engines:
         token_hop_s: {value: 0.001, source: an assumption for the test}
         kv_admission: {value: on_demand, source: an assumption for the test}
         prefill_only_steps: {value: false, source: an assumption for the test}
+        finished_extra_steps: {value: 1, source: an assumption for the test}
 """
 #  27 engines  28 toy  29 default  30 versions  31 a  32 describes  33 host_mode
 #  34 host_constant_s  35 host_per_seq_s ... 40 token_hop_s  41 kv_admission
-#  42 prefill_only_steps
+#  42 prefill_only_steps  43 finished_extra_steps
 CASES += [
     Case("engine-unknown", append_to_pool("    engine: tgi\n"), 27, "pools.main.engine",
          ["unknown engine 'tgi'", "known engines: sglang, trtllm, vllm"]),
@@ -860,6 +861,12 @@ CASES += [
     Case("engine-preset-prefill-only-steps-not-a-flag", BASE + TOY_PRESET.replace(
         "prefill_only_steps: {value: false", "prefill_only_steps: {value: sometimes"), 42,
         "engines.toy.versions.a.prefill_only_steps.value", ["boolean"]),
+    Case("engine-preset-negative-finished-extra-steps", BASE + TOY_PRESET.replace(
+        "finished_extra_steps: {value: 1", "finished_extra_steps: {value: -1"), 43,
+        "engines.toy.versions.a.finished_extra_steps.value", ["0 or 1"]),
+    Case("engine-preset-finished-extra-steps-missing", BASE + TOY_PRESET.replace(
+        "        finished_extra_steps: {value: 1, source: an assumption for the test}\n", ""),
+        31, "engines.toy.versions.a.finished_extra_steps", ["missing"]),
     Case("engine-preset-default-not-a-version", BASE + TOY_PRESET.replace(
         "default: a", "default: b"), 28, "engines.toy", ["default version 'b' is not one of a"]),
 ]

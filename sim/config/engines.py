@@ -25,8 +25,13 @@ A preset decides, each as an event in time in the simulation (no fitted adder):
 - which shipped measured-kernel profiles the default cost model reads
   (``profiles/calibrated/gpu/<gpu>/<engine>/``: by engine name).
 
-Not modelled yet: the extra step for which an overlapped engine keeps a finished
-request's KV blocks and batch slot, and a per-prompt-token host cost (no source).
+- the extra step of a finished request, ``finished_extra_steps`` (1 where the scheduler
+  forms step k+1 before it has read step k's tokens: a request whose last token came
+  with step k decodes once more in step k+1, its token thrown away, holding its batch
+  slot and KV blocks until k+1 ends; the client has its last token at k's end;
+  ``sim/schedulers/continuous.py``).
+
+Not modelled yet: a per-prompt-token host cost (0.05 us scaled for V1: negligible).
 
 Where the host time lives: the kernel tables (AIConfigurator's database) time GPU work
 only, so a measured-kernel profile's step is its kernels and the preset's host time is
@@ -41,7 +46,7 @@ host terms (the preset's mode, join rule and front end still apply), as a pool's
 explicit ``front_end:`` replaces the preset's front end (and its token hop: the
 override is the whole front end). A calibrated profile measured on a whole engine
 (an ``engine`` block) holds that engine's host work, front end and joins already: no
-preset timing is added to it. A pipeline-parallel pool (pp > 1) keeps its cost model's
+preset timing is added to it (nor a finished request's extra step). A pipeline-parallel pool (pp > 1) keeps its cost model's
 host terms, once per micro-batch (``sim/cost/pipeline.py``).
 
 The vLLM preset's former front end, AIConfigurator's 0.8 ms x layers, is gone: it was
@@ -100,6 +105,10 @@ class EngineVersion(StrictModel):
     prefill_only_steps: Sourced[bool] = Field(
         description="The continuous scheduler's default: true, a step that prefills runs "
                     "no decode (the running decodes wait for it); false, they share it")
+    finished_extra_steps: Sourced[Literal[0, 1]] = Field(
+        description="Steps a request stays in the batch after its last token: 1 for a "
+                    "scheduler that forms step k+1 before it has read step k's tokens "
+                    "(the request decodes once more, holding its KV blocks), else 0")
 
 
 class EngineEntry(StrictModel):
@@ -137,6 +146,7 @@ class EnginePreset:
     token_hop_s: float
     kv_admission: str
     prefill_only_steps: bool = False
+    finished_extra_steps: int = 0
 
     @property
     def label(self) -> str:
@@ -185,7 +195,8 @@ def resolve(ref: str, inline: dict[str, EngineEntry] | None = None) -> EnginePre
         front_end_constant_s=preset.front_end_constant_s.value,
         front_end_per_prompt_token_s=preset.front_end_per_prompt_token_s.value,
         token_hop_s=preset.token_hop_s.value, kv_admission=preset.kv_admission.value,
-        prefill_only_steps=preset.prefill_only_steps.value)
+        prefill_only_steps=preset.prefill_only_steps.value,
+        finished_extra_steps=preset.finished_extra_steps.value)
 
 
 @dataclass(frozen=True)

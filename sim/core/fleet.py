@@ -70,7 +70,7 @@ def pool_parts(spec: ResolvedPool, rng: np.random.Generator,
     # the pool's front end, else the engine's, unless the steps were measured on it
     front = front_end(engine, cfg.front_end, cost.measures_engine)
     # the scheduler's settings, with what they leave to the engine filled in
-    sched_cfg = cfg.scheduler.with_engine(engine)
+    sched_cfg = cfg.scheduler.with_engine(engine, cost.measures_engine)
     sched_cls = SCHEDULERS.built_by(cfg.scheduler)
     extra = sched_cls.pool_parts(rng, draft_cost_model(spec, base_dir))
     limits = ReplicaLimits(max_model_len=spec.max_model_len)

@@ -117,9 +117,11 @@ class SchedulerConfigBase(StrictModel):
         (a draft model), whose cost model the composition root builds; None for none."""
         return None
 
-    def with_engine(self, engine) -> "SchedulerConfigBase":
+    def with_engine(self, engine, measured_on_engine: bool = False) -> "SchedulerConfigBase":
         """These settings with what they leave to the pool's engine (an
-        :class:`~sim.config.engines.EnginePreset`) filled in."""
+        :class:`~sim.config.engines.EnginePreset`) filled in; ``measured_on_engine``: the
+        pool's step times were measured on the whole engine (its own pipelining is in
+        them)."""
         return self
 
     def problems(self, engine, duration_s: float) -> list[Problem]:

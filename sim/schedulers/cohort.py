@@ -36,10 +36,14 @@ _SEQ_MASK = (1 << SEQ_BITS) - 1
 class DecodeCohort:
     __slots__ = ("bs", "members", "sum_base", "sum_quot", "residues", "sum_prefix_blocks",
                  "blocks_held", "sum_output_base", "_finish_heap", "_last_heap", "_last_heap_slack",
-                 "measured_from_s", "num_measured")
+                 "measured_from_s", "num_measured", "extra_steps")
 
-    def __init__(self, block_size_tokens: int, measured_from_s: float = 0.0) -> None:
+    def __init__(self, block_size_tokens: int, measured_from_s: float = 0.0,
+                 extra_steps: int = 0) -> None:
         self.bs = block_size_tokens
+        # steps a member decodes after its last output token (an engine that forms the
+        # next step before reading this one's tokens keeps it one more): its finish step
+        self.extra_steps = extra_steps
         # members that arrived at or after ``measured_from_s`` (the warm-up's end): each
         # step adds that many gaps between output tokens to the run's pooled ITL
         self.measured_from_s = measured_from_s
@@ -115,7 +119,8 @@ class DecodeCohort:
         seq = req.seq
         assert 0 <= seq <= _SEQ_MASK, "admission number out of the finish heap's range"
         heapq.heappush(self._finish_heap,
-                       (step + req.max_output_tokens - req.num_output_tokens) << SEQ_BITS | seq)
+                       (step + req.max_output_tokens - req.num_output_tokens + self.extra_steps)
+                       << SEQ_BITS | seq)
         heapq.heappush(self._last_heap, -seq)
 
     def remove(self, req: Request, step: int, alloc_step: int | None = None) -> int:

@@ -94,6 +94,14 @@ class BatchLimits(SchedulerConfigBase):
                           "prefill; SGLang unless --enable-mixed-chunk); false: prefill "
                           "chunks and decodes share a step (vLLM V1, TensorRT-LLM's "
                           "in-flight batching); unset: the pool's engine's")
+    finished_extra_step: bool | None = Field(
+        None, description="true: a request whose last token came with step k decodes once "
+                          "more in step k+1 (its token thrown away), keeping its batch slot "
+                          "and KV blocks to k+1's end, as a scheduler that forms step k+1 "
+                          "before reading step k's tokens does (vLLM async scheduling and "
+                          "V0's async output processing, SGLang's and TensorRT-LLM's overlap "
+                          "schedulers); false: it leaves at k's end; unset: the pool's "
+                          "engine's")
 
     @model_validator(mode="after")
     def _check_limits(self) -> "BatchLimits":
@@ -113,14 +121,19 @@ class BatchLimits(SchedulerConfigBase):
                              "add policy: priority or remove priority_aging")
         return self
 
-    def with_engine(self, engine) -> "BatchLimits":
-        """The engine's KV admission and prefill-only steps where these settings leave
-        them unset (``null``, the default)."""
+    def with_engine(self, engine, measured_on_engine: bool = False) -> "BatchLimits":
+        """The engine's KV admission, prefill-only steps and finished request's extra step
+        where these settings leave them unset (``null``, the default); no extra step when
+        the step times were measured on the whole engine (as with its join rule: the
+        measured engine's own pipelining holds it)."""
         update = {}
         if self.kv_admission is None:
             update["kv_admission"] = engine.kv_admission
         if self.prefill_only_steps is None:
             update["prefill_only_steps"] = engine.prefill_only_steps
+        if self.finished_extra_step is None:
+            update["finished_extra_step"] = (engine.finished_extra_steps == 1
+                                             and not measured_on_engine)
         return self.model_copy(update=update) if update else self
 
     def problems(self, engine, duration_s: float) -> list[Problem]:
@@ -157,12 +170,19 @@ class ContinuousScheduler(Scheduler):
     __slots__ = ("cfg", "cohort", "prefilling", "step", "_next_seq", "_now_s", "_chunk_cap",
                  "_segments_done", "_planned_blocks", "_gap_seg", "_gap_max", "order",
                  "_no_evict", "_whole_prompt", "_reserved_blocks", "_reservations", "_exact",
-                 "_prefill_only", "_paused_seg", "_pauses", "_estimate")
+                 "_prefill_only", "_paused_seg", "_pauses", "_estimate", "_extra",
+                 "_decode_end_s")
+    # whether the decoders (``_new_decoders``) keep a finished request for its extra step
+    keeps_finished_extra_step: ClassVar[bool] = True
 
     def __init__(self, cfg: BatchLimits, **kwargs) -> None:
         super().__init__(**kwargs)
         self.cfg = cfg
         self._exact = self.steps_one_by_one(cfg)
+        # the engine's extra step of a finished request (``finished_extra_step``): its
+        # last token came at the end of the decode step before, ``_decode_end_s``
+        self._extra = 1 if cfg.finished_extra_step and self.keeps_finished_extra_step else 0
+        self._decode_end_s = 0.0
         self.cohort = self._new_decoders()
         self.prefilling: list[Request] = []    # running, not yet decoding; admission order
         self.step = 0                          # engine steps completed
@@ -204,7 +224,7 @@ class ContinuousScheduler(Scheduler):
 
     def _new_decoders(self):
         """The running requests that decode: a ``DecodeCohort`` (one token each per step)."""
-        return DecodeCohort(self.kv.block_size_tokens, self.gaps.measured_from_s)
+        return DecodeCohort(self.kv.block_size_tokens, self.gaps.measured_from_s, self._extra)
 
     def _decode_tokens(self, num_decode: int) -> int:
         """Tokens the decoders take from this step's budget (one each)."""
@@ -253,7 +273,7 @@ class ContinuousScheduler(Scheduler):
     def _whole_need(self) -> int | None:
         """guaranteed_no_evict: the blocks the head's whole sequence needs, or None when
         they do not fit beside every promise."""
-        need = blocks_for(self.waiting[0].total_tokens, self.kv.block_size_tokens)
+        need = blocks_for(self.waiting[0].total_tokens + self._extra, self.kv.block_size_tokens)
         return need if self._reserved_blocks + need <= self.kv.num_blocks else None
 
     def _head_prompt_fits(self) -> bool:
@@ -298,6 +318,10 @@ class ContinuousScheduler(Scheduler):
         req.last_token_s = now_s
 
     def _preempt(self, victim: Request, alloc_step: int | None = None) -> None:
+        if self._extra and victim.seq in self.cohort.members and \
+                victim.output_base + self.step >= victim.max_output_tokens:
+            self._leave_before_extra_step(victim, alloc_step)
+            return
         if victim.seq in self.cohort.members:
             self._stop_decoding(victim, self._now_s)
             self.cohort.remove(victim, self.step, alloc_step)
@@ -309,6 +333,15 @@ class ContinuousScheduler(Scheduler):
         if self._estimate is not None:
             self._estimate.retracted(self.step, len(self.cohort),
                                      self.cohort.output_tokens_at(self.step))
+
+    def _leave_before_extra_step(self, req: Request, alloc_step: int | None) -> None:
+        """A finished request chosen to make room before its extra step: it has all its
+        tokens (the last at the decode step just ended), so it leaves, not requeued."""
+        self._stop_decoding(req, self._decode_end_s)
+        self.cohort.remove(req, self.step, alloc_step)
+        if self._no_evict:
+            self._release(req)
+        self._complete(req, self._decode_end_s)
 
     def _allocate_decode_step(self) -> tuple[bool, bool]:
         """Blocks for one more token of every decoder; returns (preempted,
@@ -537,6 +570,18 @@ class ContinuousScheduler(Scheduler):
                 cohort.blocks_held += extra
         self.step += num_steps
         self._segments_done += 1
+        finished = cohort.pop_finished(self.step)
+        extra_done: list[Request] = []
+        if self._extra:
+            last_s = self._decode_end_s          # when the extra steps' last tokens came
+            if finished:
+                if num_steps > 1:
+                    last_s = start_s + seg.end_offset_s(num_steps - 1)
+                extra_done, finished = finished, []
+                num_extra = self._end_extra_steps(extra_done, seg, num_steps, last_s)
+                if num_extra and num_steps > 1:
+                    self.gaps.add_steps(seg.step_end_s, num_steps - 1, num_extra)
+            self._decode_end_s = end_s
         longest = seg.step_end_s[0] if num_steps == 1 else seg.max_step_s(num_steps)
         gap_max, gap_seg = self._gap_max, self._gap_seg
         waited = self._after_pauses(seg, num_steps) if self._pauses else 0
@@ -548,12 +593,33 @@ class ContinuousScheduler(Scheduler):
         if cohort.num_measured > waited:
             # every decoder had a token before these steps: one gap each per step
             self.gaps.add_steps(seg.step_end_s, num_steps, cohort.num_measured - waited)
-        finished = cohort.pop_finished(self.step)
         for req in finished:
             self._stop_decoding(req, end_s)
             cohort.remove(req, self.step)
         self._apply_prefill(prefill, end_s, finished)
+        if extra_done:
+            self._complete_all(extra_done, last_s)
         self._complete_all(finished, end_s)
+
+    def _end_extra_steps(self, done: list[Request], seg: Segment, num_steps: int,
+                         last_s: float) -> int:
+        """The requests ``done`` just ran their extra step, their last token having come
+        at ``last_s``: they leave the decoders (before this segment's gaps are counted:
+        the extra step gives them none) with the tokens they had then, their longest gap
+        among the steps before it; returns how many are measured, whose gaps of this
+        segment's steps but the last the caller counts."""
+        cohort = self.cohort
+        before = seg.max_step_s(num_steps - 1) if num_steps > 1 else 0.0
+        num_measured = 0
+        for req in done:
+            self._stop_decoding(req, last_s)      # the segments before this one
+            if before > 0 and not (req.max_itl_s >= before):
+                req.max_itl_s = before
+            if req.arrival_s >= cohort.measured_from_s:
+                num_measured += 1
+            cohort.remove(req, self.step)
+            req.num_output_tokens -= 1            # the extra step's token is thrown away
+        return num_measured
 
     def _finish_paused_step(self, seg: Segment, prefill: list[tuple[Request, int]],
                             end_s: float) -> None:

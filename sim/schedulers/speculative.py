@@ -180,6 +180,9 @@ class _Verify:
 
 class SpeculativeScheduler(ContinuousScheduler):
     __slots__ = ("rng", "draft_cost", "_k", "_alpha", "_verify", "num_decode_seq_steps", "num_draft_tokens", "num_accepted_tokens")
+    # a finished request's extra step (finished_extra_step) is not simulated here: its
+    # decoders leave at their last accepted token
+    keeps_finished_extra_step = False
 
     @classmethod
     def pool_parts(cls, rng: np.random.Generator, draft_cost: CostModel | None) -> dict:

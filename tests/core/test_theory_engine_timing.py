@@ -215,3 +215,51 @@ def test_theory_pooled_gaps_count_the_wait_of_each_decoder_once(tmp_path, monkey
     # gaps: A 10, 30, 10; B 20, 10; C 10: six, 90 ms in all
     assert itl["max"] == pytest.approx(0.030, abs=EXACT)
     assert itl["mean"] == pytest.approx(0.090 / 6, abs=EXACT)
+
+
+def test_theory_a_finished_request_keeps_its_batch_slot_for_one_extra_step(
+        tmp_path, monkeypatch):
+    """``finished_extra_steps: 1`` (a scheduler that forms step k+1 before it has read
+    step k's tokens), one sequence a step (``max_num_seqs: 1``). A (t = 0, 3 tokens)
+    prefills in [0, 10] and decodes in [10, 20] and [20, 30]: its last token at 30 ms
+    (TTFT 10, TPOT 10, finish 30). Step [30, 40] was formed with A still in it: A decodes
+    once more, its token thrown away, and B (t = 0, 2 tokens) waits for the slot: B
+    prefills in [40, 50] and decodes in [50, 60]: TTFT 50, TPOT 10, finish 60 (without
+    the extra step B would start at 30: TTFT 40, finish 50). Each client gets exactly
+    its own tokens."""
+    rows = [(0.0, 16, 3), (0.0, 16, 2)]
+    one_seq = {"type": "continuous", "max_num_batched_tokens": 16, "max_num_seqs": 1}
+    constant_steps(monkeypatch, STEP_S)
+    for extra, b_times in ((1, (0.050, 0.010, 0.060)), (0, (0.040, 0.010, 0.050))):
+        stream = trace_stream(tmp_path / f"t{extra}.csv", rows)
+        pool = make_pool(engine="toy", front_end=0, scheduler=one_seq)
+        res = sim.run(make_scenario(stream=stream, pool=pool, duration=1.0, engines={
+            "toy": toy_engine(finished_extra_steps=extra)}))
+        table = res.requests.sort_values("request_id").reset_index(drop=True)
+        assert (table.status.astype(str) == "completed").all()
+        assert _times(table, 0) == pytest.approx((0.010, 0.010, 0.030), abs=EXACT)
+        assert _times(table, 1) == pytest.approx(b_times, abs=EXACT)
+        assert list(table.output_tokens) == [3, 2]
+
+
+def test_theory_a_finished_requests_extra_step_is_in_the_batch_shape(tmp_path, monkeypatch):
+    """Host time 1 ms a sequence, synchronous, with the extra step. A (t = 0, 2 tokens)
+    and B (t = 0, 4 tokens) prefill together in [0, 12] (10 + 2 sequences) and decode
+    together in [12, 24]: A's last token at 24. Step three still holds A (its extra
+    step): 12 ms, B's 3rd token at 36; B alone in [36, 47]: its 4th at 47. A: TTFT 12,
+    TPOT 12, finish 24; B: TTFT 12, TPOT (47 - 12) / 3, finish 47 (46 without the extra
+    step). The pooled gaps are the clients' own: A's 12; B's 12, 12, 11 (the extra step
+    gives A no gap)."""
+    rows = [(0.0, 16, 2), (0.0, 16, 4)]
+    constant_steps(monkeypatch, STEP_S)
+    stream = trace_stream(tmp_path / "t.csv", rows)
+    pool = make_pool(engine="toy", front_end=0)
+    res = sim.run(make_scenario(stream=stream, pool=pool, duration=1.0, engines={
+        "toy": toy_engine(finished_extra_steps=1, host_per_seq_s=0.001)}))
+    table = res.requests.sort_values("request_id").reset_index(drop=True)
+    assert _times(table, 0) == pytest.approx((0.012, 0.012, 0.024), abs=EXACT)
+    assert _times(table, 1) == pytest.approx((0.012, 0.035 / 3, 0.047), abs=EXACT)
+    assert list(table.max_itl_s) == pytest.approx([0.012, 0.012], abs=EXACT)
+    itl = res.summary["latency_s"]["itl"]
+    assert itl["mean"] == pytest.approx(0.047 / 4, abs=EXACT)
+    assert itl["max"] == pytest.approx(0.012, abs=EXACT)

@@ -50,14 +50,15 @@ def test_kv_transfer_time_is_accounted():
 
 def test_each_pool_computes_its_phase_only():
     """The prefill pool computes the prompts; the decode pool the other output
-    tokens: together exactly the colocated work."""
+    tokens, and one more for each request it decoded (the default engine, vLLM with
+    async scheduling, keeps a finished request for one extra step)."""
     res = run("chat-split")
     req = res.requests
     pools = res.summary["pools"]
     assert pools["prefill"]["tokens_computed"] == pytest.approx(
         (req.prompt_tokens - req.cached_prompt_tokens).sum(), rel=1e-12)
     assert pools["decode"]["tokens_computed"] == pytest.approx(
-        (req.output_tokens - 1).sum(), rel=1e-12)
+        (req.output_tokens - 1 + (req.output_tokens > 1)).sum(), rel=1e-12)
 
 
 def test_prefix_cache_hits_are_reported_on_the_pool_that_computed_the_prompt():
