@@ -60,10 +60,10 @@ from calibrate.fitting.tables import error_summary, nnls, predict_steps
 from calibrate.engines.records import ContinuousLimits, EngineRequest, EngineStep
 
 from sim.cost.base import IDLE_AFTER_S
-from sim.cost.calibrated import ENGINE_MODEL_SCALE as MODEL_SCALE
-from sim.cost.calibrated import ENGINE_PER_KEY as PER_KEY
-from sim.cost.calibrated import ENGINE_REPLACES_ATTENTION as REPLACES_ATTENTION
-from sim.cost.calibrated import ENGINE_SCALARS
+from sim.cost.profile_schema import ENGINE_MODEL_SCALE as MODEL_SCALE
+from sim.cost.profile_schema import ENGINE_PER_KEY as PER_KEY
+from sim.cost.profile_schema import ENGINE_REPLACES_ATTENTION as REPLACES_ATTENTION
+from sim.cost.profile_schema import ENGINE_SCALARS
 
 if TYPE_CHECKING:                      # the engines need torch; the fit does not
     from calibrate.engines.hf.engine import ContinuousEngine, SequentialEngine

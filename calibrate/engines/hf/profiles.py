@@ -12,7 +12,7 @@ from calibrate.engines.step_fit import EngineFit, step_errors
 from calibrate.fitting.shapes import ModelShape
 from calibrate.engines.hf.workload import Workload
 from calibrate.fitting.profile_file import write_profile
-from sim.cost.calibrated import load_profile, resolve_profile_path
+from sim.cost.profile_file import load_profile, resolve_profile_path
 
 
 # -- profiles ----------------------------------------------------------------------------
