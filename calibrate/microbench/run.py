@@ -3,7 +3,8 @@
     from calibrate.microbench.run import calibrate
     result = calibrate("tiny-llama", device="cpu")      # profiles/calibrated/cpu/tiny-llama.yaml
 
-The profile is what ``sim.cost.calibrated.CalibratedCostModel`` reads.
+The profile is written through its declared schema (``sim.cost.profile_schema``), which
+``sim.cost.calibrated.CalibratedCostModel`` reads it by.
 """
 from __future__ import annotations
 
