@@ -105,3 +105,19 @@ def test_a_writer_is_refused_a_profile_its_schema_refuses_and_nothing_is_written
         write_profile(bad, path)
     assert fragment in str(err.value)
     assert not path.exists()
+
+
+def test_the_engine_fit_reads_the_profile_through_its_schema_not_past_a_typo():
+    """calibrate's engine fit prices the profile's steps as the cost model does, through
+    the schema: a misspelt overhead key is refused by name, where a hand reader took
+    its default (0 s a sequence) and fitted the engine's terms to the wrong base."""
+    import numpy as np
+
+    from calibrate.engines.step_fit import StepRows, profile_seconds
+    doc = load_profile(data_dir("profiles") / "calibrated" / "cpu" / "tiny-llama.yaml")
+    rows = StepRows(*(np.array([v]) for v in (8.0, 2.0, 40.0, 0.0, 40.0, 1e-3, 0.0, 0.0)))
+    assert profile_seconds(doc, rows)[0] > 0
+    typo = CalibratedProfile.model_validate(doc).model_dump(exclude_unset=True)
+    typo["overhead"]["per_sequence_s"] = typo["overhead"].pop("per_seq_s")
+    with pytest.raises(ValueError, match="overhead.per_sequence_s is not a field"):
+        profile_seconds(typo, rows)
