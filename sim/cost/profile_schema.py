@@ -271,6 +271,8 @@ def _problem(err: dict, where: str) -> str:
         return f"{where}: {field}{err['msg']}"
     if err["type"] == "missing":
         return f"{where}: {field} is missing"
+    if err["type"] == "model_type":
+        return f"{where}: {field} must be a mapping, got {short_repr(err.get('input'))}"
     if err["type"] == "extra_forbidden":
         known = _known_keys(loc[:-1])
         return (f"{where}: {field} is not a field of a calibrated profile"

@@ -94,6 +94,7 @@ def test_a_shipped_profile_written_through_the_schema_is_its_own_bytes():
     (lambda d: d.update(engine={"per_kv_token_s": [[4, 1e-9], [2, 1e-9]]}),
      "engine.per_kv_token_s: new tokens must be >= 1 and strictly increasing"),
     (lambda d: d.update(tables_note="x"), "tables_note is not a field of a calibrated profile"),
+    (lambda d: d.update(overhead=5), "overhead must be a mapping, got 5"),
 ])
 def test_a_writer_is_refused_a_profile_its_schema_refuses_and_nothing_is_written(
         tmp_path, edit, fragment):
