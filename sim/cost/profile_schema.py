@@ -249,9 +249,6 @@ class CalibratedProfile(_Block):
     settings: Described = None
     engine: EngineTerms | None = None
 
-    def layout(self) -> dict:
-        return self.model_dump(exclude_unset=True)
-
 
 def parse_profile(data: Any, where: str) -> CalibratedProfile:
     """``data`` (a profile file's document) as a :class:`CalibratedProfile`; ValueError
