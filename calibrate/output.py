@@ -7,10 +7,9 @@ from pathlib import Path
 
 import yaml
 
+from sim.cost.profile_schema import PROFILE_KIND
 from sim.output.atomic_write import write_file
 from sim.output.output_paths import check_file
-
-PROFILE_KIND = "fleetsim-calibrated-step-time"
 
 
 def is_profile(path: Path) -> bool:

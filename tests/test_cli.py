@@ -284,6 +284,32 @@ def test_schema_is_json_schema(capsys):
     assert {"workload", "pools", "duration"} <= set(schema["properties"])
 
 
+def test_schema_profile_is_the_calibrated_profiles_json_schema(tmp_path, capsys):
+    """`fleetsim schema --profile` prints the calibrated profile's JSON Schema: a shipped
+    profile validates against it, one with a misspelt field or a table missing does not;
+    --out writes it and replaces only a schema fleetsim wrote."""
+    import jsonschema
+    import yaml
+    assert main(["schema", "--profile"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["title"] == "Calibrated step-time profile"
+    assert {"model", "tables"} <= set(schema["required"])
+    shipped = yaml.safe_load((ROOT / "profiles" / "calibrated" / "cpu" / "tiny-llama.yaml")
+                             .read_text())
+    jsonschema.validate(shipped, schema)
+    for bad in ({**shipped, "tp_comm_measure": True},
+                {**shipped, "tables": {"dense": shipped["tables"]["dense"]}}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+    out = tmp_path / "profile.schema.json"
+    assert main(["schema", "--profile", "--out", str(out)]) == 0
+    assert json.loads(out.read_text()) == schema
+    assert main(["schema", "--out", str(out)]) == 0          # a schema fleetsim wrote
+    (tmp_path / "mine.json").write_text("{}")
+    assert main(["schema", "--profile", "--out", str(tmp_path / "mine.json")]) == 2
+    assert (tmp_path / "mine.json").read_text() == "{}"
+
+
 HEAVY_MODULES = ("scipy", "torch", "matplotlib")
 
 

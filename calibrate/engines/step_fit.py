@@ -60,10 +60,11 @@ from calibrate.fitting.tables import error_summary, nnls, predict_steps
 from calibrate.engines.records import ContinuousLimits, EngineRequest, EngineStep
 
 from sim.cost.base import IDLE_AFTER_S
-from sim.cost.calibrated import ENGINE_MODEL_SCALE as MODEL_SCALE
-from sim.cost.calibrated import ENGINE_PER_KEY as PER_KEY
-from sim.cost.calibrated import ENGINE_REPLACES_ATTENTION as REPLACES_ATTENTION
-from sim.cost.calibrated import ENGINE_SCALARS
+from sim.cost.profile_schema import ENGINE_MODEL_SCALE as MODEL_SCALE
+from sim.cost.profile_schema import ENGINE_PER_KEY as PER_KEY
+from sim.cost.profile_schema import ENGINE_REPLACES_ATTENTION as REPLACES_ATTENTION
+from sim.cost.profile_schema import (ENGINE_SCALARS, TERMS, CalibratedProfile, EngineTerms,
+                                     ProfileOverhead, parse_profile)
 
 if TYPE_CHECKING:                      # the engines need torch; the fit does not
     from calibrate.engines.hf.engine import ContinuousEngine, SequentialEngine
@@ -106,19 +107,21 @@ class StepRows:
         return StepRows(**{k: getattr(self, k)[mask] for k in self.__dataclass_fields__})
 
 
-def profile_seconds(profile: dict, rows: StepRows, attention: bool = True) -> np.ndarray:
+def profile_seconds(profile: dict | CalibratedProfile, rows: StepRows, attention: bool = True) -> np.ndarray:
     """The profile's own step time (its terms and overhead) for each row, whole model;
     without its per-sequence attention terms when ``attention`` is false (an engine that
-    attends over the packed batch instead), as ``CalibratedCostModel`` reads them."""
-    tables = {"tp_comm": [], **profile["tables"]}
-    layers = int(profile["model"]["num_layers"])
-    over = profile.get("overhead") or {}
-    per_seq = float(over.get("per_seq_s", 0.0))
+    attends over the packed batch instead), as ``CalibratedCostModel`` reads them (through
+    the profile's schema)."""
+    prof = profile if isinstance(profile, CalibratedProfile) else \
+        parse_profile(profile, "the calibrated profile")
+    tables = {t: getattr(prof.tables, t) or [] for t in TERMS}
+    layers = int(prof.model.num_layers)
+    over = prof.overhead or ProfileOverhead()
+    per_seq = float(over.per_seq_s)
     if not attention:        # the per-sequence part of decode attention sits in the overhead
         tables["attn_prefill"] = tables["attn_decode"] = []
-        per_seq = max(per_seq - layers * float(over.get("attn_decode_per_seq_per_layer_s", 0.0)),
-                      0.0)
-    return predict_steps(tables, (float(over.get("constant_s", 0.0)), per_seq), layers,
+        per_seq = max(per_seq - layers * float(over.attn_decode_per_seq_per_layer_s), 0.0)
+    return predict_steps(tables, (float(over.constant_s), per_seq), layers,
                          rows.num_tokens, rows.num_seqs, rows.prefill_attn_work,
                          rows.decode_kv_tokens)
 
@@ -153,9 +156,11 @@ def _design(rows: StepRows, knots: list[int]) -> np.ndarray:
 
 
 def engine_seconds(engine: dict, rows: StepRows) -> np.ndarray:
-    table = engine.get(PER_KEY) or [[1, 0.0]]
+    """What an engine block (read through its schema) adds to each row's step."""
+    terms = EngineTerms.model_validate(engine)
+    table = terms.per_kv_token_s or [[1, 0.0]]
     knots = [int(q) for q, _ in table]
-    coef = np.array([float(engine.get(k, 0.0)) for k in ENGINE_SCALARS]
+    coef = np.array([float(getattr(terms, k)) for k in ENGINE_SCALARS]
                     + [float(v) for _, v in table])
     return _design(rows, knots) @ coef
 
@@ -188,8 +193,9 @@ def predicted_seconds(profile: dict, engine: dict | None, rows: StepRows) -> np.
     block (the plain profile when ``engine`` is None)."""
     if not engine:
         return profile_seconds(profile, rows)
-    base = profile_seconds(profile, rows, attention=not engine.get(REPLACES_ATTENTION))
-    return float(engine.get(MODEL_SCALE, 1.0)) * base + engine_seconds(engine, rows)
+    terms = EngineTerms.model_validate(engine)
+    base = profile_seconds(profile, rows, attention=not terms.replaces_attention)
+    return float(terms.model_scale) * base + engine_seconds(engine, rows)
 
 
 def scaled_engine(engine: dict, factor: float) -> dict:

@@ -1,5 +1,7 @@
-"""Writing a calibrated profile: YAML with short flow-style rows, numbers to four
-significant digits (no torch here: profiles built from a kernel database use it too)."""
+"""Writing a calibrated profile: through its declared schema
+(:class:`sim.cost.profile_schema.CalibratedProfile`, which the simulator reads it by), as
+YAML with short flow-style rows, numbers to four significant digits (no torch here:
+profiles built from a kernel database use it too)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from calibrate.output import check_profile_files
+from sim.cost.profile_schema import CalibratedProfile, parse_profile
 from sim.output.atomic_write import write_file
 
 
@@ -36,9 +39,20 @@ def _flow_short_lists(dumper, data):
 ProfileDumper.add_representer(list, _flow_short_lists)
 
 
-def write_profile(profile: dict, path: Path) -> None:
-    header = ("# Calibrated step-time profile written by `fleetsim calibrate` (what the "
-              "numbers mean: `note`).\n")
-    text = yaml.dump(profile, Dumper=ProfileDumper, sort_keys=False, width=96, allow_unicode=True)
+HEADER = ("# Calibrated step-time profile written by `fleetsim calibrate` (what the "
+          "numbers mean: `note`).\n")
+
+
+def profile_text(profile: dict | CalibratedProfile, where: str = "the profile") -> str:
+    """The profile's file: checked against its schema (ValueError naming the field a
+    writer got wrong), its fields in the schema's order, as YAML."""
+    if not isinstance(profile, CalibratedProfile):
+        profile = parse_profile(profile, where)
+    return HEADER + yaml.dump(profile.layout(), Dumper=ProfileDumper, sort_keys=False,
+                              width=96, allow_unicode=True)
+
+
+def write_profile(profile: dict | CalibratedProfile, path: Path) -> None:
+    text = profile_text(profile, f"calibrated profile {path}")
     check_profile_files(path)           # replaces only a profile fleetsim wrote
-    write_file(path, header + text)     # never through a link; complete or not at all
+    write_file(path, text)     # never through a link; complete or not at all

@@ -1,7 +1,7 @@
 """Fitting measured timings into the tables of a calibrated profile.
 
 Each term becomes a monotone (non-decreasing) table of [x, seconds] points,
-read by ``sim.cost.calibrated`` with interpolation in log-log space: linear
+read by ``sim.cost.tables.Table`` with interpolation in log-log space: linear
 between neighbouring points in (log x, log t), the first point's time below
 it (but zero at x = 0: no work, no kernel), and time proportional to x past
 the last point. Monotonicity comes from an isotonic (pool-adjacent-violators)
@@ -63,7 +63,7 @@ def make_table(points: list[tuple[float, float]]) -> list[list[float]]:
 
 
 def evaluate(table: list[list[float]], x) -> np.ndarray:
-    """Seconds at ``x`` from a table (same rule as ``sim.cost.calibrated``)."""
+    """Seconds at ``x`` from a table (same rule as ``sim.cost.tables.Table``)."""
     x = np.asarray(x, dtype=np.float64)
     if not table:
         return np.zeros_like(x)

@@ -65,9 +65,10 @@ from calibrate.fitting.profile_file import sig, table_rows, write_profile
 from calibrate.fitting.shapes import ModelShape, ShardShape, load_model
 from calibrate.fitting.tables import TERMS, error_summary, evaluate, fit_term, split_per_seq
 from calibrate.kernels.kernel_db import GPU_FOLDERS, KernelDb, KernelDbError
-from calibrate.output import PROFILE_KIND, check_profile_files
+from calibrate.output import check_profile_files
 from sim.config import profiles
 from sim.config.errors import ScenarioError
+from sim.cost.profile_schema import PROFILE_KIND, PROFILE_VERSION
 from sim.config.inputs import shown
 from sim.config.scenario import PoolConfig
 from sim.cost.measured import profile_name
@@ -227,7 +228,7 @@ def build(shape: ModelShape, hardware: str, tp: int, engine: str, dtype: str,
     if moe is not None:
         kernels["moe"] = moe.describe()
     return {
-        "kind": PROFILE_KIND, "version": 1,
+        "kind": PROFILE_KIND, "version": PROFILE_VERSION,
         "model": shape.shape_dict(),
         "device": "cuda", "device_name": hardware, "dtype": dtype, "kv_dtype": kv_dtype,
         "tp": tp, "engine_name": engine,

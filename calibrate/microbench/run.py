@@ -3,7 +3,8 @@
     from calibrate.microbench.run import calibrate
     result = calibrate("tiny-llama", device="cpu")      # profiles/calibrated/cpu/tiny-llama.yaml
 
-The profile is what ``sim.cost.calibrated.CalibratedCostModel`` reads.
+The profile is written through its declared schema (``sim.cost.profile_schema``), which
+``sim.cost.calibrated.CalibratedCostModel`` reads it by.
 """
 from __future__ import annotations
 
@@ -25,11 +26,11 @@ from calibrate.microbench import bench, timing
 from calibrate.microbench import forwards as whole
 from calibrate.microbench.model import LlamaLike
 from calibrate.microbench.plot import plot_profile
-from calibrate.output import PROFILE_KIND, check_profile_files
+from calibrate.output import check_profile_files
+from sim.cost.profile_schema import PROFILE_KIND, PROFILE_VERSION
 from sim.output.atomic_write import write_file
 from sim.output.output_names import slug
 
-PROFILE_VERSION = 1
 NOTE = ("Seconds for ONE transformer layer on ONE tensor-parallel shard, measured with torch "
         "on the device; the simulator multiplies the layer terms (dense, attn_prefill, "
         "attn_decode, tp_comm) by the model's layer count and adds lm_head and the per-step "

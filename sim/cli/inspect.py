@@ -30,17 +30,28 @@ def scenario_schema() -> dict:
     return schema
 
 
+def profile_schema() -> dict:
+    """The JSON Schema of calibrated profiles (what ``fleetsim calibrate`` writes and a
+    ``type: calibrated`` cost model reads)."""
+    from sim.cost.profile_schema import CalibratedProfile
+    return {"$schema": DRAFT, **CalibratedProfile.model_json_schema()}
+
+
+_TITLES = ("Scenario", "Calibrated step-time profile")     # the schemas fleetsim writes
+
+
 def _is_schema(path) -> bool:
     try:
         data = json.loads(path.read_bytes()[:2**24])
     except (OSError, ValueError, RecursionError):
         return False
     return isinstance(data, dict) and data.get("$schema") == DRAFT and \
-        data.get("title") == "Scenario"
+        data.get("title") in _TITLES
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    text = json.dumps(scenario_schema(), indent=2) + "\n"
+    schema = profile_schema() if args.profile else scenario_schema()
+    text = json.dumps(schema, indent=2) + "\n"
     if args.out is None:
         print(text, end="")
         return 0
@@ -48,7 +59,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
     from sim.output.atomic_write import write_file
     from sim.output.output_paths import check_file
-    out = check_file(Path(args.out), kind="a scenario schema fleetsim wrote",
+    out = check_file(Path(args.out), kind="a schema fleetsim wrote",
                      is_kind=_is_schema)
     write_file(out, text)
     print(f"wrote {shown(out)}")
@@ -158,7 +169,11 @@ def _is_imported_profile(path) -> bool:
 
 
 def add_inspect(sub) -> None:
-    schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editors)")
+    schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editors), or "
+                                           "with --profile a calibrated profile's")
+    schema.add_argument("--profile", action="store_true",
+                        help="the calibrated profile's schema (profiles/calibrated/**.yaml) "
+                             "instead of the scenario's")
     schema.add_argument("--out", type=path_arg, metavar="FILE",
                         help="write it to FILE (replaces only a schema fleetsim wrote)")
     schema.set_defaults(func=_cmd_schema)

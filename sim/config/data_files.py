@@ -28,7 +28,7 @@ def data_files(scenario: Scenario) -> list[Path]:
         for key in ("prompt_tokens", "output_tokens"):
             found += [text for _loc, text in length_files((), getattr(stream, key))]
     paths = [files.locate(text) for text in found]
-    from sim.cost.calibrated import resolve_profile_path
+    from sim.cost.profile_file import resolve_profile_path
     for pool in scenario.pools.values():
         profile = pool.cost_model.profile_file()
         if profile:

@@ -31,47 +31,30 @@ analytic ones for the pool's hardware. An all-reduce table that was not
 measured (one device visible at calibration) is replaced by the roofline's
 interconnect estimate when tp > 1.
 
-Why one module of about 450 lines: reading a profile, checking it against a pool, and
-its vectorised, scalar and fast-forward step sums (with a serving engine's terms) are
-one cost model; each part reads the same tables.
+The profile is declared in ``profile_schema.py`` (what calibrate/ writes, what this
+reads), found and checked against the pool in ``profile_file.py``; its tables are read
+as ``tables.py`` says. This module holds the config and the cost model: its vectorised,
+scalar and fast-forward step sums (with a serving engine's terms).
 """
 from __future__ import annotations
 
 import copy
-import math
-from bisect import bisect_right
-from functools import lru_cache
 from pathlib import Path
 from typing import ClassVar, Literal
 
 import numpy as np
-import yaml
 from pydantic import Field
 
 from sim.config.common import FilePath
+from sim.config.paths import data_dir
 from sim.config.specs import HardwareSpec, ModelSpec
-from sim.cost import libm
 from sim.cost.base import CostModel, CostModelConfigBase, DecodeRun, step_sum
-from sim.cost.table_steps import PowerPieces, TableRunEnds
+from sim.cost.profile_file import check_profile, load_profile, resolve_profile_path
+from sim.cost.profile_schema import EngineTerms, ProfileOverhead
+from sim.cost.table_steps import TableRunEnds
+from sim.cost.tables import PerKeyTable, Table
 from sim.cost.roofline import RooflineConfig, RooflineCostModel
 from sim.cost.shape import ArrayLike, BatchShape, default_kv_read
-from sim.config.inputs import MAX_DOC_BYTES, DataFiles, InputFileError, read_bytes, shown
-from sim.config.paths import data_dir
-from sim.config.yamlio import load_data
-
-TERMS = ("dense", "attn_prefill", "attn_decode", "lm_head", "tp_comm")
-SHAPE_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
-                "ffn_size", "vocab_size", "num_experts", "experts_per_token")
-_MIN_SECONDS = 1e-9
-# seconds per step and per sequence an engine adds; and what one key read costs it, by
-# the step's new tokens: [[new tokens, seconds per key], ...] at increasing token counts
-ENGINE_SCALARS = ("constant_s", "per_seq_s", "per_prefill_step_s", "after_idle_s")
-ENGINE_PER_KEY = "per_kv_token_s"
-ENGINE_REPLACES_ATTENTION = "replaces_attention"   # the per-key cost is all the attention
-# how much slower (> 1) or faster the machine ran the profile's own terms when the engine
-# was measured than when the profile was: every measured table and the overhead scale by it
-ENGINE_MODEL_SCALE = "model_scale"
-
 
 class CalibratedConfig(CostModelConfigBase):
     type: Literal["calibrated"] = "calibrated"
@@ -89,34 +72,28 @@ class CalibratedConfig(CostModelConfigBase):
         loc = ("cost_model", "profile")
         try:
             path = resolve_profile_path(self.profile, files)
-            data = load_profile(path)
-            check_profile(data, model, pool.tp, f"calibrated profile {path}")
+            profile = check_profile(load_profile(path), model, pool.tp,
+                                    f"calibrated profile {path}")
         except (OSError, ValueError) as exc:
             return [(loc, str(exc))]
-        made_on = data.get("device_name")
-        source = data.get("source") if isinstance(data.get("source"), dict) else {}
-        if source.get("gpu") and isinstance(made_on, str) and \
+        made_on = profile.device_name
+        if (profile.source or {}).get("gpu") and made_on is not None and \
                 made_on.lower() != str(pool.hardware).lower():
             # built from kernels measured on one GPU: its times are that GPU's
             return [(loc, f"calibrated profile {path} was built from kernels measured on "
                           f"{made_on}, but the pool's hardware is {pool.hardware}; use the "
                           f"profile under calibrated/gpu/{str(pool.hardware).lower()}/ or "
                           f"set hardware: {made_on}")]
-        engine = data.get("engine") or {}
-        if engine and not pool.scheduler.engine_terms_apply:
+        if _measures_engine(profile.engine) and not pool.scheduler.engine_terms_apply:
             return [(loc, f"calibrated profile {path} carries the terms of the engine "
-                          f"'{engine.get('name', '?')}', measured for the continuous and "
+                          f"'{profile.engine.name or '?'}', measured for the continuous and "
                           f"single schedulers; a {pool.scheduler.type} pool needs a profile "
                           "without them")]
-        for key, field, wanted, remedy in (
-                ("dtype", "weight_dtype", pool.weight_dtype,
+        for made, field, wanted, remedy in (
+                (profile.dtype, "weight_dtype", pool.weight_dtype,
                  f"calibrate with --dtype {pool.weight_dtype}"),
-                ("kv_dtype", "kv_dtype", pool.kv_dtype,
+                (profile.kv_dtype, "kv_dtype", pool.kv_dtype,
                  f"use the profile built for {pool.kv_dtype}")):
-            made = data.get(key)
-            if made is not None and not isinstance(made, str):
-                return [(loc, f"calibrated profile {path}: {key} must be a dtype name such as "
-                              f"{wanted}, got a {type(made).__name__}")]
             if made is not None and made != wanted:
                 return [(loc, f"calibrated profile {path} was built for {field} {made}, but "
                               f"the pool's {field} is {wanted}; set {field}: {made} or "
@@ -124,231 +101,9 @@ class CalibratedConfig(CostModelConfigBase):
         return []
 
 
-class Table:
-    """A monotone [x, seconds] table, read in log-log space (vectorised and scalar)."""
-
-    __slots__ = ("xs", "ts", "_lx", "_lt", "_x_last", "_t_last", "_zero", "_pieces")
-
-    def __init__(self, rows: list[list[float]], where: str = "table") -> None:
-        if not rows:
-            raise ValueError(f"{where} is empty")
-        try:
-            xs = [float(r[0]) for r in rows]
-            ts = [float(r[1]) for r in rows]
-        except (TypeError, IndexError, ValueError):
-            raise ValueError(f"{where} must be a list of [x, seconds] pairs") from None
-        if any(x <= 0 for x in xs) or any(b <= a for a, b in zip(xs, xs[1:])):
-            raise ValueError(f"{where}: x must be positive and strictly increasing")
-        if any(t < 0 or not math.isfinite(t) for t in ts) or any(b < a for a, b in zip(ts, ts[1:])):
-            raise ValueError(f"{where}: seconds must be finite, non-negative and non-decreasing")
-        self.xs = np.array(xs)
-        self.ts = np.array(ts)
-        self._zero = ts[-1] <= 0
-        self._lx = [math.log(x) for x in xs]
-        self._lt = [math.log(max(t, _MIN_SECONDS)) for t in ts]
-        self._x_last = xs[-1]
-        self._t_last = ts[-1]
-        # the power laws it is read as (``pieces``): constant below the first point, then
-        # between each two points, then in proportion to x past the last
-        slopes = [(t1 - t0) / (x1 - x0) for x0, x1, t0, t1 in
-                  zip(self._lx, self._lx[1:], self._lt, self._lt[1:])]
-        self._pieces = (PowerPieces([0.0], [0.0]) if self._zero else
-                        PowerPieces([0.0] + xs, [0.0] + slopes + [1.0]))
-
-    def pieces(self) -> PowerPieces:
-        """The power laws t ∝ x^s that ``scalar`` reads, where each starts: a decode run
-        sums them in closed form (``table_steps.py``)."""
-        return self._pieces
-
-    def __call__(self, x: ArrayLike) -> ArrayLike:
-        x = np.asarray(x, dtype=np.float64)
-        if self._zero:
-            return np.zeros_like(x)
-        inside = libm.exp(np.interp(libm.log(np.clip(x, self.xs[0], self._x_last)),
-                                    self._lx, self._lt))
-        beyond = self._t_last * x / self._x_last
-        return np.where(x > 0, np.where(x > self._x_last, beyond, inside), 0.0)
-
-    def scalar(self, x: float) -> float:
-        if x <= 0 or self._zero:
-            return 0.0
-        if x >= self._x_last:
-            return self._t_last * x / self._x_last
-        lx = math.log(x)
-        i = bisect_right(self._lx, lx)
-        if i == 0:
-            return math.exp(self._lt[0])
-        x0, x1 = self._lx[i - 1], self._lx[i]
-        t0, t1 = self._lt[i - 1], self._lt[i]
-        return math.exp(t0 + (t1 - t0) * (lx - x0) / (x1 - x0))
-
-
-class PerKeyTable:
-    """Seconds per key read by new tokens in the step: linear in log new tokens between
-    the points, the first point's below them, in proportion to new tokens past the last."""
-
-    __slots__ = ("_lq", "_s", "_q_last", "_s_last", "active")
-
-    def __init__(self, rows, where: str) -> None:
-        rows = rows or []
-        ok = isinstance(rows, list) and all(
-            isinstance(r, (list, tuple)) and len(r) == 2
-            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in r)
-            for r in rows)
-        if not ok:
-            raise ValueError(f"{where} must be a list of [new tokens, seconds per key] pairs")
-        qs, ss = [float(r[0]) for r in rows], [float(r[1]) for r in rows]
-        if any(q < 1 for q in qs) or any(b <= a for a, b in zip(qs, qs[1:])):
-            raise ValueError(f"{where}: new tokens must be >= 1 and strictly increasing")
-        if any(v < 0 or not math.isfinite(v) for v in ss):
-            raise ValueError(f"{where}: seconds per key must be finite and >= 0")
-        self.active = any(v > 0 for v in ss)
-        self._lq = [math.log(q) for q in qs] or [0.0]
-        self._s = ss or [0.0]
-        self._q_last = qs[-1] if qs else 1.0
-        self._s_last = ss[-1] if ss else 0.0
-
-    def scalar(self, new_tokens: float) -> float:
-        if new_tokens > self._q_last:
-            return self._s_last * new_tokens / self._q_last
-        lq = math.log(max(new_tokens, 1.0))
-        i = bisect_right(self._lq, lq)
-        if i == 0:
-            return self._s[0]
-        if i == len(self._lq):
-            return self._s[-1]
-        x0, x1 = self._lq[i - 1], self._lq[i]
-        return self._s[i - 1] + (self._s[i] - self._s[i - 1]) * (lq - x0) / (x1 - x0)
-
-    def __call__(self, new_tokens: ArrayLike) -> ArrayLike:
-        q = np.asarray(new_tokens, dtype=np.float64)
-        inside = np.interp(libm.log(np.maximum(q, 1.0)), self._lq, self._s)
-        return np.where(q > self._q_last, self._s_last * q / self._q_last, inside)
-
-
-def resolve_profile_path(profile: str, base_dir: DataFiles | str | Path | None = None
-                         ) -> Path:
-    """The profile file: relative to ``base_dir`` (the scenario's folder), as given,
-    or relative to the shipped ``profiles/`` folder; the first that exists where a
-    :class:`~sim.config.inputs.DataFiles` allows. ValueError if none does."""
-    files = base_dir if isinstance(base_dir, DataFiles) else None
-    p = Path(profile).expanduser()
-    candidates = [p] if p.is_absolute() else (
-        ([files.locate(p) if files else Path(base_dir) / p] if base_dir is not None else [])
-        + [p, data_dir("profiles") / p])
-    refused: InputFileError | None = None
-    for c in candidates:
-        if c.is_file():
-            try:
-                return files.check(c) if files else c
-            except InputFileError as exc:
-                refused = refused or exc
-    if refused is not None:
-        raise ValueError(f"calibrated profile {refused}")
-    tried = ", ".join(shown(c) for c in candidates)
-    raise ValueError(f"calibrated profile '{profile}' not found (looked for {tried}); "
-                     f"make one with `fleetsim calibrate`")
-
-
-@lru_cache(maxsize=32)
-def _read(path: str, mtime: float) -> dict:
-    try:
-        data = load_data(read_bytes(path, max_bytes=MAX_DOC_BYTES).decode("utf-8"))
-    except InputFileError as exc:
-        raise ValueError(str(exc)) from None
-    except yaml.MarkedYAMLError as exc:      # its text quotes the file: give the line only
-        mark = exc.problem_mark or exc.context_mark
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise ValueError(f"{path} is not valid YAML{where}") from None
-    except yaml.YAMLError:
-        raise ValueError(f"{path} is not valid YAML") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{path} is not a text file") from None
-    except RecursionError:
-        raise ValueError(f"{path} is nested too deeply to be a calibrated profile") from None
-    if not isinstance(data, dict) or "tables" not in data or "model" not in data:
-        raise ValueError(f"{path} is not a calibrated profile (no 'tables' / 'model')")
-    return data
-
-
-def load_profile(path: str | Path) -> dict:
-    path = Path(path)
-    return _read(str(path.resolve()), path.stat().st_mtime)
-
-
-def check_profile(data: dict, model: ModelSpec, tp: int, where: str) -> None:
-    """ValueError unless the profile was made for ``model``'s shapes at ``tp`` and every
-    table and term reads."""
-    try:
-        _check_profile(data, model, tp, where)
-    except (TypeError, AttributeError, KeyError, OverflowError) as exc:
-        raise ValueError(f"{where} is malformed ({type(exc).__name__}: {exc})") from None
-
-
-def _whole(value, field: str, where: str) -> int:
-    """A count the profile gives: a whole number (a float of one too), never true/false."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-            isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
-        raise ValueError(f"{where}: {field} must be a whole number, got "
-                         f"{value!r}" if isinstance(value, (int, float)) else
-                         f"{where}: {field} must be a whole number, got a "
-                         f"{type(value).__name__}")
-    return int(value)
-
-
-PROFILE_VERSION = 1      # the layout of the profiles this fleetsim writes and reads
-
-
-def _check_profile(data: dict, model: ModelSpec, tp: int, where: str) -> None:
-    version = data.get("version", PROFILE_VERSION)
-    if isinstance(version, bool) or version != PROFILE_VERSION:
-        raise ValueError(f"{where}: version {version!r}: this fleetsim reads calibrated "
-                         f"profiles of version {PROFILE_VERSION} (a profile written by "
-                         "another fleetsim may mean other things by its tables): "
-                         "calibrate it anew with this one")
-    for block in ("model", "tables", "overhead", "engine"):
-        if data.get(block) is not None and not isinstance(data[block], dict):
-            raise ValueError(f"{where}: {block} must be a mapping")
-    shape = data.get("model") or {}
-    missing = [f for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads")
-               if f not in shape]
-    if missing:
-        raise ValueError(f"{where}: the profile's model block lacks {', '.join(missing)}")
-    diffs = [f"{f} {shape.get(f)} vs {getattr(model, f)}" for f in SHAPE_FIELDS
-             if f in shape and _whole(shape[f], f"model.{f}", where) != int(getattr(model, f))]
-    if diffs:
-        raise ValueError(f"{where} was calibrated for model '{shape.get('name')}', whose shape "
-                         f"differs from the pool's model '{model.name}' ({'; '.join(diffs)})")
-    if _whole(data.get("tp", 1), "tp", where) != int(tp):
-        raise ValueError(f"{where} was calibrated at tp={data.get('tp', 1)} but the pool runs "
-                         f"tp={tp}; calibrate with `fleetsim calibrate --tp {tp}`")
-    tables = data.get("tables") or {}
-    absent = [t for t in TERMS if t != "tp_comm" and not tables.get(t)]
-    if absent:
-        raise ValueError(f"{where}: tables missing or empty: {', '.join(absent)}")
-    for term in TERMS:
-        if tables.get(term):
-            Table(tables[term], f"{where}: tables.{term}")
-    _check_seconds(data.get("overhead") or {}, ("constant_s", "per_seq_s"), f"{where}: overhead")
-    engine = data.get("engine")
-    if engine is not None:
-        _check_seconds(engine, ENGINE_SCALARS, f"{where}: engine")
-        PerKeyTable(engine.get(ENGINE_PER_KEY), f"{where}: engine.{ENGINE_PER_KEY}")
-        scale = engine.get(ENGINE_MODEL_SCALE, 1.0)
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0 \
-                or not math.isfinite(scale):
-            raise ValueError(f"{where}: engine.{ENGINE_MODEL_SCALE} must be a number > 0, "
-                             f"got {scale!r}")
-        if not isinstance(engine.get(ENGINE_REPLACES_ATTENTION, False), bool):
-            raise ValueError(f"{where}: engine.{ENGINE_REPLACES_ATTENTION} must be true or "
-                             f"false")
-
-
-def _check_seconds(block: dict, keys: tuple[str, ...], where: str) -> None:
-    for key in keys:
-        v = block.get(key, 0.0)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise ValueError(f"{where}.{key} must be a number >= 0, got {v!r}")
+def _measures_engine(engine: EngineTerms | None) -> bool:
+    """The profile carries a serving engine's terms (an ``engine:`` block with any)."""
+    return engine is not None and bool(engine.model_fields_set)
 
 
 class CalibratedCostModel(CostModel):
@@ -363,44 +118,40 @@ class CalibratedCostModel(CostModel):
         self.num_layers = model.num_layers
         self.path = resolve_profile_path(cfg.profile, base_dir)
         where = f"calibrated profile {self.path}"
-        self.profile = load_profile(self.path)
-        check_profile(self.profile, model, tp, where)
-        tables = self.profile["tables"]
-        engine = self.profile.get("engine") or {}
-        self.measures_engine = bool(engine)
-        scale = float(engine.get(ENGINE_MODEL_SCALE, 1.0))
+        self.profile = check_profile(load_profile(self.path), model, tp, where)
+        tables = self.profile.tables
+        engine = self.profile.engine or EngineTerms()
+        self.measures_engine = _measures_engine(self.profile.engine)
+        scale = float(engine.model_scale)
 
-        def table(term: str) -> Table:
-            rows = [[x, float(t) * scale] for x, t in tables[term]]
-            return Table(rows, f"{where}: tables.{term}")
+        def table(rows) -> Table:
+            return Table([[x, float(t) * scale] for x, t in rows], where)
 
-        self._dense = table("dense")
-        self._prefill = table("attn_prefill")
-        self._decode = table("attn_decode")
-        self._head = table("lm_head")
-        self._comm = table("tp_comm") if tables.get("tp_comm") else None
-        over = self.profile.get("overhead") or {}
-        self._const_s = (scale * float(over.get("constant_s", 0.0))
-                         + float(engine.get("constant_s", 0.0)))
-        per_seq_s = float(over.get("per_seq_s", 0.0))
-        if engine.get(ENGINE_REPLACES_ATTENTION, False):
+        self._dense = table(tables.dense)
+        self._prefill = table(tables.attn_prefill)
+        self._decode = table(tables.attn_decode)
+        self._head = table(tables.lm_head)
+        self._comm = table(tables.tp_comm) if tables.tp_comm else None
+        over = self.profile.overhead or ProfileOverhead()
+        self._const_s = scale * float(over.constant_s) + float(engine.constant_s)
+        per_seq_s = float(over.per_seq_s)
+        if engine.replaces_attention:
             self._prefill = self._decode = Table([[1.0, 0.0]], "no per-sequence attention")
             # the per-sequence part of decode attention was moved into the overhead
-            moved = self.num_layers * float(over.get("attn_decode_per_seq_per_layer_s", 0.0))
+            moved = self.num_layers * float(over.attn_decode_per_seq_per_layer_s)
             per_seq_s = max(per_seq_s - moved, 0.0)
-        self._per_seq_s = scale * per_seq_s + float(engine.get("per_seq_s", 0.0))
+        self._per_seq_s = scale * per_seq_s + float(engine.per_seq_s)
         # a profile of GPU kernel tables names the host part of its overhead (fleetsim's
         # old defaults, beside decode attention's per-sequence GPU cost): an engine
         # preset's host time replaces it; a profile timed on this machine's own loop
         # keeps its overhead as measured
-        self._host_named = "host_per_seq_s" in over
-        self._host_per_seq_s = (float(over["host_per_seq_s"]) if self._host_named
+        self._host_named = over.host_per_seq_s is not None
+        self._host_per_seq_s = (float(over.host_per_seq_s) if self._host_named
                                 else self._per_seq_s)
-        self._per_key = PerKeyTable(engine.get(ENGINE_PER_KEY),
-                                    f"{where}: engine.{ENGINE_PER_KEY}")
+        self._per_key = PerKeyTable(engine.per_kv_token_s, f"{where}: engine.per_kv_token_s")
         self._packed = self._per_key.active
-        self._prefill_step_s = float(engine.get("per_prefill_step_s", 0.0))
-        self.after_idle_s = float(engine.get("after_idle_s", 0.0))
+        self._prefill_step_s = float(engine.per_prefill_step_s)
+        self.after_idle_s = float(engine.after_idle_s)
         # work counters, peaks and (when not measured) the all-reduce come from the roofline
         self._roofline = RooflineCostModel(model, hardware, tp, weight_dtype, kv_dtype,
                                            RooflineConfig())
@@ -412,7 +163,7 @@ class CalibratedCostModel(CostModel):
         # a decode run's terms but its keys, by batch size (``_decode_run_terms``)
         self._run_terms: dict[int, tuple[float, float, float, float, float | None]] = {}
         self._comm_from_roofline = tp > 1 and (
-            self._comm is None or not self.profile.get("tp_comm_measured", False))
+            self._comm is None or not self.profile.tp_comm_measured)
 
     @property
     def label(self) -> str:

@@ -72,7 +72,7 @@ def scenario_text(fleet: Scenario, target: Path, lines: list[str]) -> tuple[str,
     """The text of ``fleet`` written at ``target`` (``lines``: the comment lines after the
     header, saying what was chosen), and the folders of data files it names outside
     ``target``'s folder and the shipped data (``--allow-path`` each to run it)."""
-    from sim.cost.calibrated import resolve_profile_path
+    from sim.cost.profile_file import resolve_profile_path
 
     data = fleet.model_dump(mode="json")
     files = scenario_files(fleet)

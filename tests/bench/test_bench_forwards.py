@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from sim.config import profiles
-from sim.cost.calibrated import (CalibratedConfig, CalibratedCostModel, load_profile,
-                                 resolve_profile_path)
+from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
+from sim.cost.profile_file import load_profile, resolve_profile_path
 
 pytestmark = pytest.mark.bench
 

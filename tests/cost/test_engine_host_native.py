@@ -9,7 +9,8 @@ import pytest
 
 from sim.config import profiles
 from sim.config.paths import data_dir
-from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel, load_profile
+from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
+from sim.cost.profile_file import load_profile
 from sim.cost.engine_host import EngineHostCost
 from sim.cost.shape import BatchShape
 

@@ -102,10 +102,10 @@ def test_a_trtllm_decode_step_at_large_batch_costs_its_kernels_not_its_host_time
     prof = kernels.profile
     batch, keys = 488, 488 * 1152
     layers = 32
-    over = prof["overhead"]
+    over = prof.overhead
     # the attention's cost per sequence, which the overhead holds beside the host's
-    attn_per_seq = over["per_seq_s"] - over["host_per_seq_s"]
-    assert attn_per_seq == pytest.approx(layers * over["attn_decode_per_seq_per_layer_s"],
+    attn_per_seq = over.per_seq_s - over.host_per_seq_s
+    assert attn_per_seq == pytest.approx(layers * over.attn_decode_per_seq_per_layer_s,
                                          rel=1e-3)
     gpu = (layers * (float(kernels.dense_s(np.array([batch]))[0])
                      + float(kernels.attn_decode_s(np.array([keys]))[0]))
@@ -115,6 +115,6 @@ def test_a_trtllm_decode_step_at_large_batch_costs_its_kernels_not_its_host_time
     step = cost.step_scalar(batch, batch, 0.0, keys)[0]
     assert step == pytest.approx(gpu, rel=1e-9)
     assert 0.021 < step < 0.024
-    old_host = over["constant_s"] + over["host_per_seq_s"] * batch
+    old_host = over.constant_s + over.host_per_seq_s * batch
     assert kernels.step_scalar(batch, batch, 0.0, keys)[0] == pytest.approx(gpu + old_host,
                                                                            rel=1e-9)

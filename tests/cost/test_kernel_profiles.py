@@ -19,7 +19,8 @@ from calibrate.kernels.curves import GemmCurves
 from calibrate.kernels.kernel_db import KernelDb, KernelDbError
 from calibrate.fitting.shapes import ModelShape, ShardShape, load_model
 from sim.config import profiles
-from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel, load_profile
+from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
+from sim.cost.profile_file import load_profile
 
 TINY = load_model("tiny-llama")           # hidden 512, 8 heads / 4 KV of 64, MLP 1536
 MS_GRID = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 
 from sim.cost import libm
-from sim.cost.calibrated import PerKeyTable, Table
+from sim.cost.tables import PerKeyTable, Table
 
 # many values, spread over the range step times see (tokens, sequences, KV lengths)
 X = np.concatenate([np.linspace(1.0, 5000.0, 4001), np.geomspace(1e-3, 1e7, 3001)])
@@ -42,7 +42,7 @@ def test_a_calibrated_table_interpolates_with_the_c_librarys_log_and_exp():
 def test_the_same_with_numpys_avx512_kernels_switched_off():
     """A calibrated table's step times are the same in a process where numpy may not use
     AVX-512 (where the CPU has none, the two runs are alike anyway)."""
-    code = ("import numpy as np, sys; from sim.cost.calibrated import Table; "
+    code = ("import numpy as np, sys; from sim.cost.tables import Table; "
             "x = np.linspace(1e-3, 5000.0, 20001); "
             "t = Table([[1, 0.001], [64, 0.002], [4096, 0.02]], 't'); "
             "sys.stdout.write(t(x).tobytes().hex())")

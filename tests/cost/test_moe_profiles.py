@@ -16,7 +16,8 @@ from calibrate.kernels.kernel_db import KernelDb, KernelDbError
 from calibrate.fitting.shapes import ModelShape, ShardShape
 from sim.config import profiles
 from sim.config.specs import ModelSpec
-from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel, load_profile
+from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
+from sim.cost.profile_file import load_profile
 from test_kernel_profiles import _write, gemm_ms, write_db
 
 # hidden 512, 8 heads / 4 KV of 64 (tiny-llama's attention), 4 experts of 1536, top 2

@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 from sim.config import profiles
 from sim.config.paths import data_dir
-from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel, Table, load_profile
+from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
+from sim.cost.profile_file import load_profile
+from sim.cost.tables import Table
 from sim.cost.table_steps import PowerPieces, power_series_sum
 
 REL = 1e-12

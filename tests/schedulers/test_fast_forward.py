@@ -88,7 +88,8 @@ def test_fast_forward_on_measured_kernels_sums_each_run_in_closed_form(monkeypat
     the table never read over a run's steps (``sim/cost/table_steps.py`` sums them)
     gives exact_steps' per-request times to 1e-12 relative, the closed form's stated
     error, and the same steps, tokens and statuses."""
-    from sim.cost.calibrated import CalibratedCostModel, Table
+    from sim.cost.calibrated import CalibratedCostModel
+    from sim.cost.tables import Table
     base = sim.load_scenario(SCENARIOS[0].parent / "bench-decode-heavy.yaml")
     exact = sim.run(with_exact_steps(base, True, 20.0))
 

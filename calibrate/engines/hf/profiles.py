@@ -12,16 +12,19 @@ from calibrate.engines.step_fit import EngineFit, step_errors
 from calibrate.fitting.shapes import ModelShape
 from calibrate.engines.hf.workload import Workload
 from calibrate.fitting.profile_file import write_profile
-from sim.cost.calibrated import load_profile, resolve_profile_path
+from sim.cost.profile_file import load_profile, resolve_profile_path
+from sim.cost.profile_schema import parse_profile
 
 
 # -- profiles ----------------------------------------------------------------------------
 def _made_here(data: dict, shape: ModelShape, host: str) -> bool:
-    model = data.get("model") or {}
-    return (data.get("device") == "cpu" and data.get("device_name") == host
-            and not data.get("quick") and int(data.get("tp", 1)) == 1
-            and all(int(model.get(f, -1)) == v for f, v in shape.shape_dict().items()
-                    if f != "name"))
+    """A profile (read through its schema: ValueError if it does not) of ``shape`` made
+    on this CPU, in full, at tp 1."""
+    prof = parse_profile(data, "calibrated profile")
+    return (prof.device == "cpu" and prof.device_name == host and not prof.quick
+            and int(prof.tp) == 1
+            and all(getattr(prof.model, f) is not None and int(getattr(prof.model, f)) == v
+                    for f, v in shape.shape_dict().items() if f != "name"))
 
 
 def host_profile(path: Path, shape: ModelShape) -> Path | None:

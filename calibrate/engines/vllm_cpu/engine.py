@@ -37,7 +37,7 @@ from calibrate.engines.vllm_cpu.run_folder import LOG_NAME, PLAN_NAME, VllmError
 from calibrate.engines.vllm_cpu.timing import timing
 from sim.config.resolve import resolve
 from sim.config.yamlio import load_yaml
-from sim.cost.calibrated import load_profile, resolve_profile_path
+from sim.cost.profile_file import load_profile, resolve_profile_path
 from sim.output.atomic_write import write_file
 from sim.output.output_paths import check_file
 from sim.workload import generate_arrivals

@@ -15,8 +15,9 @@ import yaml
 
 import sim
 from sim.config import profiles
-from sim.cost.calibrated import (CalibratedConfig, CalibratedCostModel, Table, load_profile,
-                                 resolve_profile_path)
+from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
+from sim.cost.profile_file import load_profile, resolve_profile_path
+from sim.cost.tables import Table
 from sim.cost.shape import BatchShape
 from sim.config.paths import data_dir
 

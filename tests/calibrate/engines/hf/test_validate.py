@@ -13,8 +13,8 @@ import yaml
 
 import sim
 from sim.config import profiles
-from sim.cost.calibrated import (CalibratedConfig, CalibratedCostModel, check_profile,
-                                 load_profile, resolve_profile_path)
+from sim.cost.calibrated import CalibratedConfig, CalibratedCostModel
+from sim.cost.profile_file import check_profile, load_profile, resolve_profile_path
 from sim.cost.shape import BatchShape, default_kv_read
 
 from simfactories import make_pool, make_scenario
