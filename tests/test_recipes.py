@@ -9,12 +9,14 @@ import sys
 import types
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 import yaml
 
 import sim
 from sim.cli import main
+from sim.cli.inspect import scenario_schema
 from sim.config import profiles
 from sim.config.scenario import Scenario
 from sim.config.trace_layouts import TRACE_FORMATS, unregister_trace_format
@@ -187,3 +189,27 @@ def test_an_unknown_trace_format_is_refused_with_the_registered_ones(trace_recip
     finally:
         run_python("A trace format")
     assert "gateway_log" in TRACE_FORMATS
+
+
+@pytest.mark.parametrize("section", ["A scheduler", "A router", "A GPU", "A trace format"])
+def test_each_recipe_scenario_validates_against_fleetsim_schema_once_registered(section):
+    """`fleetsim schema` lists what a recipe registers: its scenario validates against the
+    schema printed after the registration (and for a toy type or format, not before)."""
+    scenario = yaml.safe_load(blocks(section)["yaml"][-1])
+
+    def errors() -> list[str]:
+        return [e.message for e in
+                jsonschema.Draft202012Validator(scenario_schema()).iter_errors(scenario)]
+    if "python" not in blocks(section):
+        assert errors() == []               # a GPU is a name: any profile's
+        return
+    assert errors() != []
+    names = run_python(section)
+    try:
+        assert errors() == []
+    finally:
+        for family, config in ((SCHEDULERS, "ShortestFirstConfig"),
+                               (ROUTERS, "LastReadyConfig")):
+            if config in names:
+                family.unregister(names[config])
+        TRACE_FORMATS.pop("gateway_log", None)

@@ -184,7 +184,8 @@ class TraceArrivalConfig(StrictModel):
     * ``format: azure``: the Azure LLM inference traces (``TIMESTAMP`` as a date and time,
       ``ContextTokens``, ``GeneratedTokens``);
     * ``format: mooncake``: the Mooncake traces, one JSON object a line (``timestamp`` in
-      ms, ``input_length``, ``output_length``).
+      ms, ``input_length``, ``output_length``);
+    * a format registered in :mod:`sim.config.trace_layouts` (docs/recipes.md).
 
     Times are offsets from the trace's first request (numbers as written: non-negative,
     non-decreasing), placed after the stream's ``start``. The lengths come from the file,
