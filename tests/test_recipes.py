@@ -213,3 +213,18 @@ def test_each_recipe_scenario_validates_against_fleetsim_schema_once_registered(
             if config in names:
                 family.unregister(names[config])
         TRACE_FORMATS.pop("gateway_log", None)
+
+
+def test_a_mistake_in_a_new_gpu_profile_is_located_by_lint(shipped_with, tmp_path, capsys):
+    """The recipe's profile without its bf16 figure: `fleetsim lint` of a scenario that
+    names it says which file, line and field, and exits 2 (no traceback)."""
+    profile, scenario_text = blocks("A GPU")["yaml"]
+    broken = "".join(line for line in profile.splitlines(keepends=True)
+                     if not line.lstrip().startswith("bf16:"))
+    shipped_with(broken)
+    path = tmp_path / "scenario.yaml"
+    path.write_text(scenario_text, encoding="utf-8")
+    assert main(["lint", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "h100-half-bw.yaml:5: flops: must give at least a 'bf16' figure" in err
+    assert "Traceback" not in err
