@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sim.config.specs import HardwareSpec, ModelSpec
 from sim.config.paths import data_dir
-from sim.config.yamlio import load_data
+from sim.config.yamlio import load_data, load_model, load_model_fast
 
 
 def _key(name: str) -> str:
@@ -25,17 +25,20 @@ def _load_dir(kind: str) -> dict[str, Path]:
     for path in sorted(folder.glob("*.yaml")):
         with open(path, encoding="utf-8") as fh:
             data = load_data(fh.read())
-        out[_key(data["name"])] = path
+        name = data.get("name") if isinstance(data, dict) else None
+        if not isinstance(name, str):      # read again, for the located error
+            load_model(path, _SPECS[kind], kind=f"{kind} profile")
+        out[_key(name)] = path
     return out
+
+
+_SPECS = {"hardware": HardwareSpec, "models": ModelSpec}
 
 
 @lru_cache(maxsize=None)
 def _parse(kind: str, key: str) -> HardwareSpec | ModelSpec:
-    path = _load_dir(kind)[key]
-    with open(path, encoding="utf-8") as fh:
-        data = load_data(fh.read())
-    cls = HardwareSpec if kind == "hardware" else ModelSpec
-    return cls.model_validate(data)
+    """The profile, validated; a mistake in it is a located error (file, line, field)."""
+    return load_model_fast(_load_dir(kind)[key], _SPECS[kind], kind=f"{kind} profile")
 
 
 def hardware_names() -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sim.config.common import (BytesPerS, Flag, FlopsPerS, PositiveBytes, PositiveFraction,
                                Name, PositiveInt, Seconds, StrictModel, UsdPerGpuHour)
@@ -74,11 +74,12 @@ class HardwareSpec(StrictModel):
         None, max_length=300, description="Where and when the prices were read (shown in "
                                           "report.html beside every cost)")
 
-    @model_validator(mode="after")
-    def _needs_bf16(self) -> "HardwareSpec":
-        if "bf16" not in self.flops:
-            raise ValueError("flops must give at least a 'bf16' figure")
-        return self
+    @field_validator("flops")
+    @classmethod
+    def _needs_bf16(cls, flops: dict[str, float]) -> dict[str, float]:
+        if "bf16" not in flops:          # at the field: its line in a profile or scenario
+            raise ValueError("must give at least a 'bf16' figure")
+        return flops
 
     @model_validator(mode="after")
     def _reported_within_memory(self) -> "HardwareSpec":

@@ -19,9 +19,11 @@ import itertools
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from sim.config import units
 from sim.config.retry import RetryPolicy
+from sim.config.trace_layouts import TRACE_FORMATS, TraceLayout, format_choices
 from sim.config.common import (
     FilePath,
     Flag,
@@ -182,7 +184,8 @@ class TraceArrivalConfig(StrictModel):
     * ``format: azure``: the Azure LLM inference traces (``TIMESTAMP`` as a date and time,
       ``ContextTokens``, ``GeneratedTokens``);
     * ``format: mooncake``: the Mooncake traces, one JSON object a line (``timestamp`` in
-      ms, ``input_length``, ``output_length``).
+      ms, ``input_length``, ``output_length``);
+    * a format registered in :mod:`sim.config.trace_layouts` (docs/recipes.md).
 
     Times are offsets from the trace's first request (numbers as written: non-negative,
     non-decreasing), placed after the stream's ``start``. The lengths come from the file,
@@ -192,8 +195,10 @@ class TraceArrivalConfig(StrictModel):
     type: Literal["trace"] = Field(description="Trace replay.")
     path: FilePath = Field(
         description="Trace file; a relative path is read from the scenario file's folder.")
-    format: Literal["csv", "azure", "mooncake"] = Field(
-        "csv", description="The file's layout: csv (columns below), azure, mooncake.")
+    format: str = Field(
+        "csv", description="The file's layout: csv (columns below), azure, mooncake, or a "
+                           "format registered since (sim.config.trace_layouts).",
+        json_schema_extra=lambda schema: schema.update(enum=list(TRACE_FORMATS)))
     columns: TraceColumnsConfig | None = Field(
         None, description="format csv: the columns' names (default timestamp, "
                           "prompt_tokens, output_tokens).")
@@ -212,13 +217,26 @@ class TraceArrivalConfig(StrictModel):
         description="format mooncake: tokens in each block its hash_ids name (default "
                     "512, as the Mooncake traces have them).")
 
+    @field_validator("format")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        if value not in TRACE_FORMATS:      # worded as a Literal's refusal, with the choices
+            raise PydanticCustomError("literal_error", "Input should be {expected}",
+                                      {"expected": format_choices()})
+        return value
+
+    @property
+    def layout(self) -> TraceLayout:
+        """Where this format keeps a row's values, and how it is read."""
+        return TRACE_FORMATS[self.format]
+
     @model_validator(mode="after")
     def _csv_only(self) -> "TraceArrivalConfig":
         for name in ("columns", "timestamp_unit"):
-            if getattr(self, name) is not None and self.format != "csv":
+            if getattr(self, name) is not None and not self.layout.configurable:
                 raise ValueError(f"`{name}:` describes a CSV trace's layout; format "
                                  f"{self.format!r} has its own: remove it")
-        if self.block_tokens is not None and self.format != "mooncake":
+        if self.block_tokens is not None and self.layout.ids_field is None:
             raise ValueError("`block_tokens:` is the length of the blocks a Mooncake "
                              "trace's hash_ids name; this format has none: remove it")
         return self

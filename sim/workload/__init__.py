@@ -237,7 +237,8 @@ def generate_arrivals(workload: WorkloadConfig, duration_s: float,
         think_s = np.concatenate([p[5] for p in parts]).astype(np.float64)[order]
         next_turn, turn = _next_turns(stream_index, session)
     block_ids = None
-    if any(isinstance(stream.arrival, TraceArrivalConfig) and stream.arrival.format == "mooncake"
+    if any(isinstance(stream.arrival, TraceArrivalConfig)
+           and stream.arrival.layout.ids_field is not None
            for stream in workload.streams.values()):
         block_ids = np.concatenate([p[6] for p in parts])[order]
     return RequestArrivals(

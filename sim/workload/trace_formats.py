@@ -1,6 +1,7 @@
 """Trace files as fleetsim reads them: a CSV of any column layout (times in seconds,
 milliseconds, microseconds or dates and times), the Azure LLM inference traces and the
-Mooncake JSONL traces, gzip-compressed or not; each turned into one :class:`Trace`.
+Mooncake JSONL traces, gzip-compressed or not; each turned into one :class:`Trace`. Each
+format's fields, unit and reader are its entry in :mod:`sim.config.trace_layouts`.
 
 As for every data file, errors name the file, the line and the field, never a value.
 """
@@ -14,14 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.config.trace_layouts import TRACE_FORMATS
 from sim.config.workload import TraceArrivalConfig
 from sim.workload.jsonl_arrow import read_jsonl_arrow
 from sim.workload.trace import (MAX_CSV_ROWS, WorkloadDataError, scan_text,
                                 check_token_counts, open_data, read_csv_columns)
 
-# What each format names its three fields, and the unit of its times
-LAYOUTS = {"azure": (("TIMESTAMP", "ContextTokens", "GeneratedTokens"), "datetime"),
-           "mooncake": (("timestamp", "input_length", "output_length"), "ms")}
 UNIT_S = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
 
@@ -48,14 +47,13 @@ def load_trace(path: pathlib.Path, cfg: TraceArrivalConfig | None = None,
     a run that ends there needs none, and a long file costs no more than the run. Each
     row before it is a request: more than ``max_requests`` of them are refused as they
     are read (a file of millions of rows costs no memory before)."""
-    fmt = cfg.format if cfg is not None else "csv"
-    if fmt == "csv":
-        cols = cfg.columns if cfg is not None and cfg.columns is not None else None
-        names = ((cols.timestamp, cols.prompt_tokens, cols.output_tokens) if cols is not None
-                 else ("timestamp", "prompt_tokens", "output_tokens"))
-        unit = (cfg.timestamp_unit if cfg is not None else None) or "s"
-    else:
-        names, unit = LAYOUTS[fmt]
+    layout = cfg.layout if cfg is not None else TRACE_FORMATS["csv"]
+    names, unit = layout.fields, layout.timestamp_unit
+    if layout.configurable and cfg is not None:     # the scenario's names and unit, if any
+        cols = cfg.columns
+        if cols is not None:
+            names = (cols.timestamp, cols.prompt_tokens, cols.output_tokens)
+        unit = cfg.timestamp_unit or unit
     limit = {}
     if max_requests is not None and max_requests + 1 < MAX_CSV_ROWS:
         limit = {"max_rows": max_requests + 1,     # (and the first row past the run's end)
@@ -64,9 +62,10 @@ def load_trace(path: pathlib.Path, cfg: TraceArrivalConfig | None = None,
                              "(raise it at the scenario's top level, shorten the run or cut "
                              "the trace)"}
     ids = None
-    if fmt == "mooncake":
+    if layout.reader == "jsonl":
         values, lines, ids = read_jsonl_fields(path, names, horizon=horizon_s / UNIT_S[unit],
-                                               ids_field="hash_ids", **limit)
+                                               ids_field=layout.ids_field,
+                                               format_name=cfg.format, **limit)
     else:
         values, lines = read_csv_columns(path, names,
                                          datetimes=(names[0],) if unit == "datetime" else (),
@@ -155,18 +154,21 @@ def _checked(path: pathlib.Path, names: tuple[str, str, str], ts: np.ndarray,
 
 def read_jsonl_fields(path: pathlib.Path, fields: tuple[str, ...],
                       horizon: float = math.inf, max_rows: int | None = None,
-                      too_many: str | None = None, ids_field: str | None = None
+                      too_many: str | None = None, ids_field: str | None = None,
+                      format_name: str = "mooncake"
                       ) -> tuple[dict[str, np.ndarray], np.ndarray, list | None]:
     """The named numeric fields of a file of one JSON object a line (blank lines skipped),
     as float64 arrays, with each object's line, and (with ``ids_field``) each object's list
     of non-negative integer ids there as a tuple (empty when it has none); reading stops
-    after the first object whose first field is at or past ``horizon``."""
+    after the first object whose first field is at or past ``horizon``. ``format_name``:
+    the trace format the errors name."""
     scan_text(path, "a row of a JSON-lines trace (one object a line)")  # no NUL, no long line
     max_rows = MAX_CSV_ROWS if max_rows is None else max_rows
     too_many = too_many or f"more than {max_rows:,} rows; split the file"
     fast = read_jsonl_arrow(path, fields, horizon, max_rows, too_many, ids_field)
     if fast is not None:           # read alike in C++; else line by line, to name the fault
         return fast
+    not_an_object = f"not a JSON object (a trace of format {format_name} holds one a line)"
     out: dict[str, list[float]] = {f: [] for f in fields}
     lines: list[int] = []
     ids: list[tuple] | None = [] if ids_field is not None else None
@@ -181,12 +183,9 @@ def read_jsonl_fields(path: pathlib.Path, fields: tuple[str, ...],
                 try:
                     row = json.loads(line, object_pairs_hook=_Row)
                 except (ValueError, RecursionError):
-                    raise WorkloadDataError(path, "not a JSON object (a trace of format "
-                                                  "mooncake holds one a line)",
-                                            line=number) from None
+                    raise WorkloadDataError(path, not_an_object, line=number) from None
                 if not isinstance(row, dict):
-                    raise WorkloadDataError(path, "not a JSON object (a trace of format "
-                                                  "mooncake holds one a line)", line=number)
+                    raise WorkloadDataError(path, not_an_object, line=number)
                 twice = next((f for f in (*fields, ids_field) if f in row.twice), None)
                 if twice is not None:       # json.loads would keep the last one silently
                     raise WorkloadDataError(path, f"field {twice!r}: given twice in the "

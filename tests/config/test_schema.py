@@ -20,9 +20,12 @@ SHIPPED = [p for p in sorted((ROOT / "scenarios").rglob("*.yaml"))
 
 
 def _readme_scenarios() -> list[tuple[str, dict]]:
-    """Every full scenario written in the README and the docs pages."""
+    """Every full scenario written in the README and the docs pages (but the recipes',
+    which name the toys they register: tests/test_recipes.py checks those)."""
     found = []
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        if page.name == "recipes.md":
+            continue
         blocks = re.findall(r"```yaml\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)
         for i, block in enumerate(blocks):
             data = yaml.safe_load(block)
