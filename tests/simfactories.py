@@ -22,7 +22,8 @@ from sim.entities.kv import KvCacheManager
 from sim.entities.request import Request
 from sim.output.results import Results
 from sim.schedulers.base import ReplicaLimits
-from sim.schedulers.continuous import ContinuousConfig, ContinuousScheduler
+from sim.schedulers.continuous import ContinuousScheduler
+from sim.schedulers.continuous_config import ContinuousConfig
 
 MIB = 2 ** 20
 GIB = 2 ** 30

@@ -29,7 +29,7 @@ A preset decides, each as an event in time in the simulation (no fitted adder):
   forms step k+1 before it has read step k's tokens: a request whose last token came
   with step k decodes once more in step k+1, its token thrown away, holding its batch
   slot and KV blocks until k+1 ends; the client has its last token at k's end;
-  ``sim/schedulers/continuous.py``).
+  ``sim/schedulers/finished_extra_step.py``).
 
 Not modelled yet: a per-prompt-token host cost (0.05 us scaled for V1: negligible).
 

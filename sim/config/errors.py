@@ -121,3 +121,11 @@ def format_cli_error(err: BaseException) -> str:
 def short_repr(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= _INPUT_REPR_CHARS else text[: _INPUT_REPR_CHARS - 3] + "..."
+
+
+Loc = tuple     # where a problem is: a field's path in the scenario, ("pools", "main", "tp")
+
+
+def choices(names) -> str:
+    """Names as an error message lists the valid ones: sorted, case aside, comma separated."""
+    return ", ".join(sorted(names, key=str.lower))

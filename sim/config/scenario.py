@@ -24,7 +24,7 @@ from sim.autoscalers import AUTOSCALERS, AutoscalerConfig
 from sim.routers import ROUTERS, RouterConfig
 from sim.routers.round_robin import RoundRobinConfig
 from sim.schedulers import SCHEDULERS, SchedulerConfig
-from sim.schedulers.continuous import ContinuousConfig
+from sim.schedulers.continuous_config import ContinuousConfig
 
 
 class ColdStartConfig(StrictModel):

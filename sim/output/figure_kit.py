@@ -10,7 +10,7 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from sim.entities.request import Status
-from sim.output import chart_data
+from sim.output import chart_spec
 
 FIGSIZE = (7.0, 4.2)
 DPI = 110
@@ -101,7 +101,7 @@ def log_x(ax) -> None:
     log_axis(ax, "x")
 
 
-HOUR_S = chart_data.HOUR_S
+HOUR_S = chart_spec.HOUR_S
 
 
 def hhmm(seconds: float, _pos=None) -> str:
@@ -118,7 +118,7 @@ def time_axis(ax, span_s: float, label: str = "simulated time") -> None:
         return
     from matplotlib.ticker import FuncFormatter, MultipleLocator
 
-    step = chart_data.clock_step_s(span_s)
+    step = chart_spec.clock_step_s(span_s)
     ax.xaxis.set_major_locator(MultipleLocator(step))
     ax.xaxis.set_major_formatter(FuncFormatter(hhmm))
     ax.set_xlim(0.0, span_s)
@@ -138,7 +138,7 @@ def scenario_name(results) -> str:
 def slo_targets(results, metric: str) -> list[tuple[str, float]]:
     """The fleet-wide SLO targets (seconds) on ``metric`` (``ttft``, ``tpot``, ``e2e``...),
     as ``(statistic, target)``: p50 ... p99 and mean."""
-    return chart_data.slo_targets(results.scenario, metric)
+    return chart_spec.slo_targets(results.scenario, metric)
 
 
 SLO_STYLE = {"color": "0.25", "linewidth": 1.0, "linestyle": ":"}
@@ -157,7 +157,7 @@ def completed(results) -> pd.DataFrame:
 
 # a figure shows at most this many teams (the ones with the most requests): a line or a
 # bar each, past which a plot is unreadable and slow to draw
-MAX_PLOTTED_TEAMS = chart_data.MAX_TEAMS
+MAX_PLOTTED_TEAMS = chart_spec.MAX_TEAMS
 
 
 def busiest_teams(req: pd.DataFrame) -> list[str]:

@@ -23,7 +23,7 @@ from sim.output.figure_kit import (FIGSIZE, MS, SLO_STYLE, busiest_teams, colour
                                    plain_text, png_bytes, pools, scenario_name, slo_targets,
                                    time_axis, title)
 
-from sim.output.chart_data import LOG_DECADES as _LOG_DECADES, SHARE_ABOVE as _SHARE_ABOVE
+from sim.output.latency_charts import LOG_DECADES as _LOG_DECADES, SHARE_ABOVE as _SHARE_ABOVE
 
 __all__ = ["FIGURES", "new_figure", "plain_text", "png_bytes", "render_all", "save_all"]
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from sim.config.policies import Family
 from sim.schedulers.base import ReplicaLimits, Scheduler, SchedulerConfigBase
-from sim.schedulers.continuous import ContinuousConfig, ContinuousScheduler
+from sim.schedulers.continuous import ContinuousScheduler
+from sim.schedulers.continuous_config import ContinuousConfig
 from sim.schedulers.single import SingleConfig, SingleScheduler
 from sim.schedulers.speculative import SpeculativeConfig, SpeculativeScheduler
 from sim.schedulers.static import StaticConfig, StaticScheduler

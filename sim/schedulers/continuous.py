@@ -26,131 +26,32 @@ number of them): how decoders are held (``_new_decoders``), take their KV
 and budget (``_allocate_decode_step``, ``_decode_tokens``,
 ``_unschedule_decoder``), join after their prefill (``_join``) and advance
 (``next_segment``, ``finish_segment``); admission, prefill chunks, the KV
-gates and the FCFS/priority policy stay this module's.
+gates and the FCFS/priority policy stay the continuous step's.
 
-Why one module of about 480 lines: planning a step, fast-forwarding the decode cohort
-and the KV admission gates share per-step state that the hot loop reads on every step;
-the part that is a policy of its own (FCFS or priority) is ``ordering.py``'s.
+The step's parts that read on their own are mixed into the scheduler, each in its module
+(a mixin adds no call or lookup to the step): its settings (``continuous_config.py``),
+the KV admission gates (``admission_gates.py``), the fast-forward (``fast_forward.py``),
+prefill-only steps (``prefill_only.py``), the finished request's extra step
+(``finished_extra_step.py``) and the end of prefill chunks (``prefill_chunks.py``); the
+FCFS or priority policy is a strategy the scheduler holds (``ordering.py``). Planning a
+step and applying it stay here.
 """
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import ClassVar, Literal
+from typing import ClassVar
 
-from pydantic import Field, model_validator
-
-from sim.config.common import Flag, PositiveInt, PositiveSeconds
-from sim.entities.kv import blocks_for
 from sim.entities.request import Request
-from sim.schedulers.base import Problem, Scheduler, SchedulerConfigBase, Segment
+from sim.schedulers.admission_gates import AdmissionGates
+from sim.schedulers.base import Scheduler, Segment
 from sim.schedulers.cohort import DecodeCohort
+from sim.schedulers.continuous_config import BatchLimits
+from sim.schedulers.fast_forward import FastForward
+from sim.schedulers.finished_extra_step import FinishedExtraStep
 from sim.schedulers.ordering import ORDERS
 from sim.schedulers.output_estimate import OutputEstimate
-
-
-class BatchLimits(SchedulerConfigBase):
-    """The limits and policies of the continuous step, shared by every scheduler built on
-    it (``continuous``, ``speculative``)."""
-
-    max_num_batched_tokens: PositiveInt = Field(
-        8192, description="Token budget of one step (prefill chunks + decode tokens, draft "
-                          "tokens included)")
-    max_num_seqs: PositiveInt = Field(256, description="Most sequences in one step")
-    chunked_prefill: Flag = Field(True, description="Split long prompts across steps")
-    long_prefill_token_threshold: PositiveInt | None = Field(
-        None, description="Largest prefill chunk one request may take in a step (keeps a "
-                          "long prompt from filling the budget and stalling decodes)")
-    policy: Literal["fcfs", "priority"] = Field(
-        "fcfs", description="Waiting order and preemption victim: arrival order, or request "
-                            "priority (lower first; the victim is the largest priority, "
-                            "latest arrival)")
-    priority_aging: PositiveSeconds | None = Field(
-        None, description="Starvation guard for the priority policy: a waiting request "
-                          "gains one priority level per this much waiting")
-    kv_admission: Literal["on_demand", "whole_prompt", "guaranteed_no_evict",
-                          "estimated_output"] | None = Field(
-        None, description="on_demand (vLLM before its full-prompt gate): KV "
-                          "blocks are taken as tokens are computed and a request is "
-                          "preempted when they run out; estimated_output (SGLang's "
-                          "PrefillAdder): the same, but a waiting request is admitted only "
-                          "when the free KV holds its prompt and output to come beside a "
-                          "share (SGLang's new_token_ratio) of every running request's "
-                          "output to come (schedulers/output_estimate.py); whole_prompt (vLLM 0.32's "
-                          "scheduler_reserve_full_isl, on by default there): the same, but "
-                          "a waiting request is admitted only when the free blocks hold "
-                          "its whole prompt (less its prefix-cache hit), not only its "
-                          "first chunk; guaranteed_no_evict (TensorRT-LLM's default capacity "
-                          "scheduler): a request is admitted only when the cache can "
-                          "hold its whole prompt and output beside every running "
-                          "request's, so none is ever preempted; unset: the pool's "
-                          "engine's")
-    max_new_tokens: PositiveInt | None = Field(
-        None, description="The clients' cap on a request's output tokens (their max_tokens), "
-                          "which kv_admission estimated_output reserves room for; unset: "
-                          "4,096, SGLang's estimate of an uncapped request")
-    prefill_only_steps: bool | None = Field(
-        None, description="true: a step that prefills runs no decode, the running decodes "
-                          "wait for it (vLLM V0's default scheduler, without chunked "
-                          "prefill; SGLang unless --enable-mixed-chunk); false: prefill "
-                          "chunks and decodes share a step (vLLM V1, TensorRT-LLM's "
-                          "in-flight batching); unset: the pool's engine's")
-    finished_extra_step: bool | None = Field(
-        None, description="true: a request whose last token came with step k decodes once "
-                          "more in step k+1 (its token thrown away), keeping its batch slot "
-                          "and KV blocks to k+1's end, as a scheduler that forms step k+1 "
-                          "before reading step k's tokens does (vLLM async scheduling and "
-                          "V0's async output processing, SGLang's and TensorRT-LLM's overlap "
-                          "schedulers); false: it leaves at k's end; unset: the pool's "
-                          "engine's")
-
-    @model_validator(mode="after")
-    def _check_limits(self) -> "BatchLimits":
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be "
-                             f"at least max_num_seqs ({self.max_num_seqs})")
-        if self.long_prefill_token_threshold is not None and not self.chunked_prefill:
-            raise ValueError("long_prefill_token_threshold caps prefill chunks, and "
-                             "chunked_prefill: false takes none: remove one of them")
-        if self.long_prefill_token_threshold is not None and \
-                self.long_prefill_token_threshold >= self.max_num_batched_tokens:
-            raise ValueError(f"long_prefill_token_threshold ({self.long_prefill_token_threshold})"
-                             f" is not below max_num_batched_tokens "
-                             f"({self.max_num_batched_tokens}): it would never cap a chunk")
-        if self.priority_aging is not None and self.policy != "priority":
-            raise ValueError("priority_aging ages priorities, which policy 'fcfs' ignores: "
-                             "add policy: priority or remove priority_aging")
-        return self
-
-    def with_engine(self, engine, measured_on_engine: bool = False) -> "BatchLimits":
-        """The engine's KV admission, prefill-only steps and finished request's extra step
-        where these settings leave them unset (``null``, the default); no extra step when
-        the step times were measured on the whole engine (as with its join rule: the
-        measured engine's own pipelining holds it)."""
-        update = {}
-        if self.kv_admission is None:
-            update["kv_admission"] = engine.kv_admission
-        if self.prefill_only_steps is None:
-            update["prefill_only_steps"] = engine.prefill_only_steps
-        if self.finished_extra_step is None:
-            update["finished_extra_step"] = (engine.finished_extra_steps == 1
-                                             and not measured_on_engine)
-        return self.model_copy(update=update) if update else self
-
-    def problems(self, engine, duration_s: float) -> list[Problem]:
-        admission = self.kv_admission or engine.kv_admission
-        if self.max_new_tokens is not None and admission != "estimated_output":
-            return [(("max_new_tokens",), f"max_new_tokens is the cap kv_admission "
-                     f"estimated_output reserves room for; this pool admits {admission} "
-                     f"(engine {engine.name}@{engine.version}), which never reads it: remove it or set "
-                     "kv_admission: estimated_output")]
-        return []
-
-
-class ContinuousConfig(BatchLimits):
-    type: Literal["continuous"] = "continuous"
-    engine_terms_apply: ClassVar[bool] = True
-    exact_steps: Flag = Field(
-        False, description="Simulate every decode step instead of fast-forwarding identical ones")
+from sim.schedulers.prefill_chunks import PrefillChunks
+from sim.schedulers.prefill_only import PrefillOnlySteps
 
 
 class _Plan:
@@ -163,10 +64,8 @@ class _Plan:
         self.paused: bool = paused          # a prefill-only step: the decoders wait
 
 
-_NO_PREFILL: list[tuple[Request, int]] = []      # the payload of decode-only segments; never mutated
-
-
-class ContinuousScheduler(Scheduler):
+class ContinuousScheduler(AdmissionGates, FastForward, PrefillOnlySteps, FinishedExtraStep,
+                          PrefillChunks, Scheduler):
     __slots__ = ("cfg", "cohort", "prefilling", "step", "_next_seq", "_now_s", "_chunk_cap",
                  "_segments_done", "_planned_blocks", "_gap_seg", "_gap_max", "order",
                  "_no_evict", "_whole_prompt", "_reserved_blocks", "_reservations", "_exact",
@@ -266,44 +165,6 @@ class ContinuousScheduler(Scheduler):
         if self._estimate is not None:
             self._estimate = OutputEstimate(self._estimate.max_new_tokens)
 
-    def _release(self, req: Request) -> None:
-        """Give back what guaranteed_no_evict promised ``req`` (it finished or left)."""
-        self._reserved_blocks -= self._reservations.pop(req.request_id, 0)
-
-    def _whole_need(self) -> int | None:
-        """guaranteed_no_evict: the blocks the head's whole sequence needs, or None when
-        they do not fit beside every promise."""
-        need = blocks_for(self.waiting[0].total_tokens + self._extra, self.kv.block_size_tokens)
-        return need if self._reserved_blocks + need <= self.kv.num_blocks else None
-
-    def _head_prompt_fits(self) -> bool:
-        """whole_prompt: whether the free blocks hold the waiting head's whole known
-        sequence (prompt, and output so far after a preemption) beyond its prefix-cache
-        hit, counting the evictable hit blocks it would pin."""
-        req, kv = self.waiting[0], self.kv
-        hit = kv.hit_blocks(req) if req.num_computed_tokens == 0 else 0
-        tokens = min(req.num_tokens, self.limits.max_model_len)
-        need = blocks_for(tokens, kv.block_size_tokens) - hit + (
-            kv.pinned_by(req, hit) if hit else 0)
-        return need <= kv.num_free_blocks
-
-    def _estimate_fits(self, pending_tokens: int, num_admitted: int) -> bool:
-        """estimated_output: whether the waiting head's need, beside ``pending_tokens``
-        (the needs of the ``num_admitted`` admitted this step, the tail of the prefilling
-        ones), is below the free KV less every running request's reserve (a prefilling
-        one's also holds its prompt still to compute)."""
-        est, step, kv = self._estimate, self.step, self.kv
-        prefilling = self.prefilling[:len(self.prefilling) - num_admitted]
-        num_running = len(self.cohort) + len(prefilling)
-        output = self.cohort.output_tokens_at(step) + sum(r.num_output_tokens
-                                                          for r in prefilling)
-        reserve = est.reserve_tokens(step, num_running, output) + sum(
-            r.num_tokens - r.num_computed_tokens for r in prefilling)
-        head = self.waiting[0]
-        need = est.need_tokens(head.num_tokens - head.num_computed_tokens,
-                               head.num_output_tokens)
-        return need + pending_tokens < kv.num_free_blocks * kv.block_size_tokens - reserve
-
     # -- planning -------------------------------------------------------------------
     def _running(self, req: Request) -> bool:
         return req.seq in self.cohort.members or req in self.prefilling
@@ -333,15 +194,6 @@ class ContinuousScheduler(Scheduler):
         if self._estimate is not None:
             self._estimate.retracted(self.step, len(self.cohort),
                                      self.cohort.output_tokens_at(self.step))
-
-    def _leave_before_extra_step(self, req: Request, alloc_step: int | None) -> None:
-        """A finished request chosen to make room before its extra step: it has all its
-        tokens (the last at the decode step just ended), so it leaves, not requeued."""
-        self._stop_decoding(req, self._decode_end_s)
-        self.cohort.remove(req, self.step, alloc_step)
-        if self._no_evict:
-            self._release(req)
-        self._complete(req, self._decode_end_s)
 
     def _allocate_decode_step(self) -> tuple[bool, bool]:
         """Blocks for one more token of every decoder; returns (preempted,
@@ -496,60 +348,6 @@ class ContinuousScheduler(Scheduler):
             self._paused_seg = seg
         return seg
 
-    def _fast_forward(self, n: int) -> Segment:
-        """Plan every identical decode step of the ``n`` decoders up to a finish or
-        a KV shortfall (their first step's blocks are taken)."""
-        cohort, step = self.cohort, self.step
-        finish = cohort.next_finish_step()
-        num_steps = self._steps_within_free_blocks(finish - step)
-        kv_first = float(cohort.sum_base + n * (step + 1))     # kv_tokens_at(step + 1)
-        if num_steps == 1:
-            time_s, flops, moved = self.cost.step_scalar(float(n), float(n), 0.0, kv_first)
-            return Segment.single_step(time_s, n, float(n), flops, moved, _NO_PREFILL)
-        run = self.cost.decode_run(n, kv_first, num_steps)
-        return Segment(run.step_end_s, num_steps, run.duration_s, n, (run.tokens_per_step, 0.0),
-                       (run.flops_first, run.flops_slope), (run.bytes_first, run.bytes_slope),
-                       True, _NO_PREFILL)
-
-    def _steps_within_free_blocks(self, max_steps: int) -> int:
-        """Largest j <= max_steps whose steps 2..j need at most the free blocks
-        (step 1's blocks are already held). A waiting head that could start from cached
-        blocks is checked again before the decoders evict any (its need changes with
-        them: the evictable blocks it would take count against the free ones), so the
-        run stops where never-used blocks run out."""
-        cohort, kv = self.cohort, self.kv
-        free = kv.num_free_blocks
-        if self.waiting and kv.num_cached_blocks and kv.hit_blocks(self.waiting[0]):
-            free -= kv.num_cached_blocks
-        held = cohort.blocks_held
-        end_step = self.step + max_steps
-        end_blocks = cohort.blocks_at(end_step)
-        if end_blocks - held <= free:
-            # finish_segment needs them again when the run is not cut
-            self._planned_blocks = (end_step, end_blocks)
-            return max_steps
-        self._planned_blocks = (-1, 0)
-
-        def extra(j: int) -> int:
-            return cohort.blocks_at(self.step + j) - held
-        lo, hi = 1, max_steps  # extra(lo) <= free < extra(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if extra(mid) <= free:
-                lo = mid
-            else:
-                hi = mid
-        return lo
-
-    def kv_used_blocks_during(self, seg: Segment, steps_done: int) -> int:
-        """During a fast-forward the step in progress holds the blocks it was
-        allocated at its start, as it would when stepping one at a time."""
-        if seg is self._paused_seg:
-            return self.kv.num_used_blocks      # the decoders wait: no blocks for them
-        in_progress = min(steps_done + 1, seg.num_steps)
-        return (self.kv.num_used_blocks + self.cohort.blocks_at(self.step + in_progress)
-                - self.cohort.blocks_held)
-
     # -- applying a finished segment ----------------------------------------------------
     def finish_segment(self, seg: Segment, num_steps: int, start_s: float,
                        end_s: float) -> None:
@@ -601,76 +399,6 @@ class ContinuousScheduler(Scheduler):
             self._complete_all(extra_done, last_s)
         self._complete_all(finished, end_s)
 
-    def _end_extra_steps(self, done: list[Request], seg: Segment, num_steps: int,
-                         last_s: float) -> int:
-        """The requests ``done`` just ran their extra step, their last token having come
-        at ``last_s``: they leave the decoders (before this segment's gaps are counted:
-        the extra step gives them none) with the tokens they had then, their longest gap
-        among the steps before it; returns how many are measured, whose gaps of this
-        segment's steps but the last the caller counts."""
-        cohort = self.cohort
-        before = seg.max_step_s(num_steps - 1) if num_steps > 1 else 0.0
-        num_measured = 0
-        for req in done:
-            self._stop_decoding(req, last_s)      # the segments before this one
-            if before > 0 and not (req.max_itl_s >= before):
-                req.max_itl_s = before
-            if req.arrival_s >= cohort.measured_from_s:
-                num_measured += 1
-            cohort.remove(req, self.step)
-            req.num_output_tokens -= 1            # the extra step's token is thrown away
-        return num_measured
-
-    def _finish_paused_step(self, seg: Segment, prefill: list[tuple[Request, int]],
-                            end_s: float) -> None:
-        """A prefill-only step ended: the decoders did not advance (``self.step`` counts
-        their steps) and their next gap grows by it; its prefill chunks are applied."""
-        self._paused_seg = None
-        self._segments_done += 1
-        waited = sum(p[2] for p in self._pauses)
-        for pause in self._pauses:
-            pause[1] += seg.step_end_s[0]
-        self._pauses.append([self._segments_done, seg.step_end_s[0],
-                             max(self.cohort.num_measured - waited, 0)])
-        finished: list[Request] = []
-        self._apply_prefill(prefill, end_s, finished)
-        self._complete_all(finished, end_s)
-
-    def _after_pauses(self, seg: Segment, num_steps: int) -> int:
-        """The decoders advance again after prefill-only steps: a decoder's first gap
-        is this step plus every pause since its last token. Its longest gap (``_gap_max``,
-        by the segment it waited from) and the pooled gaps take them; the pooled count
-        of this step is then only of the decoders that did not wait (those that joined
-        in the last pause), the rest added here, steps after the first as usual; returns
-        how many measured decoders it counted. A decoder preempted at this step's
-        allocation had waited too: the newest waiters go first (vLLM's victims)."""
-        first = seg.step_end_s[0]
-        gap_max, gap_seg = self._gap_max, self._gap_seg
-        measured = self.cohort.num_measured
-        waited = 0
-        groups = []
-        for seg_no, carry_s, count in self._pauses:
-            value = carry_s + first
-            while gap_max and gap_max[-1] <= value:
-                gap_seg.pop()
-                gap_max.pop()
-            gap_seg.append(seg_no)        # counts for the decoders that joined before it
-            gap_max.append(value)
-            groups.append((value, count))
-            waited += count
-        self._pauses.clear()
-        over = max(waited - measured, 0)
-        gaps = self.gaps
-        for value, count in reversed(groups):
-            take = min(count, over)
-            over -= take
-            if count - take:
-                gaps.add(value, count - take)
-        paused = min(waited, measured)
-        if paused and num_steps > 1:
-            gaps.add_steps_after_first(seg.step_end_s, num_steps, paused)
-        return paused
-
     def _complete_all(self, finished: list[Request], end_s: float) -> None:
         """Complete the requests a step finished, in admission order, as vLLM frees them."""
         if len(finished) > 1:
@@ -680,37 +408,3 @@ class ContinuousScheduler(Scheduler):
                 self._release(req)
             self._complete(req, end_s)
 
-    def _apply_prefill(self, prefill: list[tuple[Request, int]], end_s: float,
-                       finished: list[Request]) -> None:
-        """Advance each prefill chunk of a finished step; a request whose prompt (or
-        recompute) is done samples a token and joins the decoders, or is appended to
-        ``finished`` when that was its last."""
-        joined: list[Request] = []
-        kv = self.kv
-        for req, n in prefill:
-            req.num_computed_tokens += n
-            if req.prefix_group is not None:
-                kv.register_prefix(req)
-            if req.num_computed_tokens == req.prompt_tokens + req.num_output_tokens:  # num_tokens
-                req.num_output_tokens += 1
-                if req.num_output_tokens == 1:
-                    req.first_token_s = end_s
-                joined.append(req)
-        if not joined:
-            return
-        if len(joined) == len(self.prefilling):
-            self.prefilling = []           # usually every prefill finished
-        else:
-            keep = set(map(id, joined))
-            self.prefilling = [r for r in self.prefilling if id(r) not in keep]
-        for req in joined:
-            if req.last_token_s == req.last_token_s:           # resumed after preemption
-                gap = end_s - req.last_token_s
-                if not (req.max_itl_s >= gap):
-                    req.max_itl_s = gap
-                if self.gaps.measured(req.arrival_s):
-                    self.gaps.add(gap)
-            if req.done:
-                finished.append(req)
-            else:
-                self._join(req, end_s)

@@ -73,7 +73,8 @@ from sim.cost.shape import BatchShape
 from sim.entities.kv import blocks_for
 from sim.entities.request import Request
 from sim.schedulers.base import Scheduler, Segment
-from sim.schedulers.continuous import BatchLimits, ContinuousScheduler
+from sim.schedulers.continuous import ContinuousScheduler
+from sim.schedulers.continuous_config import BatchLimits
 
 NGRAM_COST_S = 0.0002         # the n-gram proposer's CPU time per step, by default
 

@@ -340,6 +340,8 @@ def test_a_long_runs_chart_data_stays_small(results):
     is drawn through a bounded number of points: a share-slower curve through at most
     CCDF_POINTS, a series over time at most MAX_TIME_POINTS; the page's data a few MB."""
     from sim.output import chart_data
+    from sim.output.latency_charts import CCDF_POINTS
+    from sim.output.load_charts import MAX_TIME_POINTS
     from sim.output.report import charts_json
 
     times = 1_000_000 // len(results.tables.requests) + 1
@@ -348,8 +350,7 @@ def test_a_long_runs_chart_data_stays_small(results):
     charts = chart_data.run_charts(big)
     flat = {c["name"]: c for part in charts.values() for c in part}
     for name, chart in flat.items():
-        limit = chart_data.CCDF_POINTS if name.endswith("_ccdf") else \
-            chart_data.MAX_TIME_POINTS
+        limit = CCDF_POINTS if name.endswith("_ccdf") else MAX_TIME_POINTS
         for panel in chart["panels"]:
             for series in panel["series"]:
                 assert len(series["x"]) == len(series["y"]) <= limit, (name, series["label"])

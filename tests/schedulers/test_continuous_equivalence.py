@@ -9,7 +9,7 @@ import pytest
 import sim
 from sim.schedulers import SCHEDULERS
 from sim.config.scenario import Scenario
-from sim.schedulers.continuous import ContinuousConfig
+from sim.schedulers.continuous_config import ContinuousConfig
 from reference_continuous import ReferenceContinuousScheduler
 
 TIMES = ["admitted_s", "first_token_s", "finish_s", "max_itl_s"]

@@ -29,7 +29,8 @@ from sim.config.inputs import InputFileError, open_regular
 from sim.entities.kv import KvCacheManager
 from sim.entities.request import Request
 from sim.schedulers.base import ReplicaLimits
-from sim.schedulers.continuous import ContinuousConfig, ContinuousScheduler
+from sim.schedulers.continuous import ContinuousScheduler
+from sim.schedulers.continuous_config import ContinuousConfig
 
 # what a step's difference is called, in the order they are looked for
 KINDS = ("batch", "new_tokens", "computed", "prefix_hit", "preempted", "extra_step",
