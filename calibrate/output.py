@@ -8,8 +8,8 @@ from pathlib import Path
 import yaml
 
 from sim.cost.profile_schema import PROFILE_KIND
-from sim.output.atomic_write import write_file
-from sim.output.output_paths import check_file
+from sim.output.files.atomic_write import write_file
+from sim.output.files.output_paths import check_file
 
 
 def is_profile(path: Path) -> bool:

@@ -187,7 +187,7 @@ def check(scenarios: Sequence[str | Path], baseline: str | Path, *, slos: SloSpe
     baseline instead, replacing only a baseline fleetsim wrote. ``set`` overrides fields
     of every scenario, as ``--set`` does (and is recorded, as the command records it)."""
     import sim
-    from sim.output.output_paths import check_file
+    from sim.output.files.output_paths import check_file
     from sim.planning.check import check as run_check, is_baseline
     if isinstance(scenarios, (str, Path)):
         scenarios = [scenarios]

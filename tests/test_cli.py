@@ -145,7 +145,7 @@ def test_png_draws_the_charts_as_png_files_beside_the_page(tmp_path, capsys):
     """`run --png` adds plots/*.png (matplotlib) to a full run's files, which stay byte
     for byte the same; with --no-report, the PNGs without the page; never with
     --replications (no run folder to draw)."""
-    from sim.output.plots import FIGURES
+    from sim.output.pages.plots import FIGURES
     path = write(tmp_path, GOOD)
     plain, drawn = tmp_path / "plain", tmp_path / "drawn"
     assert main(["run", str(path), "--out", str(plain), "--quiet"]) == 0

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import sim
-from sim.output.outputs import write_outputs
+from sim.output.files.outputs import write_outputs
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPARED = ("summary.json", "requests.parquet", "report.html")
@@ -99,7 +99,7 @@ pools:
 CHILD = """\
 import sys
 import sim
-from sim.output.outputs import write_outputs
+from sim.output.files.outputs import write_outputs
 scenario = sim.load_scenario(sys.argv[1])
 if len(sys.argv) > 3:
     scenario = sim.with_overrides(scenario, seed=int(sys.argv[3]))

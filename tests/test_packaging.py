@@ -50,7 +50,7 @@ def _check_metadata(wheel: Path) -> None:
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     # the report's chart library, inlined into each report.html, with its own licence
     for name in ("uPlot.iife.min.js", "uPlot.min.css", "uPlot.LICENSE", "report_charts.js"):
-        assert f"sim/output/static/{name}" in names, name
+        assert f"sim/output/pages/static/{name}" in names, name
     requires = meta.get_all("Requires-Dist")
     dask = [r for r in requires if r.startswith("dask")]
     assert dask and all("extra ==" in r for r in dask), dask

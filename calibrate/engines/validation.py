@@ -21,8 +21,8 @@ from calibrate.engines.vllm_cpu.schedule import ServeLogError
 from sim.cli.common import allowed_paths, inputs_of
 from sim.config.errors import ScenarioError
 from sim.config.inputs import shown
-from sim.output.atomic_write import write_folder
-from sim.output.output_paths import prepare_folder
+from sim.output.files.atomic_write import write_folder
+from sim.output.files.output_paths import prepare_folder
 
 
 def _validate_vllm(args: argparse.Namespace) -> int:

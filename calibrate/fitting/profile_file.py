@@ -10,7 +10,7 @@ import yaml
 
 from calibrate.output import check_profile_files
 from sim.cost.profile_schema import CalibratedProfile, parse_profile
-from sim.output.atomic_write import write_file
+from sim.output.files.atomic_write import write_file
 
 
 def sig(x: float, digits: int = 4) -> float:

@@ -74,7 +74,7 @@ from sim.config.scenario import PoolConfig
 from sim.cost.measured import profile_name
 from sim.cost.memory import kv_budget
 from sim.cost.roofline import RooflineConfig
-from sim.output.output_paths import os_error
+from sim.output.files.output_paths import os_error
 
 ACT_BYTES = 2.0                 # activations are bf16 whatever the weights
 ELEMENTWISE_BW_SHARE = 0.8      # the database's model of memory-bound kernels

@@ -14,7 +14,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from calibrate.fitting.tables import TERMS, evaluate, predict_steps
-from sim.output.atomic_write import write_file
+from sim.output.files.atomic_write import write_file
 
 LABELS = {
     "dense": "tokens in the step",

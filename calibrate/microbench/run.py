@@ -28,8 +28,8 @@ from calibrate.microbench.model import LlamaLike
 from calibrate.microbench.plot import plot_profile
 from calibrate.output import check_profile_files
 from sim.cost.profile_schema import PROFILE_KIND, PROFILE_VERSION
-from sim.output.atomic_write import write_file
-from sim.output.output_names import slug
+from sim.output.files.atomic_write import write_file
+from sim.output.files.output_names import slug
 
 NOTE = ("Seconds for ONE transformer layer on ONE tensor-parallel shard, measured with torch "
         "on the device; the simulator multiplies the layer terms (dense, attn_prefill, "

@@ -4,7 +4,7 @@ Exit codes: 0 success, 2 bad input (scenario, flags, output folder), 1 an
 internal error or a write that failed after the work ran. Bad input is
 reported as ``error: file:line: field: message`` without a traceback; an
 output that cannot be written is found before the work starts. What may be
-written where is :mod:`sim.output.output_paths`'s.
+written where is :mod:`sim.output.files.output_paths`'s.
 """
 from __future__ import annotations
 

@@ -57,8 +57,8 @@ def _cmd_schema(args: argparse.Namespace) -> int:
         return 0
     from pathlib import Path
 
-    from sim.output.atomic_write import write_file
-    from sim.output.output_paths import check_file
+    from sim.output.files.atomic_write import write_file
+    from sim.output.files.output_paths import check_file
     out = check_file(Path(args.out), kind="a schema fleetsim wrote",
                      is_kind=_is_schema)
     write_file(out, text)
@@ -129,8 +129,8 @@ def _cmd_import_model(args: argparse.Namespace) -> int:
 
     from sim.config.errors import ScenarioError
     from sim.config.import_model import import_model, name_problem
-    from sim.output.atomic_write import write_file
-    from sim.output.output_paths import check_file
+    from sim.output.files.atomic_write import write_file
+    from sim.output.files.output_paths import check_file
 
     message = None if args.name is None else name_problem(args.name)
     if message is not None:         # the rules of every name a scenario gives

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sim.config.inputs import shown
 from sim.config.errors import ScenarioError
-from sim.output.output_paths import slug
+from sim.output.files.output_paths import slug
 from sim.cli.search_flags import (add_confidence, add_executor, check_executor,
                                   confidence_from_args)
 from sim.cli.size import add_size
@@ -18,10 +18,10 @@ from sim.cli.common import (path_arg, tolerance_arg, count_bar, load_from_args,
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from sim.output.atomic_write import write_file
-    from sim.output.output_paths import check_file
+    from sim.output.files.atomic_write import write_file
+    from sim.output.files.output_paths import check_file
     from sim.config.overrides import check_distinct, check_grid, parse_vary
-    from sim.output.outputs import csv_safe
+    from sim.output.files.outputs import csv_safe
     from sim.planning.runner import DaskSchedulerError
     from sim.planning.sweep import sweep
 
@@ -51,7 +51,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             bar.stop()
     write_file(out, csv_safe(table).to_csv(index=False))
     if args.report:
-        from sim.output.sweep_report import build_sweep_report
+        from sim.output.pages.sweep_report import build_sweep_report
         write_file(Path(args.report), build_sweep_report(table, scenario.name,
                                                                   scenario.slos))
     if not args.quiet:
@@ -113,9 +113,9 @@ DEFAULT_TOLERANCE = 0.05
 
 
 def _cmd_drift_check(args: argparse.Namespace) -> int:
-    from sim.output.atomic_write import write_file
-    from sim.output.junit import is_junit_report, junit_xml
-    from sim.output.output_paths import check_file
+    from sim.output.files.atomic_write import write_file
+    from sim.output.files.junit import is_junit_report, junit_xml
+    from sim.output.files.output_paths import check_file
     from sim.planning.check import broken_fleets, check, is_baseline
 
     baseline = Path(args.baseline)

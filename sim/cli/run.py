@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sim.config.inputs import shown
 from sim.config.errors import ScenarioError
-from sim.output.output_paths import slug
+from sim.output.files.output_paths import slug
 from sim.cli.common import (duration_arg, path_arg, count_arg, MAX_REPLICATIONS,
                             MAX_WORKERS, Progress, count_bar, load_from_args,
                             add_allow_path, inputs_of, warmup_arg)
@@ -19,8 +19,8 @@ def _cmd_replications(args: argparse.Namespace, scenario) -> int:
     from sim.planning.runner import run_many
     from sim.planning.stats import aggregate, slo_met_share
 
-    from sim.output.output_paths import prepare_folder
-    from sim.output.outputs import write_folder
+    from sim.output.files.output_paths import prepare_folder
+    from sim.output.files.outputs import write_folder
 
     default = Path("results") / f"{slug(scenario.name)}-replications"
     out_dir = Path(args.out) if args.out else default
@@ -82,10 +82,10 @@ def _read_sweep(path: str):
 
 def _cmd_run(args: argparse.Namespace) -> int:
     import sim
-    from sim.output.outputs import write_outputs
+    from sim.output.files.outputs import write_outputs
     from sim.output.table import print_summary
 
-    from sim.output.output_paths import prepare_folder
+    from sim.output.files.output_paths import prepare_folder
 
     if args.quiet and args.json:
         raise ScenarioError("--quiet prints nothing and --json prints the summary: give one",

@@ -19,7 +19,7 @@ def cmd_size(args: argparse.Namespace) -> int:
     """``fleetsim size``: every flag checked before any work, then the search of the mode
     given (--joint, --autoscaled, --max-rate, or each pool's options), at the --peak or
     over the --window where one is given."""
-    from sim.output.output_paths import prepare_folder
+    from sim.output.files.output_paths import prepare_folder
 
     _refuse_outputs(args)
     scenario = load_from_args(args)

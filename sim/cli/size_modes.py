@@ -19,7 +19,7 @@ def size_max_rate(args: argparse.Namespace, scenario, slos, pools: list[str] | N
                   confidence, out: Path | None, inputs) -> int:
     """size --max-rate: the highest load each pool (as configured) sustains, a JSON line
     a pool (and max-rate.json in --out)."""
-    from sim.output.outputs import write_folder
+    from sim.output.files.outputs import write_folder
     from sim.planning.size import max_rate
 
     for flag in ("workers", "executor", "scheduler"):
@@ -61,7 +61,7 @@ def size_options(args: argparse.Namespace, scenario, slos, pools: list[str] | No
         raise ScenarioError(str(exc), field="--scheduler") from None
     page = None
     if args.report:
-        from sim.output.size_report import build_size_report
+        from sim.output.pages.size_report import build_size_report
         from sim.planning.chosen import chosen_fleet
         page = build_size_report(table, scenario.name, slos, chosen_fleet(scenario, table))
     missed = confirm_peak(whole, table, slos, confidence, peak) if peak else []

@@ -21,7 +21,7 @@ def check_written(args: argparse.Namespace, inputs, out: Path | None) -> Path:
     is one of that folder's outputs (see :func:`fleet_scenario`)."""
     import os
 
-    from sim.output.output_paths import check_file, output_error
+    from sim.output.files.output_paths import check_file, output_error
     from sim.planning.write_back import is_written_scenario
 
     if Path(args.write_scenario).suffix.lower() not in SCENARIO_SUFFIXES:
@@ -59,7 +59,7 @@ def fleet_scenario(chosen: Callable[[], tuple], path: Path | None, out: Path | N
     allowed; no fleet (no answer) writes nothing and says so."""
     import sys
 
-    from sim.output.atomic_write import write_file
+    from sim.output.files.atomic_write import write_file
     from sim.output.table import slo_value_text
     from sim.planning.write_back import scenario_text
 
@@ -96,7 +96,7 @@ def write_sized(table, out: Path, args: argparse.Namespace, inputs, command: str
                 more: dict[str, str] | None = None) -> None:
     """size.csv and size.json of ``table`` in ``out`` (with ``more`` files: name to text),
     written as one folder fleetsim owns."""
-    from sim.output.outputs import csv_safe, write_folder
+    from sim.output.files.outputs import csv_safe, write_folder
 
     def write(folder: Path) -> list[Path]:
         csv_safe(table).to_csv(folder / "size.csv", index=False)

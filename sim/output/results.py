@@ -71,7 +71,7 @@ class Results:
         as CSV too, ``png=True``: the charts as PNG files under plots/, as
         ``--no-requests``, ``--csv`` and ``--png`` do) and return their paths. An existing non-empty ``folder`` is replaced only with ``force`` and only if
         fleetsim wrote it; otherwise ScenarioError."""
-        from sim.output.outputs import write_results
+        from sim.output.files.outputs import write_results
         return write_results(self, folder, force=force, report=report, requests=requests,
                              csv=csv, png=png)
 

@@ -348,10 +348,10 @@ def check(paths: list[str], baseline: Path, slos: list[Slo], tolerance: float,
           ) -> tuple[int, list[str], list[Verdict]]:
     """Measure ``paths`` and compare them with ``baseline``; with ``update``, write
     the baseline instead (the caller has checked it may be written: see
-    :func:`sim.output.output_paths.check_file`). ``load`` reads a scenario (the CLI's
+    :func:`sim.output.files.output_paths.check_file`). ``load`` reads a scenario (the CLI's
     applies --set, the ``sets`` it records in each entry and compares with the
     baseline's); every scenario is loaded before any is measured."""
-    from sim.output.atomic_write import write_file
+    from sim.output.files.atomic_write import write_file
     exists = baseline.exists() or baseline.is_symlink()
     if not update and not exists:
         raise ScenarioError("no such baseline; make it with --update (it records today's "

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from sim.cli import main
-from sim.output.outputs import csv_safe
+from sim.output.files.outputs import csv_safe
 
 SECRET = "SECRET-MARKER-7f3a"
 TRACE = "timestamp,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n"

@@ -197,7 +197,7 @@ def test_a_preset_file_with_a_value_without_a_source_is_refused_at_its_line(tmp_
 
 
 def test_summary_and_report_name_each_pools_engine_version(tmp_path):
-    from sim.output.report import build_report
+    from sim.output.pages.report import build_report
     res = sim.run(make_scenario(stream=poisson_stream(rate=2.0, prompt_tokens=64,
                                                       output_tokens=8),
                                 pool=make_pool(engine="vllm@v0"), duration=2.0))

@@ -8,8 +8,8 @@ import pytest
 
 import sim
 from sim.config.scenario import Scenario
-from sim.output import pareto, plots, plots_requests
-from sim.output.report import _provenance
+from sim.output.pages import pareto, plots, plots_requests
+from sim.output.pages.report import _provenance
 
 
 @pytest.fixture(scope="module")

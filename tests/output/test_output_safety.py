@@ -1,4 +1,4 @@
-"""What the CLI may write and replace (sim.output.output_paths): nothing a user types makes
+"""What the CLI may write and replace (sim.output.files.output_paths): nothing a user types makes
 fleetsim delete or overwrite what it did not write, and an output that cannot be
 written is a located error (exit 2) before any work runs."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import sim
 from sim.cli import main
-from sim.output.output_paths import MARKER, MAX_SLUG_CHARS, has_marker, slug
+from sim.output.files.output_paths import MARKER, MAX_SLUG_CHARS, has_marker, slug
 
 SCENARIO = """\
 name: {name}
@@ -66,14 +66,14 @@ def tree_hashes(root: Path) -> dict[str, str]:
 @pytest.fixture(autouse=True)
 def _small_outputs(monkeypatch):
     """A result folder of one file (plots and the page are slow and beside the point)."""
-    import sim.output.outputs
+    import sim.output.files.outputs
 
     def write_all(results, folder, *args):
         path = folder / "summary.json"
-        path.write_text(sim.output.outputs.summary_json(results.summary))
+        path.write_text(sim.output.files.outputs.summary_json(results.summary))
         return [path]
 
-    monkeypatch.setattr(sim.output.outputs, "_write_all", write_all)
+    monkeypatch.setattr(sim.output.files.outputs, "_write_all", write_all)
 
 
 @pytest.fixture
@@ -342,7 +342,7 @@ def test_leftovers_of_killed_runs_are_removed_by_the_next_run(tmp_path):
 
 KILLED_WHILE_WRITING = """\
 import sys, time
-import sim.output.outputs
+import sim.output.files.outputs
 from sim.cli import main
 
 def slow(results, folder, *args):
@@ -350,7 +350,7 @@ def slow(results, folder, *args):
     print("writing", flush=True)
     time.sleep(120)
 
-sim.output.outputs._write_all = slow
+sim.output.files.outputs._write_all = slow
 main(["run", sys.argv[1], "--out", sys.argv[2], "--quiet"])
 """
 
@@ -375,12 +375,12 @@ def test_a_run_killed_while_writing_is_cleaned_up_by_the_next(tmp_path):
 def test_a_failed_write_leaves_nothing_and_exits_1(tmp_path, monkeypatch, capsys):
     import errno
 
-    import sim.output.outputs
+    import sim.output.files.outputs
 
     def full(results, folder, *args):
         raise OSError(errno.ENOSPC, "No space left on device", str(folder / "summary.json"))
 
-    monkeypatch.setattr(sim.output.outputs, "_write_all", full)
+    monkeypatch.setattr(sim.output.files.outputs, "_write_all", full)
     out = tmp_path / "results" / "run"
     assert run_main(["run", str(write_scenario(tmp_path)), "--out", str(out), "--quiet"]) == 1
     err = capsys.readouterr().err
@@ -517,7 +517,7 @@ def test_check_update_replaces_its_own_baseline(tmp_path):
 
 
 def test_a_link_planted_at_the_temporary_name_is_not_written_through(tmp_path):
-    from sim.output.atomic_write import write_file
+    from sim.output.files.atomic_write import write_file
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
     out = tmp_path / "t.csv"
@@ -531,8 +531,8 @@ def test_a_link_planted_at_the_temporary_name_is_not_written_through(tmp_path):
 def test_a_users_file_named_like_a_stale_temporary_survives(tmp_path):
     """Only a marked staging folder of a dead process is removed: never a user's file or
     unmarked folder that happens to carry the name."""
-    from sim.output.atomic_write import write_file
-    from sim.output.output_names import write_marker
+    from sim.output.files.atomic_write import write_file
+    from sim.output.files.output_names import write_marker
     pid = dead_pid()
     mine = tmp_path / f".t.csv.tmp-{pid}-abcdefgh"
     mine.write_text("precious")
@@ -553,7 +553,7 @@ def test_folders_named_like_this_processs_temporaries_survive_a_run(tmp_path):
     """A user's folders named .NAME.tmp-PID and .NAME.old-PID with this very process's
     PID (a PID is easy to guess) were removed unchecked before the results were
     written; the run now works under fresh names and leaves them be."""
-    from sim.output.outputs import write_folder
+    from sim.output.files.outputs import write_folder
     out = tmp_path / "res"
     planted = [tmp_path / f".res.tmp-{os.getpid()}", tmp_path / f".res.old-{os.getpid()}"]
     for folder in planted:
@@ -575,8 +575,8 @@ def test_a_marked_stale_folder_holding_a_users_file_survives(tmp_path):
     """A folder named like a killed run's and holding a marker is still left alone when it
     holds a file fleetsim never writes (a marker vouches for what it lists, or for
     fleetsim's own output names while it lists nothing yet)."""
-    from sim.output.atomic_write import write_file
-    from sim.output.output_names import write_marker
+    from sim.output.files.atomic_write import write_file
+    from sim.output.files.output_names import write_marker
     pid = dead_pid()
     kept = []
     for name, files in ((f".t.csv.tmp-{pid}-abcdefgh", []),
@@ -649,7 +649,7 @@ def test_a_bind_mount_of_the_input_folder_does_not_get_past_the_guard(tmp_path, 
 
 def test_guards_compare_identities_not_names(tmp_path):
     """A second name for the input's folder (here a hard-to-spot link above it) is caught."""
-    from sim.output.output_paths import check_folder
+    from sim.output.files.output_paths import check_folder
     from sim.config.errors import ScenarioError
     proj = tmp_path / "proj"
     scenario = write_scenario(proj)
@@ -661,7 +661,7 @@ def test_guards_compare_identities_not_names(tmp_path):
 
 
 def test_a_folder_swapped_in_before_the_removal_is_put_back(tmp_path, monkeypatch, capsys):
-    import sim.output.atomic_write
+    import sim.output.files.atomic_write
     out = tmp_path / "out"
     scenario = write_scenario(tmp_path)
     assert run_main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
@@ -674,7 +674,7 @@ def test_a_folder_swapped_in_before_the_removal_is_put_back(tmp_path, monkeypatc
             (out / "thesis.tex").write_text("mine")
         return real_replace(src, dst)
 
-    monkeypatch.setattr(sim.output.atomic_write.os, "replace", racing)
+    monkeypatch.setattr(sim.output.files.atomic_write.os, "replace", racing)
     assert run_main(["run", str(scenario), "--out", str(out), "--quiet", "--force"]) == 1
     assert "not saved" in capsys.readouterr().err
     assert (out / "thesis.tex").read_text() == "mine"
@@ -683,17 +683,17 @@ def test_a_folder_swapped_in_before_the_removal_is_put_back(tmp_path, monkeypatc
 
 def test_a_folder_that_appears_during_the_run_exits_1_and_says_so(tmp_path, monkeypatch,
                                                                    capsys):
-    import sim.output.outputs
+    import sim.output.files.outputs
     out = tmp_path / "out"
     scenario = write_scenario(tmp_path)
-    real_write_all = sim.output.outputs._write_all
+    real_write_all = sim.output.files.outputs._write_all
 
     def meanwhile(results, folder, *args):
         out.mkdir()
         (out / "theirs.txt").write_text("x")
         return real_write_all(results, folder, *args)
 
-    monkeypatch.setattr(sim.output.outputs, "_write_all", meanwhile)
+    monkeypatch.setattr(sim.output.files.outputs, "_write_all", meanwhile)
     assert run_main(["run", str(scenario), "--out", str(out), "--quiet"]) == 1
     assert "results were not saved" in capsys.readouterr().err
     assert [p.name for p in out.iterdir()] == ["theirs.txt"]
@@ -739,8 +739,8 @@ def test_a_refused_command_leaves_no_folders_behind(tmp_path, argv):
 def test_a_finished_result_folder_named_like_a_stage_is_never_taken_for_a_leftover(tmp_path):
     """--out DIR/.keep.tmp-99999 is a finished result (its marker says so): the next
     command writing into DIR removed it as a killed run's leftover."""
-    from sim.output.atomic_write import write_file
-    from sim.output.outputs import write_folder
+    from sim.output.files.atomic_write import write_file
+    from sim.output.files.outputs import write_folder
 
     def write(folder: Path) -> list[Path]:
         (folder / "summary.json").write_text("{}")

@@ -1,4 +1,4 @@
-"""Result folders (sim.output.outputs), plots (sim.output.plots) and the summary tables (sim.output.table)."""
+"""Result folders (sim.output.files.outputs), plots (sim.output.pages.plots) and the summary tables (sim.output.table)."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,9 +15,9 @@ from rich.console import Console
 import sim
 from sim.config.errors import ScenarioError
 from sim.output.columns import Coded, Table
-from sim.output.outputs import summary_json, write_outputs
+from sim.output.files.outputs import summary_json, write_outputs
 from sim.output.results import RunTables
-from sim.output.plots import save_all
+from sim.output.pages.plots import save_all
 from sim.output.table import print_summary
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -258,12 +258,12 @@ def test_file_in_the_way_is_an_error(results, tmp_path):
 
 
 def test_failed_write_leaves_nothing(results, tmp_path, monkeypatch):
-    import sim.output.report
+    import sim.output.pages.report
 
     def boom(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(sim.output.report, "build_report", boom)
+    monkeypatch.setattr(sim.output.pages.report, "build_report", boom)
     with pytest.raises(RuntimeError):
         write_outputs(results, tmp_path / "run")
     assert list(tmp_path.iterdir()) == []
@@ -283,7 +283,7 @@ def test_plots_survive_empty_results(results, tmp_path):
 
 def test_the_throughput_figure_draws_each_pools_tokens_and_cost_over_time(results):
     """Its two panels hold, per pool, the time series' tokens_per_s and cost_usd_per_h."""
-    from sim.output.plots import throughput_figure
+    from sim.output.pages.plots import throughput_figure
     fig = throughput_figure(results)
     tokens, cost = fig.axes[:2]
     ts = results.timeseries

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from sim.config.scenario import Scenario
 import sim
-from sim.output.report import build_report
+from sim.output.pages.report import build_report
 
 
 def test_report_embeds_its_chart_data_and_escapes_scenario_strings():
@@ -42,7 +42,7 @@ def test_control_characters_reach_no_page_raw():
     import pydantic
     import pytest
 
-    from sim.output.sweep_report import build_sweep_report
+    from sim.output.pages.sweep_report import build_sweep_report
     stream = {"team": "t", "model": "llama-3.1-8b", "arrival": {"type": "poisson", "rate": 2},
               "prompt_tokens": 100, "output_tokens": 20}
     pools = {"p": {"model": "llama-3.1-8b", "hardware": "H100-SXM"}}
@@ -91,7 +91,7 @@ def test_report_shows_the_throughput_latency_curve_of_a_sweep():
 
 
 def test_sweep_curves_draw_one_line_per_value_of_the_first_varied_field():
-    from sim.output.sweep_report import sweep_figure, sweep_varied
+    from sim.output.pages.sweep_report import sweep_figure, sweep_varied
     _, table = _small_sweep()
     assert sweep_varied(table) == ["pools.p.replicas", "workload.rate_scale"]
     fig = sweep_figure(table)
@@ -109,7 +109,7 @@ def test_a_sweep_of_many_values_is_one_scatter_and_zero_latencies_warn_nothing()
 
     import pandas as pd
 
-    from sim.output.sweep_report import MAX_SWEEP_LINES, sweep_figure
+    from sim.output.pages.sweep_report import MAX_SWEEP_LINES, sweep_figure
     n = MAX_SWEEP_LINES + 1
     table = pd.DataFrame({"a": [i for i in range(n) for _ in (0, 1)],
                           "b": [0, 1] * n, "arrived": 10,
@@ -154,7 +154,7 @@ def test_report_speaks_in_planner_units_and_shows_the_scenario_as_written(tmp_pa
     import re
     from pathlib import Path
 
-    from sim.output.report import build_report
+    from sim.output.pages.report import build_report
     root = Path(__file__).resolve().parents[2]
     scenario = sim.load_scenario(root / "scenarios" / "quickstart.yaml")
     short = sim.with_overrides(scenario, duration_s=20)

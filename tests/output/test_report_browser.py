@@ -17,7 +17,7 @@ import pytest
 
 import sim
 from sim.config.scenario import Scenario
-from sim.output.outputs import write_outputs
+from sim.output.files.outputs import write_outputs
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -167,8 +167,8 @@ def sweep_and_size_pages(tmp_path_factory):
     import pandas as pd
 
     from sim.config.slos import parse_slo
-    from sim.output.sweep_report import build_sweep_report
-    from sim.output.size_report import build_size_report
+    from sim.output.pages.sweep_report import build_sweep_report
+    from sim.output.pages.size_report import build_size_report
     from sim.planning.sweep import sweep
 
     scn = Scenario.model_validate({

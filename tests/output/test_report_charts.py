@@ -15,9 +15,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 import sim
 from sim.config.scenario import Scenario
-from sim.output import plots, plots_requests
-from sim.output.report import build_report
-from sim.output.sweep_report import build_sweep_report, sweep_figure
+from sim.output.pages import plots, plots_requests
+from sim.output.pages.report import build_report
+from sim.output.pages.sweep_report import build_sweep_report, sweep_figure
 
 SLOS = {"ttft_p99": "2s", "tpot_p99": "50ms", "e2e_p95": "20s"}
 
@@ -195,7 +195,7 @@ def test_report_gives_each_teams_cost_per_hour_and_per_day(results):
 
 
 def test_pareto_views_are_titled_with_the_scenario_name():
-    from sim.output import pareto
+    from sim.output.pages import pareto
     table = pd.DataFrame({"tokens_per_s_per_user": [10.0, 20.0], "output_tokens_per_s_per_gpu":
                           [900.0, 500.0], "slo_margin_min": [0.1, 0.3],
                           "cost_usd_per_h": [12.0, 30.0]})
@@ -203,10 +203,10 @@ def test_pareto_views_are_titled_with_the_scenario_name():
     assert fig.get_suptitle().startswith("charts-run: ")
 
 
-# the run report's charts, drawn by the browser from a spec built here (sim.output.chart_data)
+# the run report's charts, drawn by the browser from a spec built here (sim.output.pages.chart_data)
 
 def _charts(results) -> dict[str, dict]:
-    from sim.output.chart_data import run_charts
+    from sim.output.pages.chart_data import run_charts
     return {c["name"]: c for part in run_charts(results).values() for c in part}
 
 
@@ -339,10 +339,10 @@ def test_a_long_runs_chart_data_stays_small(results):
     """A day of a busy fleet (here the run's 40 s repeated to about a million requests)
     is drawn through a bounded number of points: a share-slower curve through at most
     CCDF_POINTS, a series over time at most MAX_TIME_POINTS; the page's data a few MB."""
-    from sim.output import chart_data
-    from sim.output.latency_charts import CCDF_POINTS
-    from sim.output.load_charts import MAX_TIME_POINTS
-    from sim.output.report import charts_json
+    from sim.output.pages import chart_data
+    from sim.output.pages.latency_charts import CCDF_POINTS
+    from sim.output.pages.load_charts import MAX_TIME_POINTS
+    from sim.output.pages.report import charts_json
 
     times = 1_000_000 // len(results.tables.requests) + 1
     big = _tiled(results, times)
@@ -372,7 +372,7 @@ def test_a_default_run_imports_neither_matplotlib_nor_pandas(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
                 if line.startswith("import time:")}
-    assert "sim.output.report" in imported and (tmp_path / "out" / "report.html").is_file()
+    assert "sim.output.pages.report" in imported and (tmp_path / "out" / "report.html").is_file()
     assert not {m for m in imported if m.split(".")[0] in ("matplotlib", "pandas")}
     assert not (tmp_path / "out" / "plots").exists()
 
@@ -380,7 +380,7 @@ def test_a_default_run_imports_neither_matplotlib_nor_pandas(tmp_path):
 def test_report_inlines_the_chart_library_and_fetches_nothing(results):
     """The page carries uPlot (its licence with it), the charts' code and data: no script
     or style is fetched; the only address in it is uPlot's home, in its licence banner."""
-    from sim.output.report import STATIC, UPLOT_VERSION
+    from sim.output.pages.report import STATIC, UPLOT_VERSION
     page = build_report(results)
     library = (STATIC / "uPlot.iife.min.js").read_text(encoding="utf-8")
     assert library in page and (STATIC / "uPlot.min.css").read_text() in page
@@ -395,7 +395,7 @@ def test_report_inlines_the_chart_library_and_fetches_nothing(results):
 
 def test_latency_over_time_is_each_bins_percentiles_and_attainment(results):
     """The page's latency over time holds the figures the PNG draws (pandas' per-bin
-    quantiles and attainment, sim.output.plots_requests), computed with numpy alone."""
+    quantiles and attainment, sim.output.pages.plots_requests), computed with numpy alone."""
     import numpy as np
     panels = _charts(results)["latency_over_time"]["panels"]
     table = plots_requests.percentiles_over_time(results)

@@ -11,7 +11,7 @@ import yaml
 
 import sim
 from sim.cli import main
-from sim.output import pareto
+from sim.output.pages import pareto
 from sim.output.table import plain_number
 from sim.planning.chosen import chosen_fleet, chosen_options
 

@@ -123,7 +123,7 @@ def test_attainment_counts_every_arrival_after_the_warm_up(plain):
 
 
 def test_report_opens_with_the_verdict(plain, tmp_path):
-    from sim.output.report import build_report
+    from sim.output.pages.report import build_report
     res = sim.run(_scenario(slos={"ttft_p99": "100s"}))
     page = build_report(res)
     assert page.index("SLOs: all met") < page.index("<h2>Summary</h2>")
@@ -194,7 +194,7 @@ def test_junit_never_replaces_a_file_check_did_not_write(tmp_path, capsys):
 def test_junit_stays_well_formed_whatever_the_file_names(tmp_path):
     """A control character or a byte that is not UTF-8 in a scenario's file name made
     the report ill-formed or failed to write it after the whole check ran."""
-    from sim.output.junit import junit_xml
+    from sim.output.files.junit import junit_xml
     text = junit_xml([("ctl\x01x.yaml", ["drift\x02"]), ("bad\udcffname.yaml", [])],
                      "base\x03.json")
     root = ElementTree.fromstring(text.encode("utf-8"))
@@ -215,7 +215,7 @@ def test_check_without_any_fleet_wide_slo_is_refused(tmp_path, capsys):
 def test_compare_labels_never_collide(tmp_path, capsys, plain):
     """Two folders named x and a third named 'x (1)', or one named 'figure': each run keeps
     a column of its own."""
-    from sim.output.outputs import write_outputs
+    from sim.output.files.outputs import write_outputs
     for name in ("A/x", "B/x", "C/x (1)", "figure"):
         write_outputs(plain, tmp_path / name)
     assert main(["compare", *(str(tmp_path / n) for n in ("A/x", "B/x", "C/x (1)", "figure")),

@@ -170,7 +170,7 @@ def test_a_scenario_written_inside_out_is_one_of_its_outputs_and_force_replaces_
     --force was refused ('output folder holds c.yaml, which fleetsim did not write
     there'): the file is now written with the folder, listed by its marker, and the
     rerun replaces both; the data paths it names are relative to its own folder."""
-    from sim.output.output_names import read_marker
+    from sim.output.files.output_names import read_marker
 
     src = tmp_path / "s.yaml"
     src.write_text(yaml.safe_dump(fp8_weights_bf16_kv()))

@@ -24,7 +24,7 @@ from calibrate.engines.hf.workload import (ValidationError, Workload, check_work
                                          safe_name, draw_requests, load_workload)
 from calibrate.fitting.profile_file import write_profile
 from sim.config.errors import ScenarioError
-from sim.output.outputs import write_folder
+from sim.output.files.outputs import write_folder
 
 # the engines, the calibration and the host's name need torch: imported where they run,
 # so that a recorded run is analysed without it

@@ -38,8 +38,8 @@ from calibrate.engines.vllm_cpu.timing import timing
 from sim.config.resolve import resolve
 from sim.config.yamlio import load_yaml
 from sim.cost.profile_file import load_profile, resolve_profile_path
-from sim.output.atomic_write import write_file
-from sim.output.output_paths import check_file
+from sim.output.files.atomic_write import write_file
+from sim.output.files.output_paths import check_file
 from sim.workload import generate_arrivals
 
 SERVE_SCRIPT = Path(__file__).resolve().parent / "serve.py"

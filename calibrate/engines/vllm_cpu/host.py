@@ -37,7 +37,7 @@ from scipy.optimize import lsq_linear
 from calibrate.engines.vllm_cpu.run_folder import vllm_python
 from calibrate.output import starts_with, write_report
 from sim.config.errors import ScenarioError
-from sim.output.output_paths import check_file
+from sim.output.files.output_paths import check_file
 
 ROOT = Path(__file__).resolve().parents[3]
 SERVE_SCRIPT = Path(__file__).resolve().parent / "host_serve.py"

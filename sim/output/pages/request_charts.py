@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.output.chart_spec import (MS, RunData, axis_spec, codes_and_names, json_list,
+from sim.output.pages.chart_spec import (MS, RunData, axis_spec, codes_and_names, json_list,
                                     ms_label, rows_named, rule_spec, series_spec,
                                     slo_targets)
 

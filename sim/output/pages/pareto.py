@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sim.output.figure_kit import new_figure, plain_text, title
+from sim.output.pages.figure_kit import new_figure, plain_text, title
 
 # (x column, y column, x better higher, y better higher, x label, y label)
 VIEWS = (

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sim.output import pareto
-from sim.output.report import CSS, _e, _png, _table, per_hour_and_day
+from sim.output.pages import pareto
+from sim.output.pages.report import CSS, _e, _png, _table, per_hour_and_day
 from sim.output.table import slo_value_text
 SHOWN = ("pool", "hardware", "tp", "pp", "weight_dtype", "kv_dtype", "engine", "replicas",
          "gpus", "feasible", "cost_usd_per_h", "usd_per_million_output_tokens",

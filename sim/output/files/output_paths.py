@@ -2,7 +2,7 @@
 
 Nothing a user types can make fleetsim delete what it did not write:
 
-* A default output name is :func:`~sim.output.output_names.slug` of the scenario's
+* A default output name is :func:`~sim.output.files.output_names.slug` of the scenario's
   name: printable ASCII only, never empty, never ``.``/``..``, never a path,
   never the same for two names.
 * Every folder fleetsim writes holds :data:`MARKER`, listing the files written.
@@ -14,7 +14,7 @@ Nothing a user types can make fleetsim delete what it did not write:
   so a bind mount or a case-insensitive name does not get past the check.
 * A single output file (a sweep table, a sweep page) replaces only a file of
   the same kind.
-* The writers are :mod:`sim.output.atomic_write`'s: a hidden sibling renamed into place.
+* The writers are :mod:`sim.output.files.atomic_write`'s: a hidden sibling renamed into place.
 * :func:`check_folder` and :func:`check_file` run before the work starts, so
   an output that cannot be written is a located error (exit 2) at once, not
   after the simulation; a write that fails later is one with exit 1.
@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from sim.config.errors import ScenarioError
-from sim.output.output_names import MARKER, MAX_SLUG_CHARS, has_marker, slug, unlisted
+from sim.output.files.output_names import MARKER, MAX_SLUG_CHARS, has_marker, slug, unlisted
 
 __all__ = ["MARKER", "MAX_SLUG_CHARS", "check_file", "check_folder", "has_marker",
            "os_error", "output_error", "prepare_folder", "probe", "shown", "slug"]

@@ -4,7 +4,7 @@ The scenario, the summary, then the charts: latency (share of requests slower, p
 and team), latency and SLO attainment over time, prompt and output lengths, replicas,
 throughput, queue, KV use and GPU busy time over time, and per-team usage. The charts are
 drawn by the browser (uPlot, inlined with the page, so it works offline as one file) from
-the run's data embedded as JSON (:mod:`sim.output.chart_data`): hovering shows the values,
+the run's data embedded as JSON (:mod:`sim.output.pages.chart_data`): hovering shows the values,
 and writing the page costs no plotting library. Every string that came from a scenario
 (team, pool, model names, the YAML itself) is HTML-escaped, its control characters shown
 as ``\\xNN``; in the embedded JSON ``<``, ``>`` and ``&`` are written as ``\\u003c`` ...,
@@ -62,7 +62,7 @@ def _table(header: list[str], rows: list[list]) -> str:
 def _png(fig, alt: str = "plot") -> str:
     """``fig`` (PNG bytes, or a matplotlib Figure drawn here) as an inline image."""
     if not isinstance(fig, bytes):
-        from sim.output.figure_kit import png_bytes
+        from sim.output.pages.figure_kit import png_bytes
         fig = png_bytes(fig, dpi=100)
     data = base64.b64encode(fig).decode("ascii")
     return f'<img alt="{_e(alt)}" src="data:image/png;base64,{data}">'
@@ -71,7 +71,7 @@ def _png(fig, alt: str = "plot") -> str:
 def build_report(results, sweep=None) -> str:
     """The run's page; ``sweep`` (a ``fleetsim sweep`` table) adds its
     latency curves."""
-    from sim.output.chart_data import run_charts
+    from sim.output.pages.chart_data import run_charts
 
     charts = run_charts(results)
     s = results.summary
@@ -145,17 +145,17 @@ def build_report(results, sweep=None) -> str:
 
 
 def _sweep_section(table, slos, name) -> list[str]:
-    from sim.output.sweep_report import sweep_section     # matplotlib: only with a sweep
+    from sim.output.pages.sweep_report import sweep_section     # matplotlib: only with a sweep
     return sweep_section(table, slos, name)
 
 
-UPLOT_VERSION = "1.6.32"        # sim/output/static/README.md says where it came from
+UPLOT_VERSION = "1.6.32"        # sim/output/pages/static/README.md says where it came from
 STATIC = Path(__file__).parent / "static"
 
 
 @cache
 def _static(name: str) -> str:
-    """A file shipped in sim/output/static (the chart library, its style, the page's
+    """A file shipped in sim/output/pages/static (the chart library, its style, the page's
     drawing code)."""
     return (STATIC / name).read_text(encoding="utf-8")
 

@@ -6,10 +6,10 @@ are ``chart_spec.py``'s; the charts, ``latency_charts.py``'s, ``request_charts.p
 """
 from __future__ import annotations
 
-from sim.output.chart_spec import RunData
-from sim.output.latency_charts import ccdf_chart, latency_over_time_chart
-from sim.output.load_charts import replicas_chart, timeseries_chart
-from sim.output.request_charts import lengths_charts, teams_chart
+from sim.output.pages.chart_spec import RunData
+from sim.output.pages.latency_charts import ccdf_chart, latency_over_time_chart
+from sim.output.pages.load_charts import replicas_chart, timeseries_chart
+from sim.output.pages.request_charts import lengths_charts, teams_chart
 
 LATENCIES = (("ttft", "time to first token"), ("tpot", "time per output token"),
              ("e2e", "end-to-end latency"))

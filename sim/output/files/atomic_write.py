@@ -20,9 +20,9 @@ import tempfile
 from pathlib import Path
 
 from sim.config.errors import ScenarioError
-from sim.output.output_names import (has_marker, is_stage, listed_files, unlisted,
+from sim.output.files.output_names import (has_marker, is_stage, listed_files, unlisted,
                                      write_marker)
-from sim.output.output_paths import check_folder, os_error, output_error
+from sim.output.files.output_paths import check_folder, os_error, output_error
 
 _TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)"
                         r"(?:-(?P<rand>[A-Za-z0-9_]{6,}))?$")
@@ -147,7 +147,7 @@ def write_folder(write, out_dir: Path, *, force: bool = False, inputs=(),
 
     The folder appears complete or not at all, holding the marker (with the
     list of files written) that lets a later ``force`` replace it; the rules
-    for an existing ``out_dir`` are :func:`sim.output.output_paths.check_folder`'s.
+    for an existing ``out_dir`` are :func:`sim.output.files.output_paths.check_folder`'s.
     Anything that stops the write once the work has run (an OSError, an
     ``out_dir`` that appeared meanwhile) is a located :class:`ScenarioError`
     with exit code 1.

@@ -1,13 +1,13 @@
 """A sweep's latency curves and table: its own page (``fleetsim sweep --report``) and the
 section ``fleetsim run --sweep`` adds to a run's page. Drawn with matplotlib as a PNG (a
 sweep's cost is its runs, not this figure); the run report itself draws in the browser
-(:mod:`sim.output.chart_data`)."""
+(:mod:`sim.output.pages.chart_data`)."""
 from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from sim.output.figure_kit import SLO_STYLE, log_axis, new_figure, plain_text, title
-from sim.output.report import CSS, _e, _png, _table
+from sim.output.pages.figure_kit import SLO_STYLE, log_axis, new_figure, plain_text, title
+from sim.output.pages.report import CSS, _e, _png, _table
 from sim.output.sweep_table import (MAX_SWEEP_LINES, SWEEP_X, SWEEP_Y, sweep_varied,
                                      sweep_x)
 
@@ -70,7 +70,7 @@ def sweep_section(table, slos=None, name: str | None = None) -> list[str]:
     shown = varied + [c for c in ("requests_per_s", SWEEP_X, "ttft_p50_s", "ttft_p99_s",
                                   "tpot_p50_s", "tpot_p99_s", "rejected", "cost_usd")
                       if c in table.columns]
-    from sim.output import pareto
+    from sim.output.pages import pareto
 
     x = sweep_x(table)
     heading = "Sweep: latency against " + _e(x.replace("_", " "))

@@ -1,5 +1,5 @@
 /* fleetsim's run report: draws each chart of the page's embedded JSON (made by
-   sim/output/chart_data.py) with uPlot, one uPlot per panel; panels of a chart share
+   sim/output/pages/chart_data.py) with uPlot, one uPlot per panel; panels of a chart share
    their cursor. Every text is set as text (uPlot sets titles and labels with
    textContent), never parsed as markup. The uPlot objects are kept on
    window.fleetsimCharts (chart name -> one per panel) for tests and the console. */

@@ -17,13 +17,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from sim.entities.request import Status
-from sim.output import plots_requests
-from sim.output.figure_kit import (FIGSIZE, MS, SLO_STYLE, busiest_teams, colours,
+from sim.output.pages import plots_requests
+from sim.output.pages.figure_kit import (FIGSIZE, MS, SLO_STYLE, busiest_teams, colours,
                                    completed, fixed_figure, log_axis, log_x, new_figure, note,
                                    plain_text, png_bytes, pools, scenario_name, slo_targets,
                                    time_axis, title)
 
-from sim.output.latency_charts import LOG_DECADES as _LOG_DECADES, SHARE_ABOVE as _SHARE_ABOVE
+from sim.output.pages.latency_charts import LOG_DECADES as _LOG_DECADES, SHARE_ABOVE as _SHARE_ABOVE
 
 __all__ = ["FIGURES", "new_figure", "plain_text", "png_bytes", "render_all", "save_all"]
 

@@ -10,7 +10,7 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from sim.entities.request import Status
-from sim.output import chart_spec
+from sim.output.pages import chart_spec
 
 FIGSIZE = (7.0, 4.2)
 DPI = 110

@@ -12,7 +12,7 @@ The folder holds::
     scenario.yaml      the scenario as validated, every default filled in
     report.html        one self-contained page, its charts drawn by the browser from
                        the run's data in it (not with ``report=False``)
-    plots/*.png        the same charts as PNG images, see :mod:`sim.output.plots` (only
+    plots/*.png        the same charts as PNG images, see :mod:`sim.output.pages.plots` (only
                        with ``png=True``: drawing them with matplotlib takes longer than
                        a small run)
     .fleetsim-output   the marker that lets ``--force`` replace the folder later
@@ -47,7 +47,7 @@ import numpy as np
 
 from sim.config.yamlio import dump_data
 
-from sim.output.atomic_write import write_folder
+from sim.output.files.atomic_write import write_folder
 
 __all__ = ["csv_safe", "summary_json", "write_folder", "write_outputs"]
 
@@ -177,10 +177,10 @@ def _write_all(results, folder: Path, sweep=None, report: bool = True,
     _write_text(path, dump_data(results.scenario.model_dump(mode="json")))
     written.append(path)
     if png:
-        from sim.output import plots  # matplotlib is slow to import; only pay when drawing
+        from sim.output.pages import plots  # matplotlib is slow to import; only pay when drawing
         written += plots.save_all(results, folder / "plots")
     if report:
-        from sim.output.report import build_report
+        from sim.output.pages.report import build_report
         path = folder / "report.html"
         _write_text(path, build_report(results, sweep))
         written.append(path)
@@ -198,8 +198,8 @@ def write_outputs(results, out_dir: Path, *, force: bool = False, sweep=None,
     beside their Parquet files.
 
     An existing non-empty ``out_dir`` is replaced only with ``force`` and only if
-    fleetsim wrote it (see :mod:`sim.output.output_paths`; written by
-    :func:`sim.output.atomic_write.write_folder`), and only once the new
+    fleetsim wrote it (see :mod:`sim.output.files.output_paths`; written by
+    :func:`sim.output.files.atomic_write.write_folder`), and only once the new
     folder is complete. Parent folders are created as needed.
     """
     if sweep is not None and not report:
@@ -215,7 +215,7 @@ def write_results(results, folder: str | Path, *, force: bool = False,
                   report: bool = True, requests: bool = True, csv: bool = False,
                   png: bool = False) -> list[Path]:
     """:meth:`Results.write`: the files ``fleetsim run --out folder`` writes, by its writer
-    (:func:`sim.output.outputs.write_outputs`) and under its rules: an existing non-empty
+    (:func:`sim.output.files.outputs.write_outputs`) and under its rules: an existing non-empty
     ``folder`` is replaced only with ``force`` and only if fleetsim wrote it, never one
     holding the scenario or a data file it read."""
     from sim.config.data_files import data_files

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.output.chart_spec import (RunData, axis_spec, codes_and_names, series_spec,
+from sim.output.pages.chart_spec import (RunData, axis_spec, codes_and_names, series_spec,
                                     time_axis)
 
 MAX_TIME_POINTS = 2000  # per series over time

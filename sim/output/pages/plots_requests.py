@@ -11,10 +11,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from sim.config.slos import targets
-from sim.output.latency_charts import TIME_BINS
-from sim.output.request_charts import length_bins
+from sim.output.pages.latency_charts import TIME_BINS
+from sim.output.pages.request_charts import length_bins
 from sim.entities.request import Status
-from sim.output.figure_kit import (FIGSIZE, MS, completed, fixed_figure, log_x, note,
+from sim.output.pages.figure_kit import (FIGSIZE, MS, completed, fixed_figure, log_x, note,
                                    plain_text, scenario_name, time_axis, title)
 from sim.output.slo import judged, within_every_bound
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.config.slos import LATENCIES as SLO_LATENCIES, targets
-from sim.output.chart_spec import (MS, RunData, axis_spec, codes_and_names, ms_label,
+from sim.output.pages.chart_spec import (MS, RunData, axis_spec, codes_and_names, ms_label,
                                     rows_named, rule_spec, series_spec, slo_targets,
                                     time_axis)
 from sim.output.columns import Table
