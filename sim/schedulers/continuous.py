@@ -582,7 +582,7 @@ class ContinuousScheduler(Scheduler):
                 if num_extra and num_steps > 1:
                     self.gaps.add_steps(seg.step_end_s, num_steps - 1, num_extra)
             self._decode_end_s = end_s
-        longest = seg.step_end_s[0] if num_steps == 1 else seg.max_step_s(num_steps)
+        longest = seg.step_end_s[0] if num_steps == 1 else seg.step_end_s.max_step_s(num_steps)
         gap_max, gap_seg = self._gap_max, self._gap_seg
         waited = self._after_pauses(seg, num_steps) if self._pauses else 0
         while gap_max and gap_max[-1] <= longest:
@@ -609,7 +609,7 @@ class ContinuousScheduler(Scheduler):
         among the steps before it; returns how many are measured, whose gaps of this
         segment's steps but the last the caller counts."""
         cohort = self.cohort
-        before = seg.max_step_s(num_steps - 1) if num_steps > 1 else 0.0
+        before = seg.step_end_s.max_step_s(num_steps - 1) if num_steps > 1 else 0.0
         num_measured = 0
         for req in done:
             self._stop_decoding(req, last_s)      # the segments before this one
