@@ -125,7 +125,7 @@ class TableRunEnds:
 
     __slots__ = ("n", "last_s", "_fixed", "_scale", "_per_key", "_x_run", "_x0", "_d",
                  "_value", "_pieces", "_starts", "_floor", "_lead", "_first_s", "_last_step_s",
-                 "_memo")
+                 "_memo", "_step_memo")
 
     def __init__(self, table, fixed_s: float, scale: float, per_key_s: float,
                  kv_first: float, kv_per_step: float, num_steps: int,
@@ -136,6 +136,7 @@ class TableRunEnds:
         self._value = table.scalar
         self._x_run = kv_first                # the keys of the run's first step
         self._last_step_s = None
+        self._step_memo = (-1, 0.0)          # the step length read last: (index, seconds)
         first_t = self._value(kv_first)
         first = (fixed_s + scale * first_t) + kv_first * per_key_s
         lead = 0
@@ -222,14 +223,6 @@ class TableRunEnds:
             t_a = first_t if k0 + head == 0 and first_t is not None else value(xa)
         return _Piece(k0, table.exponents[j], head_ends, t_a, r, table.coefs[j], before)
 
-    def _table_sum(self, m: int) -> float:
-        """Σ table over the first ``m`` steps after the lead (those the floor lengthens)."""
-        if m <= 0:
-            return 0.0
-        pieces = self._pieces
-        p = pieces[bisect_right(self._starts, m - 1) - 1] if len(pieces) > 1 else pieces[0]
-        return p.before + p.sum(m - p.k0)
-
     # -- reading ---------------------------------------------------------------------------
     def _own_s(self, i: int) -> float:
         """Step i's length without the floor."""
@@ -247,7 +240,12 @@ class TableRunEnds:
             if last is None:
                 last = self._last_step_s = self._own_s(i)
             return last
-        return self._own_s(i)
+        memo = self._step_memo
+        if memo[0] == i:              # a cut's last step: its longest, then its gaps
+            return memo[1]
+        own = self._own_s(i)
+        self._step_memo = (i, own)
+        return own
 
     def max_step_s(self, num_steps: int) -> float:
         """The longest of the first ``num_steps`` steps: the last (steps only grow)."""
@@ -265,10 +263,14 @@ class TableRunEnds:
         lead = self._lead
         if i < lead:
             return (i + 1) * self._floor
-        m = i + 1 - lead
+        m = i + 1 - lead              # steps after the lead, at least one
+        # Σ table over them, from the piece their last step is in
+        pieces = self._pieces
+        p = pieces[bisect_right(self._starts, m - 1) - 1] if len(pieces) > 1 else pieces[0]
+        table_sum = p.before + p.sum(m - p.k0)
         keys = m * self._x0 + self._d * (m * (m - 1) / 2.0)
         end = (lead * self._floor if lead else 0.0) + (
-            m * self._fixed + self._scale * self._table_sum(m) + self._per_key * keys)
+            m * self._fixed + self._scale * table_sum + self._per_key * keys)
         self._memo = (i, end)
         return end
 

@@ -18,12 +18,14 @@ from sim.cost.shape import ArrayLike
 from sim.cost.table_steps import PowerPieces
 
 _MIN_SECONDS = 1e-9
+_log, _exp = math.log, math.exp
 
 
 class Table:
     """A monotone [x, seconds] table, read in log-log space (vectorised and scalar)."""
 
-    __slots__ = ("xs", "ts", "_lx", "_lt", "_x_last", "_t_last", "_zero", "_pieces")
+    __slots__ = ("xs", "ts", "_lx", "_lt", "_x_last", "_t_last", "_zero", "_pieces",
+                 "_t_first", "_between")
 
     def __init__(self, rows: list[list[float]], where: str = "table") -> None:
         if not rows:
@@ -44,6 +46,12 @@ class Table:
         self._lt = [math.log(max(t, _MIN_SECONDS)) for t in ts]
         self._x_last = xs[-1]
         self._t_last = ts[-1]
+        # what ``scalar`` reads, worked out once: the time below the first point, and per
+        # pair of neighbours (log x, log t, their differences) as it subtracts them
+        lx, lt = self._lx, self._lt
+        self._t_first = math.exp(lt[0])
+        self._between = [None] + [(lx[i - 1], lt[i - 1], lt[i] - lt[i - 1], lx[i] - lx[i - 1])
+                                  for i in range(1, len(lx))]
         # the power laws it is read as (``pieces``): constant below the first point, then
         # between each two points, then in proportion to x past the last
         slopes = [(t1 - t0) / (x1 - x0) for x0, x1, t0, t1 in
@@ -70,13 +78,12 @@ class Table:
             return 0.0
         if x >= self._x_last:
             return self._t_last * x / self._x_last
-        lx = math.log(x)
+        lx = _log(x)
         i = bisect_right(self._lx, lx)
         if i == 0:
-            return math.exp(self._lt[0])
-        x0, x1 = self._lx[i - 1], self._lx[i]
-        t0, t1 = self._lt[i - 1], self._lt[i]
-        return math.exp(t0 + (t1 - t0) * (lx - x0) / (x1 - x0))
+            return self._t_first
+        x0, t0, dt, dx = self._between[i]
+        return _exp(t0 + dt * (lx - x0) / dx)
 
 
 class PerKeyTable:

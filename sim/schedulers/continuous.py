@@ -380,7 +380,7 @@ class ContinuousScheduler(AdmissionGates, FastForward, PrefillOnlySteps, Finishe
                 if num_extra and num_steps > 1:
                     self.gaps.add_steps(seg.step_end_s, num_steps - 1, num_extra)
             self._decode_end_s = end_s
-        longest = seg.step_end_s[0] if num_steps == 1 else seg.max_step_s(num_steps)
+        longest = seg.step_end_s[0] if num_steps == 1 else seg.step_end_s.max_step_s(num_steps)
         gap_max, gap_seg = self._gap_max, self._gap_seg
         waited = self._after_pauses(seg, num_steps) if self._pauses else 0
         while gap_max and gap_max[-1] <= longest:

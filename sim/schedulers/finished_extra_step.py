@@ -33,7 +33,7 @@ class FinishedExtraStep:
         among the steps before it; returns how many are measured, whose gaps of this
         segment's steps but the last the caller counts."""
         cohort = self.cohort
-        before = seg.max_step_s(num_steps - 1) if num_steps > 1 else 0.0
+        before = seg.step_end_s.max_step_s(num_steps - 1) if num_steps > 1 else 0.0
         num_measured = 0
         for req in done:
             self._stop_decoding(req, last_s)      # the segments before this one

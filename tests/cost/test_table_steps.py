@@ -146,6 +146,23 @@ def test_a_run_reads_the_table_a_bounded_number_of_times_whatever_its_length(mon
     assert counts[1] <= counts[0] + 8        # a few more table pieces crossed
 
 
+
+def test_a_cut_runs_last_step_reads_the_table_once(monkeypatch):
+    """A run cut after k steps asks for step k - 1's length twice (the longest of the
+    segment's steps, then the gaps of its steps): the second answer is the first one,
+    read from the table once, and is the step priced alone (to float rounding)."""
+    cost = gpu_8b()
+    reads = []
+    scalar = Table.scalar
+    monkeypatch.setattr(Table, "scalar", lambda self, x: reads.append(x) or scalar(self, x))
+    ends = cost.decode_run(4, 4 * 600.0, 1_000).step_end_s
+    reads.clear()
+    longest = ends.max_step_s(37)
+    assert ends.step_s(36) == longest
+    assert len(reads) == 1
+    alone = cost.step_scalar(4.0, 4.0, 0.0, 4 * 600.0 + 36 * 4)[0]
+    assert longest == pytest.approx(alone, rel=REL)
+
 @settings(max_examples=200, deadline=None)
 @given(num_seqs=st.integers(1, 256), mean_context=st.floats(1.0, 5000.0),
        num_steps=st.integers(1, 3000), where=st.floats(-0.1, 1.2), at_an_end=st.booleans(),
