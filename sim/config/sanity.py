@@ -101,8 +101,9 @@ def _fleet_size(scenario: Scenario, run_s: float) -> list[tuple[Loc, str]]:
                                         else "") + f"; the most simulated at once is "
                              f"{MAX_FLEET_REPLICAS:,}: at most "
                              f"{max(MAX_FLEET_REPLICAS - others, 0):,} here"))
-    each = [run_s / pool.autoscaler.decision_period_s() for pool in scenario.pools.values()
-            if pool.autoscaler is not None and pool.autoscaler.decision_period_s()]
+    periods_s = [pool.autoscaler.decision_period_s() for pool in scenario.pools.values()
+                 if pool.autoscaler is not None]
+    each = [run_s / tick_s for tick_s in periods_s if tick_s]
     ticks = sum(each)
     if ticks > MAX_TICKS and all(n <= MAX_TICKS for n in each):   # one pool: said there
         problems.append((("pools",), f"{ticks:.3g} autoscaler decisions over duration + drain,"

@@ -89,10 +89,6 @@ class Segment:
                 num_steps * self.flops[0] + self.flops[1] * tri,
                 num_steps * self.bytes[0] + self.bytes[1] * tri)
 
-    def max_step_s(self, num_steps: int) -> float:
-        """Longest of the first ``num_steps`` steps."""
-        return self.step_end_s.max_step_s(num_steps)
-
     def tokens_of_step(self, k: int) -> float:
         if self.step_tokens is not None:
             return float(self.step_tokens[k])
