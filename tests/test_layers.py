@@ -72,11 +72,14 @@ def imports(tree: ast.AST, importer: str, known: set[str]) -> list[tuple[int, st
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            base = node.module
-            if node.level:                         # relative: from the importer's package
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:       # relative: from the importer's package, up level - 1
                 package = importer.split(".")
-                base = ".".join(package[:len(package) - node.level + 1] + [node.module])
+                if not any(k.startswith(importer + ".") for k in known):
+                    package = package[:-1]          # a module's package is its parent
+                package = package[:len(package) - (node.level - 1)]
+                base = ".".join(package + ([node.module] if node.module else []))
             names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
                      for a in node.names]
         for name in names:
@@ -123,11 +126,14 @@ def test_every_import_goes_down_the_layers():
     ("sim.cost.roofline", "from sim.core.simulation import Simulation\n"),
     ("sim.entities.request", "def f():\n    import sim.output.results\n"),
     ("sim.config.common", "from sim.schedulers import SCHEDULERS\n"),
+    ("sim.cost.roofline", "from ..core import simulation\n"),
+    ("sim.cost.roofline", "from ..output.results import Results\n"),
 ])
 def test_an_import_up_the_layers_is_caught(module, probe):
     """A probe import that breaks the contract (a cost model reaching for the simulation,
     an entity importing the outputs inside a function, the schema importing a policy
-    family) is reported with its module, line and the two layers."""
+    family, a relative import up the table) is reported with its module, line and the two
+    layers."""
     sources = {m: p.read_text(encoding="utf-8") for m, p in sim_modules().items()}
     sources[module] = sources.get(module, "") + probe
     found = [v for v in violations(sources) if v.startswith(f"{module}:")]
